@@ -1,0 +1,105 @@
+"""Budgets: limits on tokens, cost, tool calls and wall-clock time, checked before a spend.
+
+``Budget`` is the limit (configuration); ``Spend`` is what a run has used so far and
+travels inside every phase, so a checkpoint of the phase carries it. A check returns
+the reason an action may not run (naming the budget) or ``None``; it never spends.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._money import Money
+
+__all__ = ["Budget", "Spend"]
+
+
+class Budget(BaseModel):
+    """Limits for one run; ``None`` means no limit of that kind."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tokens: int | None = Field(default=None, ge=0)
+    cost: Money | None = None
+    tool_calls: int | None = Field(default=None, ge=0)
+    wall_clock: float | None = Field(default=None, gt=0, description="seconds")
+
+    def refuse(
+        self,
+        spent: Spend,
+        *,
+        elapsed: float,
+        action: str,
+        tokens: int = 0,
+        cost: Decimal = Decimal(0),
+        tool_calls: int = 0,
+        open_ended: bool = False,
+    ) -> str | None:
+        """Why ``action``, which would add the given amounts, may not run; or ``None``.
+
+        A limit is crossed when the spend *after* the action would be above it, so a
+        budget of ``$1000`` admits actions totalling exactly ``$1000``. An
+        ``open_ended`` action (a model call, whose usage is known only afterwards) is
+        refused once any limit is already reached.
+        """
+
+        def crosses(used: int | Decimal, add: int | Decimal, limit: int | Decimal) -> bool:
+            return used + add > limit or (open_ended and used >= limit)
+
+        if self.wall_clock is not None and elapsed >= self.wall_clock:
+            return (
+                f"wall-clock budget exhausted: {elapsed:.2f}s of {self.wall_clock:g}s used "
+                f"before {action}"
+            )
+        if self.tool_calls is not None and crosses(spent.tool_calls, tool_calls, self.tool_calls):
+            return (
+                f"tool-call budget: {action} would make {spent.tool_calls + tool_calls} "
+                f"tool calls, {self.tool_calls} allowed"
+            )
+        if self.tokens is not None and crosses(spent.tokens, tokens, self.tokens):
+            return (
+                f"token budget: {spent.tokens} of {self.tokens} tokens used, no room for {action}"
+            )
+        if self.cost is not None and crosses(spent.cost, cost, self.cost):
+            return (
+                f"cost budget: {action} would bring the run's cost to ${spent.cost + cost} "
+                f"of ${self.cost} allowed (${spent.cost} spent so far)"
+            )
+        return None
+
+    def remaining_seconds(self, elapsed: float) -> float | None:
+        """Seconds left of the wall-clock budget, or ``None`` when there is no limit."""
+        if self.wall_clock is None:
+            return None
+        return max(0.0, self.wall_clock - elapsed)
+
+    def left(self, spent: Spend) -> dict[str, str]:
+        """What remains of each limited budget, for logs and reports."""
+        remaining: dict[str, str] = {}
+        if self.tokens is not None:
+            remaining["tokens"] = str(self.tokens - spent.tokens)
+        if self.cost is not None:
+            remaining["cost"] = str(self.cost - spent.cost)
+        if self.tool_calls is not None:
+            remaining["tool_calls"] = str(self.tool_calls - spent.tool_calls)
+        return remaining
+
+
+class Spend(BaseModel):
+    """What a run has used so far. Immutable: ``add`` returns a new ``Spend``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tokens: int = 0
+    cost: Money = Decimal(0)
+    tool_calls: int = 0
+
+    def add(self, *, tokens: int = 0, cost: Decimal = Decimal(0), tool_calls: int = 0) -> Spend:
+        """A new ``Spend`` with the amounts added."""
+        return Spend.model_construct(
+            tokens=self.tokens + tokens,
+            cost=self.cost + cost,
+            tool_calls=self.tool_calls + tool_calls,
+        )

@@ -1,0 +1,127 @@
+"""The library's exceptions, all under one root.
+
+Each error also inherits the nearest builtin, so callers' existing ``except``
+clauses keep working::
+
+    StatemachineError (Exception)
+    ├── SetupError (TypeError)             an agent, tool or phase is defined wrongly
+    │   └── UnknownToolError (LookupError) a tool name no registry knows
+    ├── BadArgumentsError (ValueError)     tool arguments fail the tool's schema
+    ├── ApprovalMismatchError (ValueError) an approval presented for another call
+    ├── UnapprovedWriteError (RuntimeError) a write call reached execution without approval
+    ├── PhaseReusedError (RuntimeError)    a phase object transitioned a second time
+    ├── ToolError (RuntimeError)           raised by a tool: its service failed (503, ...)
+    └── ScriptExhaustedError (RuntimeError) a scripted model or gate ran out of turns
+
+Messages say what happened and what to do next. Errors carry the context that
+caused them as attributes (``.phase``, ``.transition``, ``.tool``, ...).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ApprovalMismatchError",
+    "BadArgumentsError",
+    "PhaseReusedError",
+    "ScriptExhaustedError",
+    "SetupError",
+    "StatemachineError",
+    "ToolError",
+    "UnapprovedWriteError",
+    "UnknownToolError",
+]
+
+
+class StatemachineError(Exception):
+    """Root of every error this library raises on purpose."""
+
+
+class SetupError(StatemachineError, TypeError):
+    """An agent, tool or phase class is defined in a way that cannot work."""
+
+
+class UnknownToolError(SetupError, LookupError):
+    """A tool name that the agent's registry does not know."""
+
+    def __init__(self, name: str, known: tuple[str, ...]) -> None:
+        self.tool = name
+        self.known = known
+        listed = ", ".join(known) if known else "(none)"
+        super().__init__(
+            f"unknown tool {name!r}; this agent's tools are: {listed}. "
+            "Register the tool on the agent or fix the name."
+        )
+
+
+class BadArgumentsError(StatemachineError, ValueError):
+    """Tool arguments that do not match the tool's arguments model."""
+
+    def __init__(self, tool: str, problems: tuple[str, ...]) -> None:
+        self.tool = tool
+        self.problems = problems
+        super().__init__(
+            f"arguments for tool {tool!r} are invalid: "
+            + "; ".join(problems)
+            + ". Pass arguments that match the tool's schema."
+        )
+
+
+class ApprovalMismatchError(StatemachineError, ValueError):
+    """An approval given for one call was presented for a different one."""
+
+    def __init__(self, *, approved: str, presented: str) -> None:
+        self.approved = approved
+        self.presented = presented
+        super().__init__(
+            f"approval refused: it was given for {approved}, but the call waiting is "
+            f"{presented}. Ask the approver to approve this exact call."
+        )
+
+
+class UnapprovedWriteError(StatemachineError, RuntimeError):
+    """A write call reached ``ToolCalling`` without a matching approval."""
+
+    def __init__(self, tool: str) -> None:
+        self.tool = tool
+        super().__init__(
+            f"write tool {tool!r} may only run after AwaitApproval.approve(); "
+            "route write calls through Planning.request_approval()."
+        )
+
+
+class PhaseReusedError(StatemachineError, RuntimeError):
+    """A phase object was transitioned twice: the stand-in for Rust's move."""
+
+    def __init__(self, phase: str, transition: str, first: str) -> None:
+        self.phase = phase
+        self.transition = transition
+        self.first = first
+        super().__init__(
+            f"this {phase} phase was already left by {first}(); calling {transition}() "
+            "on it again would fork the run. Continue from the phase that "
+            f"{first}() returned (state = state.{first}(...))."
+        )
+
+
+class ScriptExhaustedError(StatemachineError, RuntimeError):
+    """A scripted test double was asked for more turns than it was given."""
+
+    def __init__(self, what: str, given: int) -> None:
+        self.given = given
+        super().__init__(
+            f"the {what} was asked for turn {given + 1} but its script has only {given}; "
+            "add a turn to the script or check why the run took an extra step."
+        )
+
+
+class ToolError(StatemachineError, RuntimeError):
+    """Raised by a tool when its service failed; ``Retrying`` decides what happens next.
+
+    ``retryable=False`` says a second attempt cannot help (a card declined, say):
+    the run goes to ``Failed`` without retrying.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True, status: int | None = None) -> None:
+        self.retryable = retryable
+        self.status = status
+        super().__init__(message)

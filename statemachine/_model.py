@@ -1,0 +1,84 @@
+"""The model boundary: the messages a run keeps, what a model is asked and what it answers.
+
+A :class:`Model` is one async call. It receives the conversation, the tools'
+schemas and the time it has left, and returns a :class:`ModelReply`: text or
+tool calls, a finish reason, and usage (tokens and cost as ``Decimal``).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._money import Money
+
+__all__ = ["Message", "Model", "ModelReply", "ModelRequest", "ToolRequest", "Usage"]
+
+
+class ToolRequest(BaseModel):
+    """A tool call as the model wrote it: a name and JSON arguments, not yet validated."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    arguments: str = "{}"
+    id: str = ""
+
+
+class Message(BaseModel):
+    """One entry of the conversation a run keeps in its state."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolRequest, ...] = ()
+    tool_call_id: str = ""
+    name: str = ""
+
+
+class Usage(BaseModel):
+    """What one model call used."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    cost: Money = Decimal(0)
+
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+
+class ModelRequest(BaseModel):
+    """What a model is asked: the conversation, the tools, and the time left."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    timeout: float | None = Field(default=None, description="seconds left for this call")
+
+
+class ModelReply(BaseModel):
+    """What a model answered."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str = ""
+    tool_calls: tuple[ToolRequest, ...] = ()
+    finish_reason: Literal["stop", "length", "refusal", "content_filter", "tool_calls"] = "stop"
+    usage: Usage = Usage()
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A language model: one async call per planning step."""
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """Answer ``request``; must return before ``request.timeout`` seconds."""
+        ...

@@ -1,0 +1,55 @@
+"""``Money``: an exact ``Decimal`` field for pydantic models.
+
+A tool's arguments model declares ``amount: Money``. The field:
+
+- accepts ``Decimal``, ``int`` and numeric strings, and a JSON number read by
+  :func:`statemachine._json.loads` (already a ``Decimal``), so ``137.32`` from a
+  model becomes ``Decimal("137.32")`` exactly;
+- refuses a Python ``float``, whose value is already inexact, with an error that
+  says how to pass the amount instead;
+- is advertised to the model as a JSON number, not a string.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, WithJsonSchema
+
+__all__ = ["Money", "to_money"]
+
+
+def to_money(value: Any) -> Decimal:
+    """Convert ``value`` to an exact, finite ``Decimal`` or raise ``ValueError``."""
+    if isinstance(value, bool):
+        raise ValueError(f"money must be a number, not the boolean {value!r}")
+    if isinstance(value, float):
+        raise ValueError(
+            f"money must be exact, but got the float {value!r}; pass Decimal({str(value)!r}) "
+            f"or the string {str(value)!r} (read JSON with statemachine's loads, which "
+            "keeps numbers exact)"
+        )
+    if isinstance(value, Decimal):
+        amount = value
+    elif isinstance(value, int):
+        amount = Decimal(value)
+    elif isinstance(value, str):
+        try:
+            amount = Decimal(value.strip())
+        except InvalidOperation:
+            raise ValueError(
+                f"money must be a number like '137.32', got the text {value!r}"
+            ) from None
+    else:
+        raise ValueError(f"money must be a Decimal, int or numeric string, got {value!r}")
+    if not amount.is_finite():
+        raise ValueError(f"money must be a finite amount, got {value!r}")
+    return amount
+
+
+Money = Annotated[
+    Decimal,
+    BeforeValidator(to_money),
+    WithJsonSchema({"type": "number"}),
+]

@@ -1,0 +1,642 @@
+"""The nine phases of an agent run, and the agent definition that ties them together.
+
+Every phase is a frozen, slotted attrs class, generic over the agent's context
+type ``C``. A transition is a method that exists only on the phase where it is
+legal and returns the next phase (a new object; nothing is mutated)::
+
+    Idle.receive(text)               -> Planning
+    Planning.call_tool(ReadCall)     -> ToolCalling
+    Planning.request_approval(WriteCall) -> AwaitApproval
+    Planning.respond(text)           -> Responding
+    Planning.reject_call(InvalidCall) -> Planning      (the model is told what to fix)
+    Planning.fail(reason)            -> Failed
+    AwaitApproval.approve(Approval)  -> ToolCalling
+    AwaitApproval.deny(reason)       -> Planning
+    await ToolCalling.execute(rt)    -> Observing | Retrying | Failed
+    Observing.observe()              -> Planning
+    await Retrying.retry(rt)         -> ToolCalling | Failed
+    Responding.finish()              -> Done
+
+``Failed`` and ``Done`` are terminal: they have no transition methods and no
+``advance``. Every other phase has one ``async advance(rt)`` whose return
+annotation is the union of its successors; the runner calls only ``advance``.
+
+A phase object may be left once: a second transition from the same object raises
+:class:`PhaseReusedError` (Python has no move semantics; this is the stand-in).
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, ClassVar, Generic, TypeVar, cast, final
+
+import anyio
+import attrs
+from typing_extensions import assert_never
+
+from . import _json
+from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial
+from ._budget import Budget, Spend
+from ._errors import ApprovalMismatchError, PhaseReusedError, SetupError, UnapprovedWriteError
+from ._model import Message, Model, ModelRequest, ToolRequest
+from ._retry import NO_RETRY, RetryPolicy
+from ._tools import (
+    ApprovedCall,
+    InvalidCall,
+    ReadCall,
+    Tool,
+    ToolRegistry,
+    WriteCall,
+    WriteTool,
+    _approve,
+)
+
+__all__ = [
+    "Active",
+    "Agent",
+    "AwaitApproval",
+    "Done",
+    "Failed",
+    "Idle",
+    "Observing",
+    "Phase",
+    "Phases",
+    "Planning",
+    "Responding",
+    "Retrying",
+    "Runtime",
+    "ToolCalling",
+]
+
+C = TypeVar("C")
+P = TypeVar("P", bound="Phase[Any]")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Runtime:
+    """What a run needs that is not part of its state: model, gate, clock.
+
+    It is passed to every ``advance`` and never checkpointed. ``clock`` returns
+    seconds (monotonic); ``sleep`` waits (tests pass one that only records).
+    """
+
+    run_id: str
+    model: Model
+    gate: ApprovalGate
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep
+    rng: random.Random = attrs.field(factory=random.Random)
+    started: float = attrs.field()
+
+    @started.default
+    def _now(self) -> float:
+        return self.clock()
+
+    def elapsed(self) -> float:
+        """Seconds since the run started."""
+        return self.clock() - self.started
+
+    def remaining(self, budget: Budget) -> float | None:
+        """Seconds left before the run's wall-clock budget ends, ``None`` if unlimited."""
+        return budget.remaining_seconds(self.elapsed())
+
+
+def _deadline(seconds: float | None) -> AbstractContextManager[Any]:
+    return nullcontext() if seconds is None else anyio.fail_after(seconds)
+
+
+@attrs.frozen(kw_only=True)
+class Phase(Generic[C]):
+    """What every phase holds: the agent, its context, the conversation, the spend.
+
+    ``step`` counts the transitions that led here.
+    """
+
+    kind: ClassVar[str] = "Phase"
+
+    agent: Agent[C] = attrs.field(eq=False, repr=False)
+    ctx: C
+    transcript: tuple[Message, ...] = ()
+    spent: Spend = Spend()
+    step: int = 0
+    # The single-use cell: the name of the transition that left this phase.
+    _left_by: list[str] = attrs.field(init=False, factory=list, eq=False, repr=False)
+
+    def _leave(self, transition: str) -> None:
+        if self._left_by:
+            raise PhaseReusedError(self.kind, transition, self._left_by[0])
+        self._left_by.append(transition)
+
+    @property
+    def left(self) -> bool:
+        """Whether a transition has already been taken from this object."""
+        return bool(self._left_by)
+
+    def _next(self, cls: type[P], **changes: Any) -> P:
+        fields: dict[str, Any] = {
+            "agent": self.agent,
+            "ctx": self.ctx,
+            "transcript": self.transcript,
+            "spent": self.spent,
+            "step": self.step + 1,
+        }
+        fields.update(changes)
+        return cls(**fields)
+
+    def _fail(self, reason: str, **changes: Any) -> Failed[C]:
+        return self._next(Failed, reason=reason, from_phase=self.kind, **changes)
+
+
+class Active(Phase[C]):
+    """A phase that is not terminal: it has an ``advance``."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    async def advance(self, rt: Runtime) -> Phase[C]:
+        """Do this phase's work and return the next phase."""
+
+
+@attrs.frozen(kw_only=True)
+class Idle(Active[C]):
+    """A run that has its input and has not started."""
+
+    kind: ClassVar[str] = "Idle"
+
+    input: str = ""
+
+    def receive(self, text: str) -> Planning[C]:
+        """Take the customer's words and start planning."""
+        self._leave("receive")
+        return self._next(
+            self.agent.phases.planning,
+            transcript=(*self.transcript, Message(role="user", content=text)),
+        )
+
+    async def advance(self, rt: Runtime) -> Planning[C]:
+        """Receive the run's input."""
+        return self.receive(self.input)
+
+
+@attrs.frozen(kw_only=True)
+class Planning(Active[C]):
+    """The model decides: call a tool, ask to call a write tool, or answer.
+
+    Override :meth:`instructions` to build the system prompt from ``ctx``.
+    """
+
+    kind: ClassVar[str] = "Planning"
+
+    invalid_streak: int = 0
+
+    def instructions(self) -> str:
+        """The system prompt for the model; by default the agent's instructions."""
+        return self.agent.instructions
+
+    def messages(self) -> tuple[Message, ...]:
+        """What the model is shown: the instructions, then the conversation."""
+        system = self.instructions()
+        if not system:
+            return self.transcript
+        return (Message(role="system", content=system), *self.transcript)
+
+    def _asked(self, call: ReadCall | WriteCall, call_id: str) -> tuple[Message, ...]:
+        request = ToolRequest(name=call.name, arguments=_json.dumps(call.args), id=call_id)
+        return (*self.transcript, Message(role="assistant", tool_calls=(request,)))
+
+    def call_tool(self, call: ReadCall) -> ToolCalling[C]:
+        """Run a read-only tool. A write call is refused here, by mypy and at run time."""
+        if not isinstance(call, ReadCall):
+            raise UnapprovedWriteError(getattr(call, "name", repr(call)))
+        self._leave("call_tool")
+        call_id = f"call-{self.step}"
+        return self._next(
+            self.agent.phases.tool_calling,
+            call=call,
+            call_id=call_id,
+            transcript=self._asked(call, call_id),
+        )
+
+    def request_approval(self, call: WriteCall) -> AwaitApproval[C]:
+        """Ask a person to approve a write call before it can run."""
+        if not isinstance(call, WriteCall):
+            raise SetupError(f"request_approval takes a WriteCall, got {type(call).__name__}")
+        self._leave("request_approval")
+        call_id = f"call-{self.step}"
+        return self._next(
+            self.agent.phases.await_approval,
+            call=call,
+            call_id=call_id,
+            transcript=self._asked(call, call_id),
+        )
+
+    def respond(self, text: str) -> Responding[C]:
+        """Answer the customer."""
+        self._leave("respond")
+        return self._next(self.agent.phases.responding, text=text)
+
+    def reject_call(self, invalid: InvalidCall) -> Planning[C]:
+        """Tell the model its tool call could not run, and plan again."""
+        self._leave("reject_call")
+        call_id = f"call-{self.step}"
+        asked = ToolRequest(name=invalid.name, arguments=invalid.arguments, id=call_id)
+        told = Message(
+            role="tool", content=invalid.feedback, tool_call_id=call_id, name=invalid.name
+        )
+        return self._next(
+            self.agent.phases.planning,
+            transcript=(*self.transcript, Message(role="assistant", tool_calls=(asked,)), told),
+            invalid_streak=self.invalid_streak + 1,
+        )
+
+    def fail(self, reason: str) -> Failed[C]:
+        """Stop the run without an answer."""
+        self._leave("fail")
+        return self._fail(reason)
+
+    async def advance(
+        self, rt: Runtime
+    ) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | Failed[C]:
+        """Ask the model, then route its choice; the budget is checked first."""
+        agent = self.agent
+        if self.step >= agent.max_steps:
+            return self.fail(f"step cap: {self.step} transitions, {agent.max_steps} allowed")
+        refusal = agent.budget.refuse(
+            self.spent, elapsed=rt.elapsed(), action="the next model call", open_ended=True
+        )
+        if refusal is not None:
+            return self.fail(refusal)
+        self._leave("advance")
+        remaining = rt.remaining(agent.budget)
+        request = ModelRequest(
+            messages=self.messages(), tools=tuple(agent.tools.schemas()), timeout=remaining
+        )
+        try:
+            with _deadline(remaining):
+                reply = await rt.model.complete(request)
+        except TimeoutError:
+            return self._fail(
+                f"wall-clock budget: the model did not answer within the {remaining:.2f}s left"
+            )
+        # The model's usage belongs to this step whatever it chose.
+        heard: Planning[C] = attrs.evolve(
+            self, spent=self.spent.add(tokens=reply.usage.tokens, cost=reply.usage.cost)
+        )
+        if not reply.tool_calls:
+            return heard.respond(reply.text)
+        first = reply.tool_calls[0]
+        routed = agent.tools.route(first.name, first.arguments)
+        if isinstance(routed, ReadCall | WriteCall):
+            # Checked again at the spend; checked here too so that nobody is asked to
+            # approve a call the budget cannot pay for.
+            refusal = agent.budget.refuse(
+                heard.spent,
+                elapsed=rt.elapsed(),
+                action=f"calling {routed.name}",
+                tool_calls=1,
+                cost=routed.tool.price(routed.args),
+            )
+            if refusal is not None:
+                return heard.fail(refusal)
+        match routed:
+            case ReadCall():
+                return heard.call_tool(routed)
+            case WriteCall():
+                return heard.request_approval(routed)
+            case InvalidCall():
+                if self.invalid_streak + 1 >= agent.max_invalid_calls:
+                    return heard.fail(
+                        f"the model sent {self.invalid_streak + 1} invalid tool calls in a row; "
+                        f"last: {'; '.join(routed.problems)}"
+                    )
+                return heard.reject_call(routed)
+            case _:
+                assert_never(routed)
+
+
+@attrs.frozen(kw_only=True)
+class AwaitApproval(Active[C]):
+    """A write call waits for a person. It does nothing else."""
+
+    kind: ClassVar[str] = "AwaitApproval"
+
+    call: WriteCall
+    call_id: str
+
+    def request(self, run_id: str) -> ApprovalRequest:
+        """What the person is asked."""
+        return ApprovalRequest.for_call(self.call, run_id=run_id, agent=self.agent.name)
+
+    def approve(self, approval: Approval) -> ToolCalling[C]:
+        """Run the call; ``approval`` must be for this exact call (tool and arguments)."""
+        if approval.key != self.call.key:
+            raise ApprovalMismatchError(approved=approval.key, presented=self.call.key)
+        self._leave("approve")
+        return self._next(
+            self.agent.phases.tool_calling,
+            call=_approve(self.call, approval),
+            call_id=self.call_id,
+        )
+
+    def deny(self, reason: str) -> Planning[C]:
+        """Do not run the call; the model is told why and plans again."""
+        self._leave("deny")
+        told = Message(
+            role="tool",
+            content=(
+                f"Not approved: {self.call.describe()} was not run and nothing was charged. "
+                f"Reason: {reason}. Do not call it again unless the customer asks anew."
+            ),
+            tool_call_id=self.call_id,
+            name=self.call.name,
+        )
+        return self._next(self.agent.phases.planning, transcript=(*self.transcript, told))
+
+    async def advance(self, rt: Runtime) -> ToolCalling[C] | Planning[C]:
+        """Ask the gate, then approve or deny."""
+        decision = await rt.gate.decide(self.request(rt.run_id))
+        match decision:
+            case Approval():
+                if decision.key != self.call.key:
+                    return self.deny(
+                        f"the approval given was for another call ({decision.key}), "
+                        "so this call stays unapproved"
+                    )
+                return self.approve(decision)
+            case Denial():
+                return self.deny(decision.reason)
+            case _:
+                assert_never(decision)
+
+
+def _describe_error(error: BaseException) -> str:
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+@attrs.frozen(kw_only=True)
+class ToolCalling(Active[C]):
+    """A tool runs: a read call, or a write call that a person approved."""
+
+    kind: ClassVar[str] = "ToolCalling"
+
+    call: ReadCall | ApprovedCall
+    call_id: str
+    attempt: int = 1
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.call, ReadCall | ApprovedCall):
+            raise UnapprovedWriteError(getattr(self.call, "name", repr(self.call)))
+
+    async def execute(self, rt: Runtime) -> Observing[C] | Retrying[C] | Failed[C]:
+        """Run the tool once, under its timeout and the run's deadline.
+
+        The budget is checked before the call; a call that would cross it does not
+        run. A timeout cancels the call. A failure goes to ``Retrying`` when the
+        tool's retry policy retries that kind of error, else to ``Failed``.
+        """
+        self._leave("execute")
+        agent = self.agent
+        tool = self.call.tool
+        price = tool.price(self.call.args)
+        refusal = agent.budget.refuse(
+            self.spent,
+            elapsed=rt.elapsed(),
+            action=f"calling {tool.name}",
+            tool_calls=1,
+            cost=price,
+        )
+        if refusal is not None:
+            return self._fail(refusal)
+        spent = self.spent.add(tool_calls=1)
+        remaining = rt.remaining(agent.budget)
+        timeout = tool.timeout if remaining is None else min(tool.timeout, remaining)
+        try:
+            with anyio.fail_after(timeout):
+                output = await tool.fn(self.call.args)
+        except Exception as error:
+            if agent.retry_for(tool).retries(error):
+                return self._next(
+                    agent.phases.retrying,
+                    call=self.call,
+                    call_id=self.call_id,
+                    attempt=self.attempt,
+                    error=_describe_error(error),
+                    spent=spent,
+                )
+            return self._fail(f"{tool.name} failed: {_describe_error(error)}", spent=spent)
+        return self._next(
+            agent.phases.observing,
+            call=self.call,
+            call_id=self.call_id,
+            output=output,
+            spent=spent.add(cost=price),
+        )
+
+    async def advance(self, rt: Runtime) -> Observing[C] | Retrying[C] | Failed[C]:
+        """Execute the call."""
+        return await self.execute(rt)
+
+
+@attrs.frozen(kw_only=True)
+class Observing(Active[C]):
+    """A tool's result is added to what the model sees."""
+
+    kind: ClassVar[str] = "Observing"
+
+    call: ReadCall | ApprovedCall
+    call_id: str
+    output: Any
+
+    def observe(self) -> Planning[C]:
+        """Show the result to the model and plan again."""
+        self._leave("observe")
+        told = Message(
+            role="tool",
+            content=_json.dumps(_json.to_plain(self.output)),
+            tool_call_id=self.call_id,
+            name=self.call.name,
+        )
+        return self._next(self.agent.phases.planning, transcript=(*self.transcript, told))
+
+    async def advance(self, rt: Runtime) -> Planning[C]:
+        """Observe the result."""
+        return self.observe()
+
+
+@attrs.frozen(kw_only=True)
+class Retrying(Active[C]):
+    """A tool call failed; the system, not the model, decides whether to try again.
+
+    Holds the attempt that failed and its error. The model never sees a failed
+    attempt. When attempts run out the only result is ``Failed``.
+    """
+
+    kind: ClassVar[str] = "Retrying"
+
+    call: ReadCall | ApprovedCall
+    call_id: str
+    attempt: int
+    error: str
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The retry policy in force for this call's tool."""
+        return self.agent.retry_for(self.call.tool)
+
+    async def retry(self, rt: Runtime) -> ToolCalling[C] | Failed[C]:
+        """Back off, then call again; ``Failed`` once the attempts or the time run out."""
+        self._leave("retry")
+        policy = self.policy
+        name = self.call.name
+        if self.attempt >= policy.max_attempts:
+            return self._fail(
+                f"{name} failed {self.attempt} time(s), the cap is {policy.max_attempts}; "
+                f"last error: {self.error}"
+            )
+        delay = policy.delay(self.attempt, rt.rng)
+        remaining = rt.remaining(self.agent.budget)
+        if remaining is not None and delay >= remaining:
+            return self._fail(
+                f"wall-clock budget: {remaining:.2f}s left, not enough to wait {delay:.2f}s "
+                f"and retry {name}; last error: {self.error}"
+            )
+        await rt.sleep(delay)
+        return self._next(
+            self.agent.phases.tool_calling,
+            call=self.call,
+            call_id=self.call_id,
+            attempt=self.attempt + 1,
+        )
+
+    async def advance(self, rt: Runtime) -> ToolCalling[C] | Failed[C]:
+        """Retry the call, or fail."""
+        return await self.retry(rt)
+
+
+@attrs.frozen(kw_only=True)
+class Responding(Active[C]):
+    """The answer for the customer is ready."""
+
+    kind: ClassVar[str] = "Responding"
+
+    text: str
+
+    def finish(self) -> Done[C]:
+        """Deliver the answer and end the run."""
+        self._leave("finish")
+        said = Message(role="assistant", content=self.text)
+        return self._next(Done, answer=self.text, transcript=(*self.transcript, said))
+
+    async def advance(self, rt: Runtime) -> Done[C]:
+        """Finish."""
+        return self.finish()
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Failed(Phase[C]):
+    """The run stopped without an answer. Terminal: there is no way out."""
+
+    kind: ClassVar[str] = "Failed"
+
+    reason: str
+    from_phase: str = ""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Done(Phase[C]):
+    """The run answered. Terminal: there is no way out."""
+
+    kind: ClassVar[str] = "Done"
+
+    answer: str
+
+
+def _check_phase_class(role: str, base: type[Any]) -> Callable[[Any, Any, Any], None]:
+    def check(_: Any, __: Any, value: Any) -> None:
+        if not (isinstance(value, type) and issubclass(value, base)):
+            raise SetupError(
+                f"Phases.{role} must be {base.__name__} or a subclass of it, got {value!r}"
+            )
+
+    return check
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Phases(Generic[C]):
+    """The phase classes an agent runs with; subclass a phase and name it here."""
+
+    idle: type[Idle[C]] = attrs.field(
+        default=cast("type[Idle[Any]]", Idle), validator=_check_phase_class("idle", Idle)
+    )
+    planning: type[Planning[C]] = attrs.field(
+        default=cast("type[Planning[Any]]", Planning),
+        validator=_check_phase_class("planning", Planning),
+    )
+    await_approval: type[AwaitApproval[C]] = attrs.field(
+        default=cast("type[AwaitApproval[Any]]", AwaitApproval),
+        validator=_check_phase_class("await_approval", AwaitApproval),
+    )
+    tool_calling: type[ToolCalling[C]] = attrs.field(
+        default=cast("type[ToolCalling[Any]]", ToolCalling),
+        validator=_check_phase_class("tool_calling", ToolCalling),
+    )
+    observing: type[Observing[C]] = attrs.field(
+        default=cast("type[Observing[Any]]", Observing),
+        validator=_check_phase_class("observing", Observing),
+    )
+    retrying: type[Retrying[C]] = attrs.field(
+        default=cast("type[Retrying[Any]]", Retrying),
+        validator=_check_phase_class("retrying", Retrying),
+    )
+    responding: type[Responding[C]] = attrs.field(
+        default=cast("type[Responding[Any]]", Responding),
+        validator=_check_phase_class("responding", Responding),
+    )
+
+
+def _registry(tools: ToolRegistry | Iterable[Tool]) -> ToolRegistry:
+    return tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Agent(Generic[C]):
+    """An agent's definition: tools, instructions, limits and phase classes.
+
+    ``budget`` limits each run; ``retry`` is the default retry policy (a tool's own
+    ``retry`` overrides it; a write tool that is not ``idempotent`` is attempted
+    once); ``max_steps`` caps the transitions of one run; after
+    ``max_invalid_calls`` invalid tool calls in a row the run fails.
+    """
+
+    name: str
+    tools: ToolRegistry = attrs.field(factory=lambda: ToolRegistry(()), converter=_registry)
+    instructions: str = ""
+    budget: Budget = Budget()
+    retry: RetryPolicy = RetryPolicy()
+    max_steps: int = 200
+    max_invalid_calls: int = 3
+    phases: Phases[C] = attrs.field(factory=Phases)
+
+    def start(self, ctx: C, text: str) -> Idle[C]:
+        """A new run of this agent, in ``Idle``, holding the customer's words."""
+        return self.phases.idle(agent=self, ctx=ctx, input=text)
+
+    def retry_for(self, tool: Tool) -> RetryPolicy:
+        """The retry policy for ``tool``: its own, else the agent's (once, for writes)."""
+        if tool.retry is not None:
+            return tool.retry
+        if isinstance(tool, WriteTool) and not tool.idempotent:
+            return NO_RETRY
+        return self.retry

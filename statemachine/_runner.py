@@ -1,0 +1,104 @@
+"""The in-memory runner: drives one run by calling ``advance`` until ``Done`` or ``Failed``."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Generic, TypeVar, final
+
+import anyio
+import attrs
+
+from ._approval import ApprovalGate
+from ._model import Model
+from ._phases import Active, Agent, Done, Failed, Phase, Runtime
+
+__all__ = ["RunResult", "Runner"]
+
+C = TypeVar("C")
+
+OnTransition = Callable[[Phase[C], Phase[C]], None]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunResult(Generic[C]):
+    """How a run ended, and every phase it went through."""
+
+    run_id: str
+    final: Done[C] | Failed[C]
+    states: tuple[Phase[C], ...]
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run answered."""
+        return isinstance(self.final, Done)
+
+    @property
+    def history(self) -> tuple[str, ...]:
+        """The phases of the run by kind, e.g. ``('Idle', 'Planning', ..., 'Done')``."""
+        return tuple(state.kind for state in self.states)
+
+    def trace(self) -> str:
+        """The state sequence as one line: ``Idle -> Planning -> ... -> Done``."""
+        return " -> ".join(self.history)
+
+
+@final
+class Runner(Generic[C]):
+    """Runs an agent with a model and an approval gate, in memory.
+
+    ``clock`` and ``sleep`` are replaceable so tests need not wait for backoff;
+    ``seed`` makes the retry jitter repeatable; ``on_transition`` is called with
+    (old phase, new phase) after every transition.
+    """
+
+    __slots__ = ("_agent", "_clock", "_gate", "_model", "_on_transition", "_seed", "_sleep")
+
+    def __init__(
+        self,
+        agent: Agent[C],
+        *,
+        model: Model,
+        gate: ApprovalGate,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        seed: int | None = None,
+        on_transition: OnTransition[C] | None = None,
+    ) -> None:
+        self._agent = agent
+        self._model = model
+        self._gate = gate
+        self._clock = clock
+        self._sleep = sleep
+        self._seed = seed
+        self._on_transition = on_transition
+
+    async def run(self, ctx: C, text: str, *, run_id: str | None = None) -> RunResult[C]:
+        """Run the agent on the customer's ``text`` until it answers or fails."""
+        rt = Runtime(
+            run_id=run_id or uuid.uuid4().hex,
+            model=self._model,
+            gate=self._gate,
+            clock=self._clock,
+            sleep=self._sleep,
+            rng=random.Random(self._seed),
+        )
+        state: Phase[C] = self._agent.start(ctx, text)
+        states: list[Phase[C]] = [state]
+        while isinstance(state, Active):
+            before = state
+            state = await state.advance(rt)
+            states.append(state)
+            if self._on_transition is not None:
+                self._on_transition(before, state)
+        if not isinstance(state, Done | Failed):  # pragma: no cover - Phase has no third kind
+            raise TypeError(f"{type(state).__name__} is neither active nor terminal")
+        return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+
+    def run_sync(self, ctx: C, text: str, *, run_id: str | None = None) -> RunResult[C]:
+        """:meth:`run` from synchronous code."""
+        return anyio.run(partial(self.run, ctx, text, run_id=run_id))

@@ -1,0 +1,445 @@
+"""Tools and their effects.
+
+A tool is an async function over a pydantic arguments model, declared read-only
+(:func:`read_tool`) or write (:func:`write_tool`, irreversible: a booking, a
+refund). Calling a tool's ``call(args)`` makes a :class:`ReadCall` or a
+:class:`WriteCall`: two unrelated classes, so a function that accepts a
+``ReadCall`` rejects a ``WriteCall`` at type-check time. ``Planning.call_tool``
+takes only ``ReadCall``; a ``WriteCall`` reaches ``ToolCalling`` only through
+``AwaitApproval.approve``, which wraps it in an :class:`ApprovedCall` bound to
+the approval.
+
+The model names a tool and sends JSON arguments; :meth:`ToolRegistry.route`
+validates them and answers ``ReadCall | WriteCall | InvalidCall``, to be routed
+with an exhaustive ``match``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, final, get_type_hints, overload
+
+import attrs
+from pydantic import BaseModel, ValidationError
+
+from . import _json
+from ._errors import BadArgumentsError, SetupError, UnknownToolError
+from ._money import to_money
+from ._retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from ._approval import Approval
+
+__all__ = [
+    "ApprovedCall",
+    "InvalidCall",
+    "ReadCall",
+    "ReadTool",
+    "ToolRegistry",
+    "WriteCall",
+    "WriteTool",
+    "read_tool",
+    "write_tool",
+]
+
+A = TypeVar("A", bound=BaseModel)
+ToolFunction = Callable[[A], Awaitable[Any]]
+# Any, not A: a lambda in @write_tool(cost=...) is checked before A is known.
+CostFunction = Callable[[Any], Decimal]
+
+DEFAULT_TIMEOUT = 10.0
+
+
+def _args_model(fn: Callable[..., Any]) -> type[BaseModel]:
+    """The pydantic model that ``fn``'s single parameter is annotated with."""
+    if not inspect.iscoroutinefunction(fn):
+        raise SetupError(
+            f"tool {fn.__name__!r} must be an async function (async def), "
+            "so that its deadline can cancel it"
+        )
+    params = list(inspect.signature(fn).parameters.values())
+    hints = get_type_hints(fn)
+    if len(params) != 1 or params[0].name not in hints:
+        raise SetupError(
+            f"tool {fn.__name__!r} must take exactly one parameter annotated with a "
+            "pydantic model of its arguments, e.g. async def f(args: FArgs) -> ..."
+        )
+    model = hints[params[0].name]
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise SetupError(
+            f"tool {fn.__name__!r}: parameter {params[0].name!r} is annotated with "
+            f"{model!r}; annotate it with a pydantic BaseModel subclass"
+        )
+    return model
+
+
+@attrs.frozen(kw_only=True)
+class _Tool(Generic[A]):
+    name: str
+    description: str
+    args_model: type[A]
+    fn: ToolFunction[A] = attrs.field(repr=False)
+    timeout: float
+    retry: RetryPolicy | None
+    cost: CostFunction | None = attrs.field(repr=False)
+
+    def schema(self) -> dict[str, Any]:
+        """The tool as the model sees it: name, description, JSON schema of arguments."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.args_model.model_json_schema(),
+        }
+
+    def price(self, args: BaseModel) -> Decimal:
+        """What one call with ``args`` costs against the run's cost budget."""
+        if self.cost is None:
+            return Decimal(0)
+        return to_money(self.cost(args))
+
+    def _validate(self, args: A | Mapping[str, Any]) -> A:
+        if isinstance(args, self.args_model):
+            return args
+        if isinstance(args, BaseModel):
+            raise BadArgumentsError(
+                self.name,
+                (f"got {type(args).__name__}, expected {self.args_model.__name__}",),
+            )
+        try:
+            return self.args_model.model_validate(args)
+        except ValidationError as error:
+            raise BadArgumentsError(self.name, _problems(error)) from None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ReadTool(_Tool[A]):
+    """A tool without lasting effects: it may run straight from ``Planning``."""
+
+    effect: Literal["read"] = attrs.field(default="read", init=False)
+
+    def call(self, args: A | Mapping[str, Any]) -> ReadCall:
+        """A call of this tool with validated arguments."""
+        return ReadCall(tool=self, args=self._validate(args))
+
+
+@final
+@attrs.frozen(kw_only=True)
+class WriteTool(_Tool[A]):
+    """A tool whose effect cannot be undone: every call waits for an approval.
+
+    ``idempotent=True`` declares that the service behind it honours idempotency
+    keys, so a call may be safely retried; otherwise a write is attempted once.
+    """
+
+    effect: Literal["write"] = attrs.field(default="write", init=False)
+    idempotent: bool = False
+
+    def call(self, args: A | Mapping[str, Any]) -> WriteCall:
+        """A call of this tool with validated arguments (still needing approval)."""
+        return WriteCall(tool=self, args=self._validate(args))
+
+
+Tool = ReadTool[Any] | WriteTool[Any]
+
+
+def _problems(error: ValidationError) -> tuple[str, ...]:
+    problems = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(part) for part in item["loc"]) or "(arguments)"
+        problems.append(f"{where}: {item['msg']}")
+    return tuple(problems)
+
+
+def _describe(tool: str, args: BaseModel) -> str:
+    return f"{tool}({_json.canonical(args)})"
+
+
+@attrs.frozen(kw_only=True)
+class _Call:
+    """What every tool call has: the tool, validated arguments, and their hash."""
+
+    args: BaseModel
+    args_hash: str = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "args_hash", _json.canonical_hash(self.args))
+
+    @property
+    def name(self) -> str:
+        """The tool's name."""
+        return self.tool.name  # type: ignore[attr-defined, no-any-return]  # set by subclasses
+
+    @property
+    def key(self) -> str:
+        """``tool:hash``: what an approval is bound to."""
+        return f"{self.name}:{self.args_hash}"
+
+    def describe(self) -> str:
+        """The call as a person reads it: ``tool({canonical arguments})``."""
+        return _describe(self.name, self.args)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ReadCall(_Call):
+    """A call of a read-only tool."""
+
+    tool: ReadTool[Any]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class WriteCall(_Call):
+    """A call of a write tool: can run only once approved."""
+
+    tool: WriteTool[Any]
+
+
+_APPROVAL_TOKEN = object()
+
+
+@final
+@attrs.frozen(init=False)
+class ApprovedCall:
+    """A write call together with the approval that lets it run.
+
+    Only ``AwaitApproval.approve`` makes one; there is no public constructor.
+    """
+
+    call: WriteCall
+    approval: Approval
+
+    def __init__(self, call: WriteCall, approval: Approval, *, _token: object = None) -> None:
+        if _token is not _APPROVAL_TOKEN:
+            raise SetupError(
+                "ApprovedCall has no public constructor; a write call is approved by "
+                "AwaitApproval.approve(approval)"
+            )
+        self.__attrs_init__(call, approval)
+
+    @property
+    def tool(self) -> WriteTool[Any]:
+        """The write tool to run."""
+        return self.call.tool
+
+    @property
+    def args(self) -> BaseModel:
+        """The approved arguments."""
+        return self.call.args
+
+    @property
+    def name(self) -> str:
+        """The tool's name."""
+        return self.call.name
+
+    @property
+    def key(self) -> str:
+        """``tool:hash`` of the approved call."""
+        return self.call.key
+
+    def describe(self) -> str:
+        """The call as a person reads it."""
+        return self.call.describe()
+
+
+def _approve(call: WriteCall, approval: Approval) -> ApprovedCall:
+    return ApprovedCall(call, approval, _token=_APPROVAL_TOKEN)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class InvalidCall:
+    """A tool call from the model that cannot run: unknown tool or bad arguments.
+
+    ``feedback`` is written for the model: what failed and what to send instead.
+    """
+
+    name: str
+    arguments: str
+    problems: tuple[str, ...]
+    feedback: str
+
+
+@overload
+def read_tool(fn: ToolFunction[A], /) -> ReadTool[A]: ...
+@overload
+def read_tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    retry: RetryPolicy | None = None,
+    cost: CostFunction | None = None,
+) -> Callable[[ToolFunction[A]], ReadTool[A]]: ...
+def read_tool(
+    fn: ToolFunction[A] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    retry: RetryPolicy | None = None,
+    cost: CostFunction | None = None,
+) -> ReadTool[A] | Callable[[ToolFunction[A]], ReadTool[A]]:
+    """Declare an async function a read-only tool.
+
+    The function takes one argument, annotated with a pydantic model of the
+    tool's arguments. ``timeout`` (seconds) bounds each attempt; ``retry``
+    overrides the agent's retry policy for this tool; ``cost`` prices a call
+    against the run's cost budget.
+    """
+
+    def build(function: ToolFunction[A]) -> ReadTool[A]:
+        return ReadTool(
+            name=name or function.__name__,
+            description=description or inspect.getdoc(function) or "",
+            args_model=_args_model(function),  # type: ignore[arg-type]
+            fn=function,
+            timeout=timeout,
+            retry=retry,
+            cost=cost,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+@overload
+def write_tool(fn: ToolFunction[A], /) -> WriteTool[A]: ...
+@overload
+def write_tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    retry: RetryPolicy | None = None,
+    cost: CostFunction | None = None,
+    idempotent: bool = False,
+) -> Callable[[ToolFunction[A]], WriteTool[A]]: ...
+def write_tool(
+    fn: ToolFunction[A] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    retry: RetryPolicy | None = None,
+    cost: CostFunction | None = None,
+    idempotent: bool = False,
+) -> WriteTool[A] | Callable[[ToolFunction[A]], WriteTool[A]]:
+    """Declare an async function a write (irreversible) tool.
+
+    Every call waits in ``AwaitApproval`` until a person approves that exact call.
+    Unless ``idempotent=True`` (its service honours idempotency keys) a write is
+    attempted once: a timeout may have charged already, so it is not retried.
+    """
+
+    def build(function: ToolFunction[A]) -> WriteTool[A]:
+        return WriteTool(
+            name=name or function.__name__,
+            description=description or inspect.getdoc(function) or "",
+            args_model=_args_model(function),  # type: ignore[arg-type]
+            fn=function,
+            timeout=timeout,
+            retry=retry,
+            cost=cost,
+            idempotent=idempotent,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+@final
+class ToolRegistry:
+    """The tools of one agent, by name; validates and routes the model's calls."""
+
+    __slots__ = ("_tools",)
+
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        by_name: dict[str, Tool] = {}
+        for tool in tools:
+            if not isinstance(tool, ReadTool | WriteTool):
+                raise SetupError(
+                    f"{tool!r} is not a tool; declare it with @read_tool or @write_tool"
+                )
+            if tool.name in by_name:
+                raise SetupError(f"two tools are named {tool.name!r}; tool names must be unique")
+            by_name[tool.name] = tool
+        self._tools = by_name
+
+    def __iter__(self) -> Any:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The tools' names, in the order they were given."""
+        return tuple(self._tools)
+
+    def get(self, name: str) -> Tool:
+        """The tool called ``name``; :class:`UnknownToolError` if there is none."""
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise UnknownToolError(name, self.names) from None
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """Every tool's schema, for the model request."""
+        return [tool.schema() for tool in self._tools.values()]
+
+    def call(self, name: str, arguments: str | Mapping[str, Any]) -> ReadCall | WriteCall:
+        """Validate a call in code; raises on an unknown tool or bad arguments."""
+        tool = self.get(name)
+        if isinstance(arguments, str | bytes):
+            arguments = _parse_arguments(name, arguments)
+        return tool.call(arguments)
+
+    def route(
+        self, name: str, arguments: str | Mapping[str, Any]
+    ) -> ReadCall | WriteCall | InvalidCall:
+        """Validate a call the model asked for; a bad one becomes an :class:`InvalidCall`.
+
+        JSON numbers are read as exact ``Decimal``. Nothing here raises for bad
+        model output: the model is told what to fix instead.
+        """
+        raw = arguments if isinstance(arguments, str) else _json.dumps(arguments)
+        try:
+            return self.call(name, arguments)
+        except UnknownToolError as error:
+            return InvalidCall(
+                name=name,
+                arguments=raw,
+                problems=(f"unknown tool {name!r}",),
+                feedback=(
+                    f"There is no tool named {name!r}. Call one of: "
+                    f"{', '.join(error.known) or '(none)'}; or answer without a tool."
+                ),
+            )
+        except BadArgumentsError as error:
+            return InvalidCall(
+                name=name,
+                arguments=raw,
+                problems=error.problems,
+                feedback=(
+                    f"The arguments for {name} were not accepted: "
+                    + "; ".join(error.problems)
+                    + f". Call {name} again with arguments that match its schema."
+                ),
+            )
+
+
+def _parse_arguments(name: str, text: str | bytes) -> Mapping[str, Any]:
+    try:
+        value = _json.loads(text)
+    except ValueError as error:
+        raise BadArgumentsError(name, (f"arguments are not valid JSON ({error})",)) from None
+    if not isinstance(value, dict):
+        raise BadArgumentsError(name, ("arguments must be a JSON object",))
+    return value
