@@ -48,12 +48,18 @@ class Budget(BaseModel):
         def crosses(used: int | Decimal, add: int | Decimal, limit: int | Decimal) -> bool:
             return used + add > limit or (open_ended and used >= limit)
 
+        def crosses_count(used: int, add: int, limit: int) -> bool:
+            # A count (tool calls) is known ahead even for an open-ended action.
+            return used + add > limit
+
         if self.wall_clock is not None and elapsed >= self.wall_clock:
             return (
                 f"wall-clock budget exhausted: {elapsed:.2f}s of {self.wall_clock:g}s used "
                 f"before {action}"
             )
-        if self.tool_calls is not None and crosses(spent.tool_calls, tool_calls, self.tool_calls):
+        if self.tool_calls is not None and crosses_count(
+            spent.tool_calls, tool_calls, self.tool_calls
+        ):
             return (
                 f"tool-call budget: {action} would make {spent.tool_calls + tool_calls} "
                 f"tool calls, {self.tool_calls} allowed"
@@ -95,11 +101,20 @@ class Spend(BaseModel):
     tokens: int = 0
     cost: Money = Decimal(0)
     tool_calls: int = 0
+    model_calls: int = 0
 
-    def add(self, *, tokens: int = 0, cost: Decimal = Decimal(0), tool_calls: int = 0) -> Spend:
+    def add(
+        self,
+        *,
+        tokens: int = 0,
+        cost: Decimal = Decimal(0),
+        tool_calls: int = 0,
+        model_calls: int = 0,
+    ) -> Spend:
         """A new ``Spend`` with the amounts added."""
         return Spend.model_construct(
             tokens=self.tokens + tokens,
             cost=self.cost + cost,
             tool_calls=self.tool_calls + tool_calls,
+            model_calls=self.model_calls + model_calls,
         )

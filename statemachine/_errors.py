@@ -99,8 +99,14 @@ class PhaseReusedError(StatemachineError, RuntimeError):
         super().__init__(
             f"this {phase} phase was already left by {first}(); calling {transition}() "
             "on it again would fork the run. Continue from the phase that "
-            f"{first}() returned (state = state.{first}(...))."
+            f"{first}() returned (state = {_call_of(first)})."
         )
+
+
+def _call_of(transition: str) -> str:
+    if transition in ("advance", "execute", "retry"):
+        return f"await state.{transition}(rt)"
+    return f"state.{transition}(...)"
 
 
 class ScriptExhaustedError(StatemachineError, RuntimeError):

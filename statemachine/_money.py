@@ -51,5 +51,7 @@ def to_money(value: Any) -> Decimal:
 Money = Annotated[
     Decimal,
     BeforeValidator(to_money),
-    WithJsonSchema({"type": "number"}),
+    # The model is told "number" (validation); pydantic itself writes a Decimal as a
+    # string in model_dump_json, and its serialization schema keeps saying so.
+    WithJsonSchema({"type": "number"}, mode="validation"),
 ]

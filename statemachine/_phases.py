@@ -32,18 +32,24 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, ClassVar, Generic, TypeVar, cast, final
+from decimal import Decimal
+from typing import Any, ClassVar, Generic, TypeVar, assert_never, cast, final
 
 import anyio
 import attrs
-from typing_extensions import assert_never
 
 from . import _json
 from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial
 from ._budget import Budget, Spend
-from ._errors import ApprovalMismatchError, PhaseReusedError, SetupError, UnapprovedWriteError
+from ._errors import (
+    ApprovalMismatchError,
+    PhaseReusedError,
+    SetupError,
+    ToolError,
+    UnapprovedWriteError,
+)
 from ._model import Message, Model, ModelRequest, ToolRequest
-from ._retry import NO_RETRY, RetryPolicy
+from ._retry import RetryPolicy
 from ._tools import (
     ApprovedCall,
     InvalidCall,
@@ -121,7 +127,8 @@ class Phase(Generic[C]):
 
     agent: Agent[C] = attrs.field(eq=False, repr=False)
     ctx: C
-    transcript: tuple[Message, ...] = ()
+    # Left out of repr: a long conversation would flood every log line and traceback.
+    transcript: tuple[Message, ...] = attrs.field(default=(), repr=False)
     spent: Spend = Spend()
     step: int = 0
     # The single-use cell: the name of the transition that left this phase.
@@ -264,8 +271,10 @@ class Planning(Active[C]):
     ) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | Failed[C]:
         """Ask the model, then route its choice; the budget is checked first."""
         agent = self.agent
-        if self.step >= agent.max_steps:
-            return self.fail(f"step cap: {self.step} transitions, {agent.max_steps} allowed")
+        if self.spent.model_calls >= agent.max_steps:
+            return self.fail(
+                f"step cap: {self.spent.model_calls} model calls made, {agent.max_steps} allowed"
+            )
         refusal = agent.budget.refuse(
             self.spent, elapsed=rt.elapsed(), action="the next model call", open_ended=True
         )
@@ -273,8 +282,9 @@ class Planning(Active[C]):
             return self.fail(refusal)
         self._leave("advance")
         remaining = rt.remaining(agent.budget)
-        request = ModelRequest(
-            messages=self.messages(), tools=tuple(agent.tools.schemas()), timeout=remaining
+        # The messages are validated already; constructing skips validating them again.
+        request = ModelRequest.model_construct(
+            messages=self.messages(), tools=agent.tools.schemas(), timeout=remaining
         )
         try:
             with _deadline(remaining):
@@ -285,7 +295,8 @@ class Planning(Active[C]):
             )
         # The model's usage belongs to this step whatever it chose.
         heard: Planning[C] = attrs.evolve(
-            self, spent=self.spent.add(tokens=reply.usage.tokens, cost=reply.usage.cost)
+            self,
+            spent=self.spent.add(tokens=reply.usage.tokens, cost=reply.usage.cost, model_calls=1),
         )
         if not reply.tool_calls:
             return heard.respond(reply.text)
@@ -431,12 +442,32 @@ class ToolCalling(Active[C]):
                     error=_describe_error(error),
                     spent=spent,
                 )
+            if isinstance(tool, WriteTool) and not tool.idempotent:
+                return self._write_failed(tool.name, error, spent, price)
             return self._fail(f"{tool.name} failed: {_describe_error(error)}", spent=spent)
         return self._next(
             agent.phases.observing,
             call=self.call,
             call_id=self.call_id,
             output=output,
+            spent=spent.add(cost=price),
+        )
+
+    def _write_failed(
+        self, name: str, error: BaseException, spent: Spend, price: Decimal
+    ) -> Failed[C]:
+        reason = f"{name} failed: {_describe_error(error)}"
+        if isinstance(error, ToolError):
+            return self._fail(
+                f"{reason}; it is a write tool that is not idempotent, so it is not retried",
+                spent=spent,
+            )
+        # No word from the service: it may have acted before the error. Count the
+        # price, so the budget never undercounts, and tell the person to check.
+        return self._fail(
+            f"{reason}; it is a write tool that is not idempotent, so it is not retried "
+            "(a second attempt might act twice). Check with its service whether the "
+            "first attempt went through.",
             spent=spent.add(cost=price),
         )
 
@@ -605,6 +636,9 @@ class Phases(Generic[C]):
     )
 
 
+_ONCE = RetryPolicy(max_attempts=1, retry_on=())
+
+
 def _registry(tools: ToolRegistry | Iterable[Tool]) -> ToolRegistry:
     return tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
 
@@ -615,9 +649,8 @@ class Agent(Generic[C]):
     """An agent's definition: tools, instructions, limits and phase classes.
 
     ``budget`` limits each run; ``retry`` is the default retry policy (a tool's own
-    ``retry`` overrides it; a write tool that is not ``idempotent`` is attempted
-    once); ``max_steps`` caps the transitions of one run; after
-    ``max_invalid_calls`` invalid tool calls in a row the run fails.
+    ``retry`` overrides it); ``max_steps`` caps the model calls (planning steps) of
+    one run; after ``max_invalid_calls`` invalid tool calls in a row the run fails.
     """
 
     name: str
@@ -625,7 +658,7 @@ class Agent(Generic[C]):
     instructions: str = ""
     budget: Budget = Budget()
     retry: RetryPolicy = RetryPolicy()
-    max_steps: int = 200
+    max_steps: int = 50
     max_invalid_calls: int = 3
     phases: Phases[C] = attrs.field(factory=Phases)
 
@@ -634,9 +667,11 @@ class Agent(Generic[C]):
         return self.phases.idle(agent=self, ctx=ctx, input=text)
 
     def retry_for(self, tool: Tool) -> RetryPolicy:
-        """The retry policy for ``tool``: its own, else the agent's (once, for writes)."""
-        if tool.retry is not None:
-            return tool.retry
+        """The retry policy for ``tool``: its own, else the agent's.
+
+        A write tool that is not ``idempotent`` is never retried: after any error
+        the first attempt may have acted, and a second might act twice.
+        """
         if isinstance(tool, WriteTool) and not tool.idempotent:
-            return NO_RETRY
-        return self.retry
+            return _ONCE
+        return tool.retry if tool.retry is not None else self.retry

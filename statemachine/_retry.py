@@ -20,9 +20,22 @@ def _positive_attempts(_: object, __: object, value: int) -> None:
         raise SetupError(f"max_attempts must be at least 1 (one try, no retry), got {value}")
 
 
-def _non_negative(_: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if value < 0:
+def _seconds(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value >= 0:  # also refuses NaN
         raise SetupError(f"{attribute.name} must be zero or more seconds, got {value}")
+
+
+def _multiplier(_: object, __: object, value: float) -> None:
+    if not value >= 1:
+        raise SetupError(f"multiplier must be 1 or more (1 keeps the delay constant), got {value}")
+
+
+def _fraction(_: object, __: object, value: float) -> None:
+    if not 0 <= value <= 1:
+        raise SetupError(
+            f"jitter must be a fraction from 0 (none) to 1 (anywhere from 0 to the delay), "
+            f"got {value}"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -38,10 +51,10 @@ class RetryPolicy:
     """
 
     max_attempts: int = attrs.field(default=3, validator=_positive_attempts)
-    base_delay: float = attrs.field(default=0.2, validator=_non_negative)
-    multiplier: float = attrs.field(default=2.0, validator=_non_negative)
-    max_delay: float = attrs.field(default=10.0, validator=_non_negative)
-    jitter: float = attrs.field(default=0.5, validator=_non_negative)
+    base_delay: float = attrs.field(default=0.2, validator=_seconds)
+    multiplier: float = attrs.field(default=2.0, validator=_multiplier)
+    max_delay: float = attrs.field(default=10.0, validator=_seconds)
+    jitter: float = attrs.field(default=0.5, validator=_fraction)
     retry_on: tuple[type[BaseException], ...] = (TimeoutError, ToolError)
 
     def retries(self, error: BaseException) -> bool:
@@ -52,10 +65,10 @@ class RetryPolicy:
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        ceiling = min(self.max_delay, self.base_delay * self.multiplier ** (attempt - 1))
-        spread = min(self.jitter, 1.0)
-        low = ceiling * (1.0 - spread)
+        try:
+            grown = self.base_delay * self.multiplier ** (attempt - 1)
+        except OverflowError:  # a very late attempt: the cap applies anyway
+            grown = self.max_delay
+        ceiling = min(self.max_delay, grown)
+        low = ceiling * (1.0 - self.jitter)
         return (rng or random).uniform(low, ceiling)
-
-
-NO_RETRY = RetryPolicy(max_attempts=1)

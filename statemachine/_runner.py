@@ -30,7 +30,7 @@ class RunResult(Generic[C]):
 
     run_id: str
     final: Done[C] | Failed[C]
-    states: tuple[Phase[C], ...]
+    states: tuple[Phase[C], ...] = attrs.field(repr=False)
 
     @property
     def ok(self) -> bool:

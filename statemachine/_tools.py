@@ -60,8 +60,15 @@ def _args_model(fn: Callable[..., Any]) -> type[BaseModel]:
             "so that its deadline can cancel it"
         )
     params = list(inspect.signature(fn).parameters.values())
-    hints = get_type_hints(fn)
-    if len(params) != 1 or params[0].name not in hints:
+    try:
+        hints = get_type_hints(fn)
+    except NameError as error:
+        raise SetupError(
+            f"tool {fn.__name__!r}: its annotations cannot be resolved ({error}); "
+            "define the arguments model at module level before the tool"
+        ) from None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if len(params) != 1 or params[0].name not in hints or params[0].kind not in positional:
         raise SetupError(
             f"tool {fn.__name__!r} must take exactly one parameter annotated with a "
             "pydantic model of its arguments, e.g. async def f(args: FArgs) -> ..."
@@ -75,13 +82,18 @@ def _args_model(fn: Callable[..., Any]) -> type[BaseModel]:
     return model
 
 
+def _positive_timeout(tool: Any, _: Any, value: float) -> None:
+    if not value > 0:  # also refuses NaN
+        raise SetupError(f"tool {tool.name!r}: timeout must be more than 0 seconds, got {value}")
+
+
 @attrs.frozen(kw_only=True)
 class _Tool(Generic[A]):
     name: str
     description: str
     args_model: type[A]
     fn: ToolFunction[A] = attrs.field(repr=False)
-    timeout: float
+    timeout: float = attrs.field(validator=_positive_timeout)
     retry: RetryPolicy | None
     cost: CostFunction | None = attrs.field(repr=False)
 
@@ -111,6 +123,10 @@ class _Tool(Generic[A]):
             return self.args_model.model_validate(args)
         except ValidationError as error:
             raise BadArgumentsError(self.name, _problems(error)) from None
+        except (ValueError, ArithmeticError, RecursionError) as error:
+            # A validator deep in the model met a value it could not even compare.
+            problem = f"{type(error).__name__}: {error}"
+            raise BadArgumentsError(self.name, (problem,)) from None
 
 
 @final
@@ -157,6 +173,17 @@ def _describe(tool: str, args: BaseModel) -> str:
     return f"{tool}({_json.canonical(args)})"
 
 
+def _effect(kind: type[Any]) -> Callable[[Any, Any, Any], None]:
+    def check(call: Any, _: Any, tool: Any) -> None:
+        if not isinstance(tool, kind):
+            raise SetupError(
+                f"{type(call).__name__} needs a {kind.__name__}, got {tool!r}; "
+                "make calls with tool.call(args) or ToolRegistry.route()"
+            )
+
+    return check
+
+
 @attrs.frozen(kw_only=True)
 class _Call:
     """What every tool call has: the tool, validated arguments, and their hash."""
@@ -165,7 +192,11 @@ class _Call:
     args_hash: str = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "args_hash", _json.canonical_hash(self.args))
+        try:
+            args_hash = _json.canonical_hash(self.args)
+        except (ValueError, ArithmeticError) as error:
+            raise BadArgumentsError(self.name, (f"not a JSON value: {error}",)) from None
+        object.__setattr__(self, "args_hash", args_hash)
 
     @property
     def name(self) -> str:
@@ -187,7 +218,7 @@ class _Call:
 class ReadCall(_Call):
     """A call of a read-only tool."""
 
-    tool: ReadTool[Any]
+    tool: ReadTool[Any] = attrs.field(validator=_effect(ReadTool))
 
 
 @final
@@ -195,10 +226,21 @@ class ReadCall(_Call):
 class WriteCall(_Call):
     """A call of a write tool: can run only once approved."""
 
-    tool: WriteTool[Any]
+    tool: WriteTool[Any] = attrs.field(validator=_effect(WriteTool))
 
 
-_APPROVAL_TOKEN = object()
+@final
+class _Sealed:
+    """The type of the one value that unlocks ``ApprovedCall``'s constructor.
+
+    Making it a required keyword turns ``ApprovedCall(call, approval)`` in user
+    code into a mypy ``call-arg`` error, not only a run-time one.
+    """
+
+    __slots__ = ()
+
+
+_APPROVAL_TOKEN = _Sealed()
 
 
 @final
@@ -212,13 +254,19 @@ class ApprovedCall:
     call: WriteCall
     approval: Approval
 
-    def __init__(self, call: WriteCall, approval: Approval, *, _token: object = None) -> None:
-        if _token is not _APPROVAL_TOKEN:
-            raise SetupError(
-                "ApprovedCall has no public constructor; a write call is approved by "
-                "AwaitApproval.approve(approval)"
-            )
-        self.__attrs_init__(call, approval)
+    if TYPE_CHECKING:
+        # For mypy the token is required, so ApprovedCall(call, approval) is a call-arg error.
+        def __init__(self, call: WriteCall, approval: Approval, *, _token: _Sealed) -> None: ...
+
+    else:
+
+        def __init__(self, call, approval, *, _token=None):
+            if _token is not _APPROVAL_TOKEN:
+                raise SetupError(
+                    "ApprovedCall has no public constructor; a write call is approved by "
+                    "AwaitApproval.approve(approval)"
+                )
+            self.__attrs_init__(call, approval)
 
     @property
     def tool(self) -> WriteTool[Any]:
@@ -333,10 +381,17 @@ def write_tool(
 
     Every call waits in ``AwaitApproval`` until a person approves that exact call.
     Unless ``idempotent=True`` (its service honours idempotency keys) a write is
-    attempted once: a timeout may have charged already, so it is not retried.
+    attempted once: after any error it may have charged already, so a ``retry``
+    policy is accepted only together with ``idempotent=True``.
     """
 
     def build(function: ToolFunction[A]) -> WriteTool[A]:
+        if retry is not None and not idempotent:
+            raise SetupError(
+                f"write tool {function.__name__!r} has a retry policy but is not idempotent; "
+                "a retried write might act twice. Declare idempotent=True if its service "
+                "honours idempotency keys, or drop retry="
+            )
         return WriteTool(
             name=name or function.__name__,
             description=description or inspect.getdoc(function) or "",
@@ -355,7 +410,7 @@ def write_tool(
 class ToolRegistry:
     """The tools of one agent, by name; validates and routes the model's calls."""
 
-    __slots__ = ("_tools",)
+    __slots__ = ("_schemas", "_tools")
 
     def __init__(self, tools: Iterable[Tool]) -> None:
         by_name: dict[str, Tool] = {}
@@ -368,6 +423,8 @@ class ToolRegistry:
                 raise SetupError(f"two tools are named {tool.name!r}; tool names must be unique")
             by_name[tool.name] = tool
         self._tools = by_name
+        # Built once: a JSON schema per tool is costly and the tools never change.
+        self._schemas = tuple(tool.schema() for tool in by_name.values())
 
     def __iter__(self) -> Any:
         return iter(self._tools.values())
@@ -390,9 +447,9 @@ class ToolRegistry:
         except KeyError:
             raise UnknownToolError(name, self.names) from None
 
-    def schemas(self) -> list[dict[str, Any]]:
+    def schemas(self) -> tuple[dict[str, Any], ...]:
         """Every tool's schema, for the model request."""
-        return [tool.schema() for tool in self._tools.values()]
+        return self._schemas
 
     def call(self, name: str, arguments: str | Mapping[str, Any]) -> ReadCall | WriteCall:
         """Validate a call in code; raises on an unknown tool or bad arguments."""
@@ -409,7 +466,17 @@ class ToolRegistry:
         JSON numbers are read as exact ``Decimal``. Nothing here raises for bad
         model output: the model is told what to fix instead.
         """
-        raw = arguments if isinstance(arguments, str) else _json.dumps(arguments)
+        try:
+            raw = arguments if isinstance(arguments, str) else _json.dumps(arguments)
+        except (ValueError, TypeError, ArithmeticError) as error:
+            problem = f"arguments are not JSON: {error}"
+            return InvalidCall(
+                name=name,
+                arguments=repr(arguments),
+                problems=(problem,),
+                feedback=f"The arguments for {name} were not accepted: {problem}. "
+                f"Call {name} again with arguments that match its schema.",
+            )
         try:
             return self.call(name, arguments)
         except UnknownToolError as error:
@@ -437,9 +504,11 @@ class ToolRegistry:
 
 def _parse_arguments(name: str, text: str | bytes) -> Mapping[str, Any]:
     try:
-        value = _json.loads(text)
-    except ValueError as error:
+        value = _json.loads(text, bounded=True)
+    except (ValueError, ArithmeticError) as error:
         raise BadArgumentsError(name, (f"arguments are not valid JSON ({error})",)) from None
+    except RecursionError:
+        raise BadArgumentsError(name, ("arguments are nested too deeply",)) from None
     if not isinstance(value, dict):
         raise BadArgumentsError(name, ("arguments must be a JSON object",))
     return value

@@ -14,6 +14,7 @@ from . import _json
 from ._approval import Approval, ApprovalRequest, Denial
 from ._errors import ScriptExhaustedError
 from ._model import ModelReply, ModelRequest, ToolRequest, Usage
+from ._money import to_money
 
 __all__ = [
     "AutoApproveGate",
@@ -27,7 +28,7 @@ __all__ = [
 
 def reply(text: str, *, tokens: int = 0, cost: Decimal | str = "0") -> ModelReply:
     """A scripted model turn that answers with ``text``."""
-    return ModelReply(text=text, usage=Usage(output_tokens=tokens, cost=Decimal(cost)))
+    return ModelReply(text=text, usage=Usage(output_tokens=tokens, cost=to_money(cost)))
 
 
 def tool_call(
@@ -42,7 +43,7 @@ def tool_call(
     return ModelReply(
         tool_calls=(ToolRequest(name=name, arguments=text),),
         finish_reason="tool_calls",
-        usage=Usage(output_tokens=tokens, cost=Decimal(cost)),
+        usage=Usage(output_tokens=tokens, cost=to_money(cost)),
     )
 
 

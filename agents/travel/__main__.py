@@ -1,0 +1,44 @@
+"""Demo: ``python -m agents.travel`` runs every scenario offline and prints what happened."""
+
+from __future__ import annotations
+
+import anyio
+
+from statemachine import Done, Failed
+
+from ._scenarios import (
+    Outcome,
+    budget_stops_before_spending,
+    flaky_weather,
+    prompt_flip,
+    weather_down,
+)
+
+
+def _show(number: str, outcome: Outcome) -> None:
+    result = outcome.result
+    print(f"\n{number}. {outcome.title}")
+    print(f"   states:    {result.trace()}")
+    charged = ", ".join(f"${amount}" for amount in outcome.charged) or "nothing"
+    print(f"   charged:   {charged}")
+    print(f"   approvals: {outcome.approvals_asked} asked")
+    print(f"   spent:     {result.final.spent.tool_calls} tool calls, ${result.final.spent.cost}")
+    match result.final:
+        case Done(answer=answer):
+            print(f"   answer:    {answer}")
+        case Failed(reason=reason):
+            print(f"   failed:    {reason}")
+
+
+async def main() -> None:
+    """Run the scenarios one after the other."""
+    print("statemachine travel agent: three ways a `while True` agent breaks, handled")
+    _show("1a", await prompt_flip(approve=False))
+    _show("1b", await prompt_flip(approve=True))
+    _show("2a", await flaky_weather())
+    _show("2b", await weather_down())
+    _show("3", await budget_stops_before_spending())
+
+
+if __name__ == "__main__":
+    anyio.run(main)

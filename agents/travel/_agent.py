@@ -1,0 +1,160 @@
+"""The travel agent: one read tool (weather) and two write tools (flight, hotel bookings).
+
+The bookings "charge" a :class:`FakeProvider` that records every charge, so a
+test or the demo can count exactly what was paid.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import attrs
+from pydantic import BaseModel, Field
+
+from statemachine import (
+    Agent,
+    Budget,
+    Money,
+    Phases,
+    Planning,
+    RetryPolicy,
+    ToolError,
+    read_tool,
+    write_tool,
+)
+
+__all__ = [
+    "BookingArgs",
+    "Charge",
+    "FakeProvider",
+    "FlightArgs",
+    "HotelArgs",
+    "TripContext",
+    "TripPlanning",
+    "WeatherArgs",
+    "travel_agent",
+]
+
+FLIGHT_PRICE = Decimal("800")
+HOTEL_PRICE = Decimal("600")
+
+
+@attrs.frozen
+class TripContext:
+    """Who is travelling where: the travel agent's context type."""
+
+    traveller: str
+    destination: str
+
+
+@attrs.frozen
+class Charge:
+    """One charge the provider made."""
+
+    reference: str
+    what: str
+    amount: Decimal
+
+
+@attrs.define
+class FakeProvider:
+    """A travel provider that records every charge and can fail on purpose.
+
+    ``weather_failures`` makes the next N weather look-ups fail with a 503;
+    ``weather_down`` makes every one fail.
+    """
+
+    weather_failures: int = 0
+    weather_down: bool = False
+    weather_calls: int = 0
+    charges: list[Charge] = attrs.field(factory=list)
+
+    def charge(self, what: str, amount: Decimal) -> Charge:
+        """Record a charge and return it."""
+        made = Charge(reference=f"TRV-{len(self.charges) + 1:04d}", what=what, amount=amount)
+        self.charges.append(made)
+        return made
+
+    @property
+    def total(self) -> Decimal:
+        """Everything charged so far."""
+        return sum((charge.amount for charge in self.charges), Decimal(0))
+
+
+class WeatherArgs(BaseModel):
+    """Arguments of get_weather."""
+
+    city: str = Field(min_length=1)
+
+
+class BookingArgs(BaseModel):
+    """What every booking names: who travels and the quoted price."""
+
+    traveller: str = Field(min_length=1)
+    price: Money = Field(gt=0)
+
+
+class FlightArgs(BookingArgs):
+    """Arguments of book_flight."""
+
+    flight: str = Field(min_length=1)
+
+
+class HotelArgs(BookingArgs):
+    """Arguments of book_hotel."""
+
+    hotel: str = Field(min_length=1)
+    nights: int = Field(ge=1)
+
+
+class TripPlanning(Planning[TripContext]):
+    """Planning for a trip: the instructions name the traveller and the destination."""
+
+    def instructions(self) -> str:
+        """The travel agent's system prompt, built from the trip."""
+        return (
+            f"{self.agent.instructions}\n"
+            f"Traveller: {self.ctx.traveller}. Destination: {self.ctx.destination}."
+        )
+
+
+INSTRUCTIONS = "You are a travel agent. Be proactive: book what the traveller is likely to need."
+
+
+def travel_agent(
+    provider: FakeProvider,
+    *,
+    budget: Budget | None = None,
+    retry: RetryPolicy | None = None,
+) -> Agent[TripContext]:
+    """The travel agent wired to ``provider``."""
+
+    @read_tool(timeout=5.0)
+    async def get_weather(args: WeatherArgs) -> dict[str, object]:
+        """The weather forecast for a city."""
+        provider.weather_calls += 1
+        if provider.weather_down or provider.weather_failures > 0:
+            provider.weather_failures = max(0, provider.weather_failures - 1)
+            raise ToolError("503 Service Unavailable", status=503)
+        return {"city": args.city, "forecast": "sunny", "high_c": 24}
+
+    @write_tool(cost=lambda args: args.price)
+    async def book_flight(args: FlightArgs) -> dict[str, object]:
+        """Book (and pay for) a flight."""
+        made = provider.charge(f"flight {args.flight} for {args.traveller}", args.price)
+        return {"reference": made.reference, "charged": made.amount}
+
+    @write_tool(cost=lambda args: args.price)
+    async def book_hotel(args: HotelArgs) -> dict[str, object]:
+        """Book (and pay for) a hotel."""
+        made = provider.charge(f"{args.nights} nights at {args.hotel}", args.price)
+        return {"reference": made.reference, "charged": made.amount}
+
+    return Agent(
+        name="travel",
+        tools=[get_weather, book_flight, book_hotel],
+        instructions=INSTRUCTIONS,
+        budget=budget or Budget(),
+        retry=retry or RetryPolicy(max_attempts=3, base_delay=0.05, max_delay=1.0),
+        phases=Phases(planning=TripPlanning),
+    )

@@ -1,0 +1,141 @@
+"""The three ways a ``while True`` agent breaks, each replayed on the typed agent.
+
+Each scenario runs offline on a scripted model and returns what happened: the run,
+the charges the provider recorded and the approvals that were asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+
+import anyio
+import attrs
+
+from statemachine import ApprovalGate, Budget, ModelReply, Runner, RunResult
+from statemachine.testing import AutoDenyGate, ScriptedGate, ScriptedModel, reply, tool_call
+
+from ._agent import FakeProvider, TripContext, travel_agent
+
+__all__ = [
+    "Outcome",
+    "budget_stops_before_spending",
+    "flaky_weather",
+    "prompt_flip",
+    "weather_down",
+]
+
+TRIP = TripContext(traveller="Ada Lovelace", destination="Lisbon")
+ASK = "I'm thinking about a trip to Lisbon next month. What's the weather like?"
+FLIGHT = {"traveller": "Ada Lovelace", "flight": "TP1351", "price": Decimal("800.00")}
+HOTEL = {"traveller": "Ada Lovelace", "hotel": "Casa Azul", "nights": 3, "price": Decimal("600")}
+# What each scripted model turn "costs": tokens and dollars, charged to the run's budget.
+TURN_TOKENS = 150
+TURN_COST = Decimal("0.0015")
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def _call(name: str, arguments: dict[str, object]) -> ModelReply:
+    return tool_call(name, arguments, tokens=TURN_TOKENS, cost=TURN_COST)
+
+
+def _say(text: str) -> ModelReply:
+    return reply(text, tokens=TURN_TOKENS, cost=TURN_COST)
+
+
+@attrs.frozen
+class Outcome:
+    """What one scenario did."""
+
+    title: str
+    result: RunResult[TripContext]
+    provider: FakeProvider
+    approvals_asked: int
+
+    @property
+    def charged(self) -> list[Decimal]:
+        """The amounts the provider charged, in order."""
+        return [charge.amount for charge in self.provider.charges]
+
+
+async def _run(
+    title: str,
+    provider: FakeProvider,
+    model: ScriptedModel,
+    gate: AutoDenyGate | ScriptedGate,
+    *,
+    budget: Budget | None = None,
+    sleep: Sleep = anyio.sleep,
+) -> Outcome:
+    agent = travel_agent(provider, budget=budget)
+    approval_gate: ApprovalGate = gate
+    runner = Runner(agent, model=model, gate=approval_gate, sleep=sleep, seed=7)
+    result = await runner.run(TRIP, ASK)
+    return Outcome(
+        title=title, result=result, provider=provider, approvals_asked=len(gate.requests)
+    )
+
+
+async def prompt_flip(*, approve: bool, sleep: Sleep = anyio.sleep) -> Outcome:
+    """ "Be proactive": the model books a flight nobody asked for, right away.
+
+    The write call waits in ``AwaitApproval``. Denied, nothing is charged and the
+    model is told so; approved, the flight is charged exactly once.
+    """
+    if approve:
+        model = ScriptedModel(
+            [
+                _call("book_flight", FLIGHT),
+                _say("Booked TP1351 to Lisbon for $800.00 (ref TRV-0001)."),
+            ]
+        )
+        gate: AutoDenyGate | ScriptedGate = ScriptedGate([True], by="ada@example.com")
+    else:
+        model = ScriptedModel(
+            [
+                _call("book_flight", FLIGHT),
+                _say("I have not booked anything: the booking was not approved."),
+            ]
+        )
+        gate = AutoDenyGate(reason="the traveller only asked about the weather")
+    title = "prompt flip, " + ("approved" if approve else "denied")
+    return await _run(title, FakeProvider(), model, gate, sleep=sleep)
+
+
+async def flaky_weather(*, sleep: Sleep = anyio.sleep) -> Outcome:
+    """get_weather answers 503 once; ``Retrying`` backs off and the second call works.
+
+    The model never sees the failed attempt.
+    """
+    model = ScriptedModel(
+        [
+            _call("get_weather", {"city": "Lisbon"}),
+            _say("Lisbon next month: sunny, around 24°C."),
+        ]
+    )
+    provider = FakeProvider(weather_failures=1)
+    return await _run("flaky weather API", provider, model, AutoDenyGate(), sleep=sleep)
+
+
+async def weather_down(*, sleep: Sleep = anyio.sleep) -> Outcome:
+    """get_weather always fails: the run ends in ``Failed`` after the attempts cap."""
+    model = ScriptedModel([_call("get_weather", {"city": "Lisbon"})])
+    provider = FakeProvider(weather_down=True)
+    return await _run("weather API down", provider, model, AutoDenyGate(), sleep=sleep)
+
+
+async def budget_stops_before_spending(*, sleep: Sleep = anyio.sleep) -> Outcome:
+    """A $1,000 budget: the $800 flight is booked; the $600 hotel would cross it.
+
+    The hotel is never charged, and nobody is asked to approve it.
+    """
+    model = ScriptedModel(
+        [
+            _call("book_flight", FLIGHT),
+            _call("book_hotel", HOTEL),
+        ]
+    )
+    gate = ScriptedGate([True, True], by="ada@example.com")
+    budget = Budget(cost=Decimal("1000"))
+    return await _run("cost budget", FakeProvider(), model, gate, budget=budget, sleep=sleep)

@@ -1,0 +1,61 @@
+"""Shared test configuration."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Put this interpreter's ``bin`` first on PATH for the mypy typing tests.
+
+    pytest-mypy-plugins runs the first ``mypy`` on PATH; ``make pytest`` does not
+    activate the virtualenv, so without this it finds none (or another version, whose
+    messages differ from the pinned one).
+    """
+    scripts = str(Path(sys.executable).parent)
+    os.environ["PATH"] = os.pathsep.join([scripts, os.environ.get("PATH", "")])
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests marked ``@pytest.mark.anyio`` run on asyncio."""
+    return "asyncio"
+
+
+class FakeClock:
+    """A monotonic clock that moves only when a test (or a fake model) advances it."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class RecordingSleep:
+    """A sleep that records the delays asked for instead of waiting."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    """A clock at 0.0 that moves only when advanced."""
+    return FakeClock()
+
+
+@pytest.fixture
+def recording_sleep() -> RecordingSleep:
+    """A sleep that returns at once and records the delay."""
+    return RecordingSleep()
