@@ -22,7 +22,7 @@ lint: install
 	$(BIN)/ruff format --check statemachine agents tests typing_tests bench
 
 typecheck: install
-	$(BIN)/mypy statemachine agents typing_tests
+	$(BIN)/mypy --strict statemachine agents typing_tests
 
 pytest: install
 	$(BIN)/pytest

@@ -311,6 +311,26 @@ class InvalidCall:
     feedback: str
 
 
+def _declared(
+    function: ToolFunction[Any],
+    name: str | None,
+    description: str | None,
+    timeout: float,
+    retry: RetryPolicy | None,
+    cost: CostFunction | None,
+) -> dict[str, Any]:
+    """What both kinds of tool are made of, read off the decorated function."""
+    return {
+        "name": name or function.__name__,
+        "description": description or inspect.getdoc(function) or "",
+        "args_model": _args_model(function),
+        "fn": function,
+        "timeout": timeout,
+        "retry": retry,
+        "cost": cost,
+    }
+
+
 @overload
 def read_tool(fn: ToolFunction[A], /) -> ReadTool[A]: ...
 @overload
@@ -341,15 +361,7 @@ def read_tool(
     """
 
     def build(function: ToolFunction[A]) -> ReadTool[A]:
-        return ReadTool(
-            name=name or function.__name__,
-            description=description or inspect.getdoc(function) or "",
-            args_model=_args_model(function),  # type: ignore[arg-type]
-            fn=function,
-            timeout=timeout,
-            retry=retry,
-            cost=cost,
-        )
+        return ReadTool(**_declared(function, name, description, timeout, retry, cost))
 
     return build(fn) if fn is not None else build
 
@@ -392,16 +404,8 @@ def write_tool(
                 "a retried write might act twice. Declare idempotent=True if its service "
                 "honours idempotency keys, or drop retry="
             )
-        return WriteTool(
-            name=name or function.__name__,
-            description=description or inspect.getdoc(function) or "",
-            args_model=_args_model(function),  # type: ignore[arg-type]
-            fn=function,
-            timeout=timeout,
-            retry=retry,
-            cost=cost,
-            idempotent=idempotent,
-        )
+        declared = _declared(function, name, description, timeout, retry, cost)
+        return WriteTool(**declared, idempotent=idempotent)
 
     return build(fn) if fn is not None else build
 

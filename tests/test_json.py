@@ -11,14 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from support import exactly
 
 from statemachine import Money, canonical, canonical_hash, dumps, loads
-
-
-def exactly(message: str) -> str:
-    """A ``pytest.raises(match=...)`` pattern that matches ``message`` and nothing else."""
-    return "^" + re.escape(message) + "$"
-
 
 # Built from sign, coefficient and exponent: fast to draw and shrink. Half the numbers
 # have 29 to 40 significant digits, more than decimal's default 28-digit context holds,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from decimal import Decimal
 from typing import Any
 
@@ -10,13 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from support import exactly
 
 from statemachine import Money, dumps, loads, to_money
-
-
-def exactly(message: str) -> str:
-    """A ``pytest.raises(match=...)`` pattern that matches ``message`` and nothing else."""
-    return "^" + re.escape(message) + "$"
 
 
 class Refund(BaseModel):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import re
 import types
 import typing
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from typing import Any, cast
 import anyio
 import attrs
 import pytest
-from pydantic import BaseModel
+from support import CityArgs, FlightArgs, exactly
 
 from statemachine import (
     Agent,
@@ -27,7 +26,6 @@ from statemachine import (
     Failed,
     Idle,
     Message,
-    Money,
     Observing,
     Phase,
     PhaseReusedError,
@@ -60,20 +58,6 @@ from statemachine.testing import (
 pytestmark = pytest.mark.anyio
 
 NOON = datetime(2026, 1, 1, 12, tzinfo=UTC)
-
-
-def exactly(message: str) -> str:
-    """A ``pytest.raises(match=...)`` pattern that matches ``message`` and nothing else."""
-    return "^" + re.escape(message) + "$"
-
-
-class CityArgs(BaseModel):
-    city: str
-
-
-class FlightArgs(BaseModel):
-    flight: str
-    price: Money
 
 
 @dataclass(frozen=True)

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import random
-import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import exactly
 
 from statemachine import RetryPolicy, SetupError, ToolError
-
-
-def exactly(message: str) -> str:
-    """A ``pytest.raises(match=...)`` pattern that matches ``message`` and nothing else."""
-    return "^" + re.escape(message) + "$"
-
 
 # --- validation -------------------------------------------------------------------------
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from support import CityArgs, FlightArgs, exactly
 
 from statemachine import (
     Agent,
     Done,
     Failed,
     Message,
-    Money,
     Phase,
     RetryPolicy,
     Runner,
@@ -37,20 +37,6 @@ from statemachine.testing import (
 )
 
 pytestmark = pytest.mark.anyio
-
-
-def exactly(message: str) -> str:
-    """A ``pytest.raises(match=...)`` pattern that matches ``message`` and nothing else."""
-    return "^" + re.escape(message) + "$"
-
-
-class CityArgs(BaseModel):
-    city: str
-
-
-class FlightArgs(BaseModel):
-    flight: str
-    price: Money
 
 
 class Service:

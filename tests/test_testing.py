@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-from pydantic import BaseModel
+from support import FlightArgs, exactly
 
 from statemachine import (
     Approval,
@@ -16,7 +15,6 @@ from statemachine import (
     Denial,
     Model,
     ModelRequest,
-    Money,
     ScriptExhaustedError,
     ToolRegistry,
     ToolRequest,
@@ -36,16 +34,6 @@ from statemachine.testing import (
 pytestmark = pytest.mark.anyio
 
 NEW_YEAR = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def exactly(message: str) -> str:
-    """A ``pytest.raises(match=...)`` pattern that matches ``message`` and nothing else."""
-    return "^" + re.escape(message) + "$"
-
-
-class FlightArgs(BaseModel):
-    flight: str
-    price: Money
 
 
 @write_tool

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from support import CityArgs, exactly
 
 from statemachine import (
     Approval,
@@ -31,15 +32,6 @@ from statemachine import (
     read_tool,
     write_tool,
 )
-
-
-def exactly(message: str) -> str:
-    """A ``pytest.raises(match=...)`` pattern that matches ``message`` and nothing else."""
-    return "^" + re.escape(message) + "$"
-
-
-class CityArgs(BaseModel):
-    city: str
 
 
 class QuoteArgs(BaseModel):
