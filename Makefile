@@ -22,7 +22,7 @@ lint: install
 	$(BIN)/ruff format --check statemachine agents tests typing_tests bench
 
 typecheck: install
-	$(BIN)/mypy --strict statemachine agents typing_tests
+	$(BIN)/mypy --strict statemachine agents typing_tests bench
 
 pytest: install
 	$(BIN)/pytest
@@ -31,6 +31,7 @@ test: lint typecheck pytest
 
 bench: install
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/governor.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -36,19 +36,24 @@ class InstantModel:
 
     def __init__(self) -> None:
         self.turn = 0
-        self.call = ModelReply(
-            tool_calls=(ToolRequest(name="lookup", arguments='{"key": "k"}'),),
-            finish_reason="tool_calls",
-        )
+        # Precomputed: each call asks for another key, so no call is a duplicate.
+        self.calls = [
+            ModelReply(
+                tool_calls=(ToolRequest(name="lookup", arguments=f'{{"key": "k{n}"}}'),),
+                finish_reason="tool_calls",
+            )
+            for n in range(CALLS)
+        ]
         self.done = ModelReply(text="done")
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         self.turn += 1
-        return self.call if self.turn <= CALLS else self.done
+        return self.calls[self.turn - 1] if self.turn <= CALLS else self.done
 
 
 def ours() -> tuple[float, int]:
     agent = Agent[None](name="bench", tools=[lookup], budget=Budget(), max_steps=10**9)
+    # The plateau check would (rightly) finish this repetitive run early; measure the loop.
     runner = Runner(agent, model=InstantModel(), gate=AutoDenyGate())
     started = time.perf_counter()
     result = anyio.run(runner.run, None, "go")

@@ -11,13 +11,28 @@ from ._budget import Budget, Spend
 from ._errors import (
     ApprovalMismatchError,
     BadArgumentsError,
+    BudgetExceededError,
+    EstimateExceededError,
     PhaseReusedError,
+    ReservationSettledError,
+    RunPausedError,
     ScriptExhaustedError,
     SetupError,
     StatemachineError,
     ToolError,
     UnapprovedWriteError,
     UnknownToolError,
+)
+from ._governor import (
+    ActionRecord,
+    Check,
+    Decision,
+    LoopGovernor,
+    LoopState,
+    Similarity,
+    Verdict,
+    VerdictRecord,
+    trigram_similarity,
 )
 from ._json import canonical, canonical_hash, dumps, loads
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, Usage
@@ -38,6 +53,7 @@ from ._phases import (
     Runtime,
     ToolCalling,
 )
+from ._reserve import BudgetMeter, Reservation
 from ._retry import RetryPolicy
 from ._runner import Runner, RunResult
 from ._tools import (
@@ -53,6 +69,7 @@ from ._tools import (
 )
 
 __all__ = (
+    "ActionRecord",
     "Active",
     "Agent",
     "Approval",
@@ -63,11 +80,18 @@ __all__ = (
     "AwaitApproval",
     "BadArgumentsError",
     "Budget",
+    "BudgetExceededError",
+    "BudgetMeter",
+    "Check",
+    "Decision",
     "Denial",
     "Done",
+    "EstimateExceededError",
     "Failed",
     "Idle",
     "InvalidCall",
+    "LoopGovernor",
+    "LoopState",
     "Message",
     "Model",
     "ModelReply",
@@ -80,14 +104,18 @@ __all__ = (
     "Planning",
     "ReadCall",
     "ReadTool",
+    "Reservation",
+    "ReservationSettledError",
     "Responding",
     "RetryPolicy",
     "Retrying",
+    "RunPausedError",
     "RunResult",
     "Runner",
     "Runtime",
     "ScriptExhaustedError",
     "SetupError",
+    "Similarity",
     "Spend",
     "StatemachineError",
     "ToolCalling",
@@ -97,6 +125,8 @@ __all__ = (
     "UnapprovedWriteError",
     "UnknownToolError",
     "Usage",
+    "Verdict",
+    "VerdictRecord",
     "WriteCall",
     "WriteTool",
     "canonical",
@@ -105,5 +135,6 @@ __all__ = (
     "loads",
     "read_tool",
     "to_money",
+    "trigram_similarity",
     "write_tool",
 )

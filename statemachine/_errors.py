@@ -10,7 +10,11 @@ clauses keep working::
     ├── ApprovalMismatchError (ValueError) an approval presented for another call
     ├── UnapprovedWriteError (RuntimeError) a write call reached execution without approval
     ├── PhaseReusedError (RuntimeError)    a phase object transitioned a second time
+    ├── RunPausedError (RuntimeError)      a paused run driven without a person's resume
     ├── ToolError (RuntimeError)           raised by a tool: its service failed (503, ...)
+    ├── BudgetExceededError (RuntimeError) a reservation does not fit in what the budget has left
+    ├── EstimateExceededError (ValueError) a reservation committed more than its estimate
+    ├── ReservationSettledError (RuntimeError) a reservation committed or released twice
     └── ScriptExhaustedError (RuntimeError) a scripted model or gate ran out of turns
 
 Messages say what happened and what to do next. Errors carry the context that
@@ -19,10 +23,16 @@ caused them as attributes (``.phase``, ``.transition``, ``.tool``, ...).
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 __all__ = [
     "ApprovalMismatchError",
     "BadArgumentsError",
+    "BudgetExceededError",
+    "EstimateExceededError",
     "PhaseReusedError",
+    "ReservationSettledError",
+    "RunPausedError",
     "ScriptExhaustedError",
     "SetupError",
     "StatemachineError",
@@ -131,3 +141,73 @@ class ToolError(StatemachineError, RuntimeError):
         self.retryable = retryable
         self.status = status
         super().__init__(message)
+
+
+class BudgetExceededError(StatemachineError, RuntimeError):
+    """A reservation that does not fit in what is left of the budget.
+
+    ``.budget`` names the limit in the way (``"tokens"``, ``"cost"``, ``"tool_calls"``
+    or ``"wall_clock"``); ``.reason`` is the refusal without the advice.
+    """
+
+    def __init__(self, reason: str, *, budget: str) -> None:
+        self.reason = reason
+        self.budget = budget
+        if budget == "wall_clock":
+            advice = "Start no new work: finish with what the run has, or allow more time."
+        else:
+            advice = (
+                "Reserve less, wait for open reservations to be committed or released, "
+                f"or raise Budget.{budget}."
+            )
+        super().__init__(f"{reason}. {advice}")
+
+
+class EstimateExceededError(StatemachineError, ValueError):
+    """A commit of more than its reservation's estimate; nothing was recorded."""
+
+    def __init__(
+        self, purpose: str, *, budget: str, estimate: int | Decimal, actual: int | Decimal
+    ) -> None:
+        self.purpose = purpose
+        self.budget = budget
+        self.estimate = estimate
+        self.actual = actual
+        super().__init__(
+            f"commit refused: {purpose or 'this reservation'} used {_amount(budget, actual)} "
+            f"but reserved only {_amount(budget, estimate)}; nothing was recorded and the "
+            "reservation is still open. The estimate is the ceiling: reserve the worst case, "
+            "then commit the actual use."
+        )
+
+
+def _amount(budget: str, value: int | Decimal) -> str:
+    if budget == "cost":
+        return f"${value}"
+    unit = {"tokens": "token", "tool_calls": "tool call"}.get(budget, budget)
+    return f"{value} {unit}" if value == 1 else f"{value} {unit}s"
+
+
+class ReservationSettledError(StatemachineError, RuntimeError):
+    """A reservation committed or released after it was already settled."""
+
+    def __init__(self, purpose: str, *, first: str, attempted: str) -> None:
+        self.purpose = purpose
+        self.first = first
+        self.attempted = attempted
+        subject = f"the reservation for {purpose}" if purpose else "this reservation"
+        super().__init__(
+            f"{subject} was already {first}; {attempted}() refused. Commit or release a "
+            "reservation exactly once, and reserve again for new work."
+        )
+
+
+class RunPausedError(StatemachineError, RuntimeError):
+    """A run that waits for a person was driven on without being resumed."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"this run is paused for a person ({reason}); call resume(note) on the paused "
+            "phase and drive the phase it returns"
+        )

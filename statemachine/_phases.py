@@ -48,7 +48,8 @@ from ._errors import (
     ToolError,
     UnapprovedWriteError,
 )
-from ._model import Message, Model, ModelRequest, ToolRequest
+from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState, Verdict
+from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest
 from ._retry import RetryPolicy
 from ._tools import (
     ApprovedCall,
@@ -131,6 +132,7 @@ class Phase(Generic[C]):
     transcript: tuple[Message, ...] = attrs.field(default=(), repr=False)
     spent: Spend = Spend()
     step: int = 0
+    loop: LoopState = LoopState()
     # The single-use cell: the name of the transition that left this phase.
     _left_by: list[str] = attrs.field(init=False, factory=list, eq=False, repr=False)
 
@@ -151,12 +153,19 @@ class Phase(Generic[C]):
             "transcript": self.transcript,
             "spent": self.spent,
             "step": self.step + 1,
+            "loop": self.loop,
         }
         fields.update(changes)
         return cls(**fields)
 
     def _fail(self, reason: str, **changes: Any) -> Failed[C]:
         return self._next(Failed, reason=reason, from_phase=self.kind, **changes)
+
+    def _fail_call(self, reason: str, **changes: Any) -> Failed[C]:
+        """``Failed``, with the call this phase holds settled as failed in the loop memory."""
+        call_id: str = getattr(self, "call_id")  # noqa: B009 - only phases that hold a call
+        loop = self.loop.settle(call_id, "failed", reason)
+        return self._fail(reason, loop=loop, **changes)
 
 
 class Active(Phase[C]):
@@ -216,30 +225,60 @@ class Planning(Active[C]):
         request = ToolRequest(name=call.name, arguments=_json.dumps(call.args), id=call_id)
         return (*self.transcript, Message(role="assistant", tool_calls=(request,)))
 
-    def call_tool(self, call: ReadCall) -> ToolCalling[C]:
-        """Run a read-only tool. A write call is refused here, by mypy and at run time."""
+    def _action(self, call: ReadCall | WriteCall, raw_arguments: str | None) -> ActionRecord:
+        raw = _json.dumps(call.args) if raw_arguments is None else raw_arguments
+        return self.agent.governor.action(call, raw, f"call-{self.step}")
+
+    def call_tool(self, call: ReadCall, *, raw_arguments: str | None = None) -> ToolCalling[C]:
+        """Run a read-only tool. A write call is refused here, by mypy and at run time.
+
+        ``raw_arguments`` are the arguments as the model wrote them (for the
+        governor's exact-duplicate check); by default, the validated ones.
+        """
         if not isinstance(call, ReadCall):
             raise UnapprovedWriteError(getattr(call, "name", repr(call)))
         self._leave("call_tool")
-        call_id = f"call-{self.step}"
+        action = self._action(call, raw_arguments)
         return self._next(
             self.agent.phases.tool_calling,
             call=call,
-            call_id=call_id,
-            transcript=self._asked(call, call_id),
+            call_id=action.call_id,
+            transcript=self._asked(call, action.call_id),
+            loop=self.loop.record(action),
         )
 
-    def request_approval(self, call: WriteCall) -> AwaitApproval[C]:
+    def request_approval(
+        self, call: WriteCall, *, raw_arguments: str | None = None
+    ) -> AwaitApproval[C]:
         """Ask a person to approve a write call before it can run."""
         if not isinstance(call, WriteCall):
             raise SetupError(f"request_approval takes a WriteCall, got {type(call).__name__}")
         self._leave("request_approval")
-        call_id = f"call-{self.step}"
+        action = self._action(call, raw_arguments)
         return self._next(
             self.agent.phases.await_approval,
             call=call,
-            call_id=call_id,
-            transcript=self._asked(call, call_id),
+            call_id=action.call_id,
+            transcript=self._asked(call, action.call_id),
+            loop=self.loop.record(action),
+        )
+
+    def suppress(
+        self, call: ReadCall | WriteCall, decision: Decision, *, raw_arguments: str | None = None
+    ) -> Planning[C]:
+        """Skip a call the governor suppressed; the model is told why, in words it can use."""
+        self._leave("suppress")
+        action = self._action(call, raw_arguments).model_copy(
+            update={"outcome": "suppressed", "result": decision.reason}
+        )
+        told = Message(
+            role="tool", content=decision.message, tool_call_id=action.call_id, name=call.name
+        )
+        loop = self.loop.record(action).noted(self.step, "before_action", decision)
+        return self._next(
+            self.agent.phases.planning,
+            transcript=(*self._asked(call, action.call_id), told),
+            loop=loop,
         )
 
     def respond(self, text: str) -> Responding[C]:
@@ -259,6 +298,7 @@ class Planning(Active[C]):
             self.agent.phases.planning,
             transcript=(*self.transcript, Message(role="assistant", tool_calls=(asked,)), told),
             invalid_streak=self.invalid_streak + 1,
+            loop=self.loop._evolve(tool_iterations=self.loop.tool_iterations + 1),
         )
 
     def fail(self, reason: str) -> Failed[C]:
@@ -266,59 +306,91 @@ class Planning(Active[C]):
         self._leave("fail")
         return self._fail(reason)
 
+    def pause(self, reason: str) -> Planning[C]:
+        """Wait for a person: the runner stops here until :meth:`resume` is called."""
+        self._leave("pause")
+        return self._next(self.agent.phases.planning, loop=self.loop._evolve(paused=reason))
+
+    def resume(self, note: str) -> Planning[C]:
+        """A person let the paused run go on; ``note`` says who and why."""
+        self._leave("resume")
+        flags = (*self.loop.flags, f"resumed: {note}")
+        return self._next(
+            self.agent.phases.planning, loop=self.loop._evolve(paused="", flags=flags)
+        )
+
+    def _ruled(self, hook: Hook, decision: Decision) -> Planning[C]:
+        """This phase with ``decision`` in its loop memory (before leaving it)."""
+        loop = self.loop.noted(self.step, hook, decision)
+        return attrs.evolve(self, loop=loop)
+
     async def advance(
         self, rt: Runtime
     ) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | Failed[C]:
-        """Ask the model, then route its choice; the budget is checked first."""
+        """Ask the governor, ask the model, ask the governor again, then route.
+
+        Every verdict is routed here, in one place: abort goes to ``Failed``, pause
+        waits for a person, finalize asks the model for its answer with no tools,
+        suppress tells the model what it already got and plans again.
+        """
         agent = self.agent
-        if self.spent.model_calls >= agent.max_steps:
-            return self.fail(
-                f"step cap: {self.spent.model_calls} model calls made, {agent.max_steps} allowed"
-            )
-        refusal = agent.budget.refuse(
-            self.spent, elapsed=rt.elapsed(), action="the next model call", open_ended=True
+        governor = agent.governor
+        decision = governor.begin_step(
+            self.loop,
+            ctx=self.ctx,
+            spent=self.spent,
+            budget=agent.budget,
+            elapsed=rt.elapsed(),
+            max_steps=agent.max_steps,
+            max_tool_iterations=agent.max_tool_iterations,
         )
-        if refusal is not None:
-            return self.fail(refusal)
+        match decision.verdict:
+            case Verdict.ABORT:
+                self._leave("advance")
+                return self._ruled("begin_step", decision).fail(decision.reason)
+            case Verdict.PAUSE:
+                self._leave("advance")
+                return self._ruled("begin_step", decision).pause(decision.reason)
+            case Verdict.FINALIZE:
+                self._leave("advance")
+                return await self._ruled("begin_step", decision)._finalize(rt, decision.reason)
+            case Verdict.CONTINUE | Verdict.SUPPRESS:
+                pass
+            case _:
+                assert_never(decision.verdict)
         self._leave("advance")
-        remaining = rt.remaining(agent.budget)
-        # The messages are validated already; constructing skips validating them again.
-        request = ModelRequest.model_construct(
-            messages=self.messages(), tools=agent.tools.schemas(), timeout=remaining
-        )
-        try:
-            with _deadline(remaining):
-                reply = await rt.model.complete(request)
-        except TimeoutError:
-            return self._fail(
-                f"wall-clock budget: the model did not answer within the {remaining:.2f}s left"
-            )
-        # The model's usage belongs to this step whatever it chose.
-        heard: Planning[C] = attrs.evolve(
-            self,
-            spent=self.spent.add(tokens=reply.usage.tokens, cost=reply.usage.cost, model_calls=1),
-        )
+        reply, heard = await self._ask(rt, tools=agent.tools.schemas())
+        if isinstance(reply, str):
+            return heard.fail(reply)
         if not reply.tool_calls:
             return heard.respond(reply.text)
         first = reply.tool_calls[0]
         routed = agent.tools.route(first.name, first.arguments)
-        if isinstance(routed, ReadCall | WriteCall):
-            # Checked again at the spend; checked here too so that nobody is asked to
-            # approve a call the budget cannot pay for.
-            refusal = agent.budget.refuse(
-                heard.spent,
-                elapsed=rt.elapsed(),
-                action=f"calling {routed.name}",
-                tool_calls=1,
-                cost=routed.tool.price(routed.args),
-            )
-            if refusal is not None:
-                return heard.fail(refusal)
         match routed:
-            case ReadCall():
-                return heard.call_tool(routed)
-            case WriteCall():
-                return heard.request_approval(routed)
+            case ReadCall() | WriteCall():
+                action = heard._action(routed, first.arguments)
+                decision = governor.before_action(
+                    heard.loop,
+                    action,
+                    spent=heard.spent,
+                    budget=agent.budget,
+                    elapsed=rt.elapsed(),
+                    price=routed.tool.price(routed.args),
+                )
+                match decision.verdict:
+                    case Verdict.ABORT:
+                        return heard._ruled("before_action", decision).fail(decision.reason)
+                    case Verdict.PAUSE:
+                        return heard._ruled("before_action", decision).pause(decision.reason)
+                    case Verdict.SUPPRESS:
+                        return heard.suppress(routed, decision, raw_arguments=first.arguments)
+                    case Verdict.CONTINUE | Verdict.FINALIZE:
+                        pass
+                    case _:
+                        assert_never(decision.verdict)
+                if isinstance(routed, ReadCall):
+                    return heard.call_tool(routed, raw_arguments=first.arguments)
+                return heard.request_approval(routed, raw_arguments=first.arguments)
             case InvalidCall():
                 if self.invalid_streak + 1 >= agent.max_invalid_calls:
                     return heard.fail(
@@ -328,6 +400,45 @@ class Planning(Active[C]):
                 return heard.reject_call(routed)
             case _:
                 assert_never(routed)
+
+    async def _ask(
+        self, rt: Runtime, *, tools: tuple[dict[str, Any], ...], note: str = ""
+    ) -> tuple[ModelReply | str, Planning[C]]:
+        """Call the model under the run's deadline; the reply and this phase with its usage.
+
+        Instead of a reply, the reason, when the deadline cancelled the call.
+        """
+        remaining = rt.remaining(self.agent.budget)
+        messages = self.messages()
+        if note:
+            messages = (*messages, Message(role="system", content=note))
+        # The messages are validated already; constructing skips validating them again.
+        request = ModelRequest.model_construct(messages=messages, tools=tools, timeout=remaining)
+        loop = self.agent.governor.flag(self.loop, self.step)
+        try:
+            with _deadline(remaining):
+                reply = await rt.model.complete(request)
+        except TimeoutError:
+            reason = f"wall-clock budget: the model did not answer within the {remaining:.2f}s left"
+            return reason, attrs.evolve(self, loop=loop)
+        # The model's usage belongs to this step whatever it chose.
+        spent = self.spent.add(tokens=reply.usage.tokens, cost=reply.usage.cost, model_calls=1)
+        return reply, attrs.evolve(self, spent=spent, loop=loop)
+
+    async def _finalize(self, rt: Runtime, reason: str) -> Responding[C] | Failed[C]:
+        note = (
+            "Answer the customer now, from what you already have. Do not call tools. "
+            f"(The run is finishing: {reason}.)"
+        )
+        reply, heard = await self._ask(rt, tools=(), note=note)
+        if isinstance(reply, str):
+            return heard.fail(f"finalize ({reason}): {reply}")
+        if not reply.text.strip():
+            return heard.fail(
+                f"finalize ({reason}): the model was asked to answer from what it has "
+                "and sent no text"
+            )
+        return heard.respond(reply.text)
 
 
 @attrs.frozen(kw_only=True)
@@ -366,7 +477,11 @@ class AwaitApproval(Active[C]):
             tool_call_id=self.call_id,
             name=self.call.name,
         )
-        return self._next(self.agent.phases.planning, transcript=(*self.transcript, told))
+        return self._next(
+            self.agent.phases.planning,
+            transcript=(*self.transcript, told),
+            loop=self.loop.settle(self.call_id, "refused", reason),
+        )
 
     async def advance(self, rt: Runtime) -> ToolCalling[C] | Planning[C]:
         """Ask the gate, then approve or deny."""
@@ -425,7 +540,7 @@ class ToolCalling(Active[C]):
             cost=price,
         )
         if refusal is not None:
-            return self._fail(refusal)
+            return self._fail_call(refusal)
         spent = self.spent.add(tool_calls=1)
         remaining = rt.remaining(agent.budget)
         timeout = tool.timeout if remaining is None else min(tool.timeout, remaining)
@@ -444,7 +559,7 @@ class ToolCalling(Active[C]):
                 )
             if isinstance(tool, WriteTool) and not tool.idempotent:
                 return self._write_failed(tool.name, error, spent, price)
-            return self._fail(f"{tool.name} failed: {_describe_error(error)}", spent=spent)
+            return self._fail_call(f"{tool.name} failed: {_describe_error(error)}", spent=spent)
         return self._next(
             agent.phases.observing,
             call=self.call,
@@ -458,13 +573,13 @@ class ToolCalling(Active[C]):
     ) -> Failed[C]:
         reason = f"{name} failed: {_describe_error(error)}"
         if isinstance(error, ToolError):
-            return self._fail(
+            return self._fail_call(
                 f"{reason}; it is a write tool that is not idempotent, so it is not retried",
                 spent=spent,
             )
         # No word from the service: it may have acted before the error. Count the
         # price, so the budget never undercounts, and tell the person to check.
-        return self._fail(
+        return self._fail_call(
             f"{reason}; it is a write tool that is not idempotent, so it is not retried "
             "(a second attempt might act twice). Check with its service whether the "
             "first attempt went through.",
@@ -489,13 +604,19 @@ class Observing(Active[C]):
     def observe(self) -> Planning[C]:
         """Show the result to the model and plan again."""
         self._leave("observe")
-        told = Message(
-            role="tool",
-            content=_json.dumps(_json.to_plain(self.output)),
-            tool_call_id=self.call_id,
-            name=self.call.name,
+        content = _json.dumps(_json.to_plain(self.output))
+        told = Message(role="tool", content=content, tool_call_id=self.call_id, name=self.call.name)
+        loop = self.agent.governor.after_action(
+            self.loop,
+            call_id=self.call_id,
+            effect=self.call.tool.effect,
+            result=content,
+            ctx=self.ctx,
+            step=self.step,
         )
-        return self._next(self.agent.phases.planning, transcript=(*self.transcript, told))
+        return self._next(
+            self.agent.phases.planning, transcript=(*self.transcript, told), loop=loop
+        )
 
     async def advance(self, rt: Runtime) -> Planning[C]:
         """Observe the result."""
@@ -528,14 +649,14 @@ class Retrying(Active[C]):
         policy = self.policy
         name = self.call.name
         if self.attempt >= policy.max_attempts:
-            return self._fail(
+            return self._fail_call(
                 f"{name} failed {self.attempt} time(s), the cap is {policy.max_attempts}; "
                 f"last error: {self.error}"
             )
         delay = policy.delay(self.attempt, rt.rng)
         remaining = rt.remaining(self.agent.budget)
         if remaining is not None and delay >= remaining:
-            return self._fail(
+            return self._fail_call(
                 f"wall-clock budget: {remaining:.2f}s left, not enough to wait {delay:.2f}s "
                 f"and retry {name}; last error: {self.error}"
             )
@@ -650,7 +771,10 @@ class Agent(Generic[C]):
 
     ``budget`` limits each run; ``retry`` is the default retry policy (a tool's own
     ``retry`` overrides it); ``max_steps`` caps the model calls (planning steps) of
-    one run; after ``max_invalid_calls`` invalid tool calls in a row the run fails.
+    one run, the last of which must answer; ``max_tool_iterations`` caps the steps
+    that ask for a tool, after which the model must answer; after
+    ``max_invalid_calls`` invalid tool calls in a row the run fails. ``governor``
+    holds the loop checks (duplicates, cycles, convergence) and their thresholds.
     """
 
     name: str
@@ -659,7 +783,9 @@ class Agent(Generic[C]):
     budget: Budget = Budget()
     retry: RetryPolicy = RetryPolicy()
     max_steps: int = 50
+    max_tool_iterations: int | None = None
     max_invalid_calls: int = 3
+    governor: LoopGovernor = LoopGovernor()
     phases: Phases[C] = attrs.field(factory=Phases)
 
     def start(self, ctx: C, text: str) -> Idle[C]:

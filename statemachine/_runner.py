@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Generic, TypeVar, final
+from typing import Generic, Literal, TypeVar, final
 
 import anyio
 import attrs
 
 from ._approval import ApprovalGate
+from ._errors import RunPausedError
+from ._governor import VerdictRecord
 from ._model import Model
-from ._phases import Active, Agent, Done, Failed, Phase, Runtime
+from ._phases import Active, Agent, Done, Failed, Phase, Planning, Runtime
 
 __all__ = ["RunResult", "Runner"]
 
@@ -26,10 +29,10 @@ OnTransition = Callable[[Phase[C], Phase[C]], None]
 @final
 @attrs.frozen(kw_only=True)
 class RunResult(Generic[C]):
-    """How a run ended, and every phase it went through."""
+    """How a run ended (or where it waits for a person), and every phase it went through."""
 
     run_id: str
-    final: Done[C] | Failed[C]
+    final: Done[C] | Failed[C] | Planning[C]
     states: tuple[Phase[C], ...] = attrs.field(repr=False)
 
     @property
@@ -38,13 +41,40 @@ class RunResult(Generic[C]):
         return isinstance(self.final, Done)
 
     @property
+    def status(self) -> Literal["done", "failed", "paused"]:
+        """``done``, ``failed``, or ``paused`` (waiting for a person)."""
+        match self.final:
+            case Done():
+                return "done"
+            case Failed():
+                return "failed"
+            case _:
+                return "paused"
+
+    @property
+    def verdicts(self) -> tuple[VerdictRecord, ...]:
+        """Every verdict other than continue, in order."""
+        return self.final.loop.verdicts
+
+    @property
     def history(self) -> tuple[str, ...]:
         """The phases of the run by kind, e.g. ``('Idle', 'Planning', ..., 'Done')``."""
         return tuple(state.kind for state in self.states)
 
     def trace(self) -> str:
-        """The state sequence as one line: ``Idle -> Planning -> ... -> Done``."""
-        return " -> ".join(self.history)
+        """The state sequence as one line, verdicts on the arrows they caused.
+
+        ``Idle -> Planning -[suppress: exact]-> Planning -> ... -> Done``
+        """
+        by_step: dict[int, list[str]] = {}
+        for record in self.verdicts:
+            by_step.setdefault(record.step, []).append(f"{record.verdict}: {record.check}")
+        parts = [self.states[0].kind]
+        for before, after in itertools.pairwise(self.states):
+            said = by_step.get(before.step)
+            parts.append(f" -[{'; '.join(said)}]-> " if said else " -> ")
+            parts.append(after.kind)
+        return "".join(parts)
 
 
 @final
@@ -78,7 +108,17 @@ class Runner(Generic[C]):
         self._on_transition = on_transition
 
     async def run(self, ctx: C, text: str, *, run_id: str | None = None) -> RunResult[C]:
-        """Run the agent on the customer's ``text`` until it answers or fails."""
+        """Run the agent on the customer's ``text`` until it answers, fails or pauses."""
+        return await self.drive(self._agent.start(ctx, text), run_id=run_id)
+
+    async def drive(self, state: Phase[C], *, run_id: str | None = None) -> RunResult[C]:
+        """Advance ``state`` until the run answers, fails, or pauses for a person.
+
+        To go on after a pause, pass ``paused.resume(note)``: a paused phase itself
+        is refused, so that nobody resumes a run by accident.
+        """
+        if isinstance(state, Planning) and state.loop.paused:
+            raise RunPausedError(state.loop.paused)
         rt = Runtime(
             run_id=run_id or uuid.uuid4().hex,
             model=self._model,
@@ -87,7 +127,6 @@ class Runner(Generic[C]):
             sleep=self._sleep,
             rng=random.Random(self._seed),
         )
-        state: Phase[C] = self._agent.start(ctx, text)
         states: list[Phase[C]] = [state]
         while isinstance(state, Active):
             before = state
@@ -95,6 +134,8 @@ class Runner(Generic[C]):
             states.append(state)
             if self._on_transition is not None:
                 self._on_transition(before, state)
+            if isinstance(state, Planning) and state.loop.paused:
+                return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
         if not isinstance(state, Done | Failed):  # pragma: no cover - Phase has no third kind
             raise TypeError(f"{type(state).__name__} is neither active nor terminal")
         return RunResult(run_id=rt.run_id, final=state, states=tuple(states))

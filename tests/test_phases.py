@@ -880,6 +880,31 @@ async def test_a_tool_call_is_cut_to_the_time_left_on_the_wall_clock(fake_clock:
     assert calls.finished == []
 
 
+async def test_a_tool_cancelled_at_the_deadline_fails_the_run_with_a_clear_reason(
+    fake_clock: Any,
+) -> None:
+    """After the deadline cancelled a tool, Retrying sees no time left and the run fails."""
+    calls = Calls()
+    agent = Agent[None](
+        name="a",
+        tools=[slow_weather_tool(calls, timeout=10.0)],
+        budget=Budget(wall_clock=60),
+        retry=RetryPolicy(base_delay=0.5, jitter=0.0),
+    )
+    rt = runtime(clock=fake_clock)
+    fake_clock.advance(59.95)
+    with anyio.fail_after(2):
+        retrying = await calling(agent, agent.tools.call("weather", {"city": "Oslo"})).execute(rt)
+        assert isinstance(retrying, Retrying)
+        nxt = await retrying.retry(rt)
+    assert isinstance(nxt, Failed)
+    assert nxt.reason == (
+        "wall-clock budget: 0.05s left, not enough to wait 0.50s and retry weather; "
+        "last error: timed out"
+    )
+    assert calls.started == ["Oslo"]
+
+
 # --- agent definitions ------------------------------------------------------------------
 
 

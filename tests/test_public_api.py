@@ -11,6 +11,7 @@ import statemachine.testing
 from statemachine import _errors
 
 PUBLIC = {
+    "ActionRecord",
     "Active",
     "Agent",
     "Approval",
@@ -21,11 +22,18 @@ PUBLIC = {
     "AwaitApproval",
     "BadArgumentsError",
     "Budget",
+    "BudgetExceededError",
+    "BudgetMeter",
+    "Check",
+    "Decision",
     "Denial",
     "Done",
+    "EstimateExceededError",
     "Failed",
     "Idle",
     "InvalidCall",
+    "LoopGovernor",
+    "LoopState",
     "Message",
     "Model",
     "ModelReply",
@@ -38,14 +46,18 @@ PUBLIC = {
     "Planning",
     "ReadCall",
     "ReadTool",
+    "Reservation",
+    "ReservationSettledError",
     "Responding",
     "RetryPolicy",
     "Retrying",
+    "RunPausedError",
     "RunResult",
     "Runner",
     "Runtime",
     "ScriptExhaustedError",
     "SetupError",
+    "Similarity",
     "Spend",
     "StatemachineError",
     "ToolCalling",
@@ -55,6 +67,8 @@ PUBLIC = {
     "UnapprovedWriteError",
     "UnknownToolError",
     "Usage",
+    "Verdict",
+    "VerdictRecord",
     "WriteCall",
     "WriteTool",
     "canonical",
@@ -63,6 +77,7 @@ PUBLIC = {
     "loads",
     "read_tool",
     "to_money",
+    "trigram_similarity",
     "write_tool",
 }
 
@@ -131,7 +146,7 @@ def test_the_docstring_tree_lists_every_error_class() -> None:
     """Every exception class in _errors is drawn in its docstring, and nothing else is."""
     drawn = {name for _, name, _ in documented_tree()}
     assert drawn == error_classes()
-    assert len(drawn) == 9
+    assert len(drawn) == 13
 
 
 def test_every_error_subclasses_the_root_and_its_documented_builtin() -> None:

@@ -366,22 +366,38 @@ async def test_a_valid_call_resets_the_invalid_streak() -> None:
 
 
 async def test_max_steps_stops_a_run_that_keeps_calling_tools() -> None:
-    """A model that only ever calls tools is stopped by max_steps with the exact reason."""
-    model = ScriptedModel([tool_call("weather", {"city": "Oslo"}) for _ in range(10)])
+    """The last allowed model call is made without tools; a model that still sends none fails."""
+    model = ScriptedModel([tool_call("weather", {"city": f"City {n}"}) for n in range(10)])
     agent = Service().agent(max_steps=4)
-    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Oslo?")
+    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Weather?")
     assert isinstance(result.final, Failed)
-    assert result.final.reason == "step cap: 4 model calls made, 4 allowed"
+    assert result.final.reason == (
+        "finalize (step cap: this is model call 4 of 4, the last): the model was asked to "
+        "answer from what it has and sent no text"
+    )
     assert len(model.requests) == 4
+    assert [len(request.tools) for request in model.requests] == [2, 2, 2, 0]
+
+
+async def test_the_last_step_answers_from_what_the_run_has() -> None:
+    """At the step cap the model is asked, without tools, to answer; its answer ends the run."""
+    model = ScriptedModel([tool_call("weather", {"city": "Oslo"}), reply("Sunny in Oslo.")])
+    agent = Service().agent(max_steps=2)
+    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Weather?")
+    assert isinstance(result.final, Done)
+    assert result.final.answer == "Sunny in Oslo."
+    assert model.requests[1].tools == ()
+    assert model.requests[1].messages[-1].content.startswith("Answer the customer now")
+    assert [(v.verdict, v.check) for v in result.verdicts] == [("finalize", "step_cap")]
+    assert "Planning -[finalize: step_cap]-> Responding" in result.trace()
 
 
 @pytest.mark.parametrize("cap", [1, 2, 3, 7])
 async def test_max_steps_is_never_exceeded(cap: int) -> None:
     """With max_steps=N the model is called exactly N times, never N + 1."""
-    model = ScriptedModel([tool_call("weather", {"city": "Oslo"}) for _ in range(10)])
+    model = ScriptedModel([tool_call("weather", {"city": f"City {n}"}) for n in range(10)])
     agent = Service().agent(max_steps=cap)
-    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Oslo?")
+    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Weather?")
     assert isinstance(result.final, Failed)
     assert len(model.requests) == cap
     assert result.final.spent.model_calls == cap
-    assert result.history.count("Planning") == cap + 1  # the last one refuses to call

@@ -1,0 +1,517 @@
+"""The loop governor: the one authority every check of a run's loop goes through.
+
+It answers each hook with a :class:`Decision` carrying a :class:`Verdict`:
+
+- ``begin_step`` (may the run take another planning step?): pending finalize,
+  step caps, budgets and the deadline, and the agent's own checks;
+- ``before_action`` (run this tool call, or suppress it?): the budget for the
+  call, then duplicates in four tiers, cheapest first: exact (the same bytes),
+  canonical (the same call once spelled one way), semantic (nearly the same as a
+  call that failed or was refused) and cycle (a block of calls repeating while it
+  adds nothing new);
+- ``after_action`` (what did the result add?): convergence (a result that repeats
+  the evidence gains nothing; three such steps in a row is a plateau) and the
+  agent's own completion signal, either of which finalizes the run.
+
+The governor is configuration and holds no memory: everything it remembers is in
+:class:`LoopState`, a pydantic model carried by every phase, so a checkpoint of
+the phase carries it too. Exact and canonical checks are dictionary look-ups; the
+semantic, cycle and convergence checks look at bounded windows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from enum import StrEnum
+from functools import lru_cache
+from typing import Any, Literal, Protocol, final
+
+import attrs
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+from . import _json
+from ._budget import Budget, Spend
+from ._errors import SetupError
+from ._tools import ReadCall, WriteCall, WriteTool
+
+__all__ = [
+    "ActionRecord",
+    "Check",
+    "Decision",
+    "LoopGovernor",
+    "LoopState",
+    "Similarity",
+    "Verdict",
+    "VerdictRecord",
+    "trigram_similarity",
+]
+
+Hook = Literal["begin_step", "before_action", "after_action"]
+
+# How much of a result the loop state keeps: enough to tell the model what it got.
+_RESULT_CHARS = 2_000
+
+
+class Verdict(StrEnum):
+    """What the governor says about a step or an action."""
+
+    CONTINUE = "continue"
+    SUPPRESS = "suppress"  # skip this action, keep going, tell the model why
+    FINALIZE = "finalize"  # answer now from what the run has
+    ABORT = "abort"  # stop without an answer
+    PAUSE = "pause"  # wait for a person
+
+
+@final
+@attrs.frozen
+class Decision:
+    """A verdict with its reason (for people and logs) and words for the model.
+
+    ``check`` names what decided: ``exact``, ``canonical``, ``semantic``,
+    ``cycle``, ``plateau``, ``complete``, ``step_cap``, ``tool_iterations``,
+    ``budget`` or a custom check's name.
+    """
+
+    verdict: Verdict
+    reason: str = ""
+    message: str = ""
+    check: str = ""
+
+
+CONTINUE = Decision(Verdict.CONTINUE)
+
+
+class ActionRecord(BaseModel):
+    """One tool call the model asked for, and what became of it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    call_id: str
+    tool: str
+    effect: Literal["read", "write"]
+    exact: str
+    key: str
+    text: str
+    outcome: Literal["pending", "ok", "failed", "refused", "suppressed"] = "pending"
+    result: str = ""
+    gain: float | None = None
+
+
+class VerdictRecord(BaseModel):
+    """A verdict other than continue, as the run's history shows it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step: int
+    hook: Hook
+    verdict: Verdict
+    check: str
+    reason: str
+
+
+class LoopState(BaseModel):
+    """The governor's memory of one run; immutable, carried by every phase.
+
+    ``finalize`` holds the reason of a finalize verdict reached after an action,
+    for the next step to act on; ``paused`` the reason the run waits for a person.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    actions: tuple[ActionRecord, ...] = ()
+    evidence: tuple[str, ...] = ()
+    tool_iterations: int = 0
+    low_gain_streak: int = 0
+    finalize: str = ""
+    paused: str = ""
+    verdicts: tuple[VerdictRecord, ...] = ()
+    flags: tuple[str, ...] = ()
+    # Positions of the actions that failed or were refused (the semantic tier's window).
+    failures: tuple[int, ...] = ()
+
+    # exact and canonical key -> positions in ``actions``. Shared, append-only, by a
+    # state and its successors: a state reads only positions below its own length,
+    # so a successor's additions never change what an older state sees.
+    _index: dict[str, list[int]] = PrivateAttr(default_factory=dict)
+
+    def _evolve(self, **changes: Any) -> LoopState:
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        fields.update(changes)
+        evolved = LoopState.model_construct(**fields)
+        evolved._index = self._index
+        return evolved
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when every field is: the private index is only a cache of ``actions``."""
+        if not isinstance(other, LoopState):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def _indexed(self) -> dict[str, list[int]]:
+        if not self._index and self.actions:  # restored from a checkpoint: rebuild
+            for position, action in enumerate(self.actions):
+                self._index.setdefault(action.exact, []).append(position)
+                if action.key != action.exact:
+                    self._index.setdefault(action.key, []).append(position)
+        return self._index
+
+    def _positions(self, key: str) -> list[int]:
+        # The index may be shared with another branch grown from an older state, whose
+        # additions sit at positions this state uses too: keep only this state's own.
+        actions = self.actions
+        return [
+            p
+            for p in self._indexed().get(key, ())
+            if p < len(actions) and key in (actions[p].exact, actions[p].key)
+        ]
+
+    def earlier(self, key: str) -> ActionRecord | None:
+        """The latest settled action (not pending or suppressed) with this key."""
+        for position in reversed(self._positions(key)):
+            action = self.actions[position]
+            if action.outcome in ("ok", "failed", "refused"):
+                return action
+        return None
+
+    def record(self, action: ActionRecord, *, iteration: bool = True) -> LoopState:
+        """A state with ``action`` added (a tool iteration unless told otherwise)."""
+        position = len(self.actions)
+        # A state without actions (the default ``LoopState()``) is shared by every run
+        # that starts from it: a run's first action starts an index of the run's own.
+        index = self._indexed() if self.actions else {}
+        evolved = self._evolve(
+            actions=(*self.actions, action),
+            tool_iterations=self.tool_iterations + (1 if iteration else 0),
+        )
+        evolved._index = index
+        index.setdefault(action.exact, []).append(position)
+        if action.key != action.exact:
+            index.setdefault(action.key, []).append(position)
+        return evolved
+
+    def settle(
+        self,
+        call_id: str,
+        outcome: Literal["ok", "failed", "refused"],
+        result: str,
+        gain: float | None = None,
+    ) -> LoopState:
+        """A state where the action ``call_id`` ended with ``outcome``."""
+        for position in range(len(self.actions) - 1, -1, -1):
+            action = self.actions[position]
+            if action.call_id == call_id:
+                settled = action.model_copy(
+                    update={"outcome": outcome, "result": result[:_RESULT_CHARS], "gain": gain}
+                )
+                actions = (*self.actions[:position], settled, *self.actions[position + 1 :])
+                if outcome == "ok":
+                    return self._evolve(actions=actions)
+                return self._evolve(actions=actions, failures=(*self.failures, position))
+        return self
+
+    def noted(self, step: int, hook: Hook, decision: Decision, **changes: Any) -> LoopState:
+        """A state that remembers ``decision`` (a verdict other than continue)."""
+        record = VerdictRecord(
+            step=step,
+            hook=hook,
+            verdict=decision.verdict,
+            check=decision.check,
+            reason=decision.reason,
+        )
+        return self._evolve(verdicts=(*self.verdicts, record), **changes)
+
+
+class Similarity(Protocol):
+    """How alike two texts are, from 0.0 (nothing shared) to 1.0 (the same)."""
+
+    def __call__(self, first: str, second: str) -> float:
+        """The similarity of ``first`` and ``second``."""
+        ...
+
+
+@lru_cache(maxsize=4096)
+def _trigrams(text: str) -> frozenset[str]:
+    folded = " ".join(text.lower().split())
+    return frozenset(folded[i : i + 3] for i in range(max(1, len(folded) - 2)))
+
+
+def trigram_similarity(first: str, second: str) -> float:
+    """Cosine similarity of the texts' sets of character trigrams; case and spacing ignored.
+
+    Dependency-free and good at "the same request, worded a little differently";
+    it knows nothing of meaning (plug in an embedding model for that). Sets, not
+    counts, so that the work is done by C set operations: a few microseconds.
+    """
+    if first == second:
+        return 1.0
+    grams_a = _trigrams(first)
+    grams_b = _trigrams(second)
+    if not grams_a or not grams_b:
+        return 0.0
+    return len(grams_a & grams_b) / math.sqrt(len(grams_a) * len(grams_b))
+
+
+class Check(Protocol):
+    """An agent's own check at the start of each step; may pause, finalize or abort."""
+
+    def __call__(self, loop: LoopState, ctx: Any) -> Decision:
+        """The verdict for the next step (``CONTINUE`` to stay out of the way)."""
+        ...
+
+
+CompletionSignal = Callable[[LoopState, Any], str | None]
+
+
+def _fraction(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise SetupError(f"{attribute.name} must be between 0 and 1, got {value}")
+
+
+def _at_least(minimum: int) -> Callable[[object, attrs.Attribute[int], int], None]:
+    def check(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+        if value < minimum:
+            raise SetupError(f"{attribute.name} must be at least {minimum}, got {value}")
+
+    return check
+
+
+def _quote(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+@final
+@attrs.frozen(kw_only=True)
+class LoopGovernor:
+    """The checks of a run's loop, and their thresholds.
+
+    ``similarity`` is pluggable (default: :func:`trigram_similarity`);
+    ``semantic_threshold`` is how similar a call must be to a failed or refused
+    one to be suppressed; a cycle is a block of 2 or more calls repeated twice
+    within ``cycle_window`` calls whose latest repetition gained less than
+    ``cycle_gain``; a plateau is ``plateau_steps`` results in a row each gaining
+    less than ``plateau_gain`` over the last ``evidence_window`` results.
+    ``completion`` is the agent's own "done" signal (a reason, or ``None``);
+    ``checks`` run at the start of every step. ``baseline_steps`` is how many
+    steps a run usually takes: a run past ``baseline_factor`` times that is
+    flagged (a flag on the run, never a stop).
+    """
+
+    similarity: Similarity = trigram_similarity
+    semantic_threshold: float = attrs.field(default=0.92, validator=_fraction)
+    semantic_window: int = attrs.field(default=64, validator=_at_least(1))
+    cycle_window: int = attrs.field(default=12, validator=_at_least(4))
+    cycle_gain: float = attrs.field(default=0.2, validator=_fraction)
+    plateau_gain: float = attrs.field(default=0.05, validator=_fraction)
+    plateau_steps: int = attrs.field(default=3, validator=_at_least(1))
+    evidence_window: int = attrs.field(default=32, validator=_at_least(1))
+    completion: CompletionSignal | None = None
+    checks: tuple[Check, ...] = ()
+    baseline_steps: float | None = None
+    baseline_factor: float = 3.0
+
+    # -- begin_step ---------------------------------------------------------------
+
+    def begin_step(
+        self,
+        loop: LoopState,
+        *,
+        ctx: Any,
+        spent: Spend,
+        budget: Budget,
+        elapsed: float,
+        max_steps: int,
+        max_tool_iterations: int | None,
+    ) -> Decision:
+        """May the run take another planning step, and may it still use tools?"""
+        refusal = budget.refuse(
+            spent, elapsed=elapsed, action="the next model call", open_ended=True
+        )
+        if refusal is not None:
+            return Decision(Verdict.ABORT, refusal, check="budget")
+        if spent.model_calls >= max_steps:
+            reason = f"step cap: {spent.model_calls} model calls made, {max_steps} allowed"
+            return Decision(Verdict.ABORT, reason, check="step_cap")
+        for check in self.checks:
+            decision = check(loop, ctx)
+            if decision.verdict is not Verdict.CONTINUE:
+                return decision
+        if loop.finalize:
+            return Decision(Verdict.FINALIZE, loop.finalize, check="after_action")
+        if spent.model_calls + 1 >= max_steps:
+            reason = f"step cap: this is model call {max_steps} of {max_steps}, the last"
+            return Decision(Verdict.FINALIZE, reason, check="step_cap")
+        if max_tool_iterations is not None and loop.tool_iterations >= max_tool_iterations:
+            reason = f"tool-iteration cap: {loop.tool_iterations} of {max_tool_iterations} used"
+            return Decision(Verdict.FINALIZE, reason, check="tool_iterations")
+        return CONTINUE
+
+    def flag(self, loop: LoopState, step: int) -> LoopState:
+        """The loop with a flag if this run is far longer than usual (once)."""
+        if self.baseline_steps is None or any(f.startswith("long_run") for f in loop.flags):
+            return loop
+        if step > self.baseline_factor * self.baseline_steps:
+            note = (
+                f"long_run: {step} steps, about {self.baseline_factor:g}x the usual "
+                f"{self.baseline_steps:g}"
+            )
+            return loop._evolve(flags=(*loop.flags, note))
+        return loop
+
+    # -- before_action ------------------------------------------------------------
+
+    def action(self, call: ReadCall | WriteCall, raw_arguments: str, call_id: str) -> ActionRecord:
+        """The record of ``call`` as the model sent it (``raw_arguments``)."""
+        text = f"{call.name}({_json.canonical(self._folded(call))})"
+        exact = hashlib.sha256(f"{call.name}\x00{raw_arguments}".encode()).hexdigest()
+        return ActionRecord(
+            call_id=call_id,
+            tool=call.name,
+            effect="write" if isinstance(call.tool, WriteTool) else "read",
+            exact=exact,
+            key=f"{call.name}:{_json.canonical_hash(self._folded(call))}",
+            text=text,
+        )
+
+    @staticmethod
+    def _folded(call: ReadCall | WriteCall) -> dict[str, Any]:
+        """Arguments with case-insensitive string fields folded to lower case."""
+        plain: dict[str, Any] = call.args.model_dump(mode="python")
+        for name, field in type(call.args).model_fields.items():
+            extra = field.json_schema_extra
+            insensitive = isinstance(extra, dict) and extra.get("case_insensitive") is True
+            if insensitive and isinstance(plain.get(name), str):
+                plain[name] = plain[name].casefold()
+        return plain
+
+    def before_action(
+        self,
+        loop: LoopState,
+        action: ActionRecord,
+        *,
+        spent: Spend,
+        budget: Budget,
+        elapsed: float,
+        price: Any,
+    ) -> Decision:
+        """Run ``action``, or suppress it (a duplicate), or abort (no budget for it)."""
+        refusal = budget.refuse(
+            spent, elapsed=elapsed, action=f"calling {action.tool}", tool_calls=1, cost=price
+        )
+        if refusal is not None:
+            return Decision(Verdict.ABORT, refusal, check="budget")
+        earlier = loop.earlier(action.exact)
+        if earlier is not None:
+            return self._duplicate(action, earlier, "exact")
+        earlier = loop.earlier(action.key)
+        if earlier is not None:
+            return self._duplicate(action, earlier, "canonical")
+        semantic = self._semantic(loop, action)
+        if semantic is not None:
+            return semantic
+        return self._cycle(loop, action)
+
+    def _duplicate(self, action: ActionRecord, earlier: ActionRecord, check: str) -> Decision:
+        if earlier.outcome == "ok":
+            message = (
+                f"You already called {earlier.tool} with these arguments and it returned: "
+                f"{_quote(earlier.result)}. Use that result rather than calling it again."
+            )
+            if earlier.effect == "write":
+                message += f" {earlier.tool} changes things, so it will not be done twice."
+        else:
+            message = (
+                f"You already asked for {earlier.text} and it was {earlier.outcome}: "
+                f"{_quote(earlier.result)}. Do not ask for it again; tell the customer instead."
+            )
+        reason = f"{check} duplicate of {earlier.call_id} ({earlier.text}, {earlier.outcome})"
+        return Decision(Verdict.SUPPRESS, reason, message, check)
+
+    def _semantic(self, loop: LoopState, action: ActionRecord) -> Decision | None:
+        # Only failed and refused calls count, and only the latest semantic_window.
+        for position in loop.failures[-self.semantic_window :][::-1]:
+            earlier = loop.actions[position]
+            if earlier.tool != action.tool:
+                continue
+            score = self.similarity(action.text, earlier.text)
+            if score >= self.semantic_threshold:
+                message = (
+                    f"This call is {score:.0%} the same as {earlier.text}, which was "
+                    f"{earlier.outcome}: {_quote(earlier.result)}. Do not retry it in "
+                    "another form; tell the customer instead."
+                )
+                reason = (
+                    f"semantic duplicate ({score:.3f} >= {self.semantic_threshold}) of "
+                    f"{earlier.call_id} ({earlier.text}, {earlier.outcome})"
+                )
+                return Decision(Verdict.SUPPRESS, reason, message, "semantic")
+        return None
+
+    def _cycle(self, loop: LoopState, action: ActionRecord) -> Decision:
+        recent = [a for a in loop.actions[-(self.cycle_window - 1) :] if a.outcome != "pending"]
+        names = [a.tool for a in recent] + [action.tool]
+        for block in range(2, len(names) // 2 + 1):
+            tail = names[-2 * block :]
+            if tail[:block] != tail[block:] or len(set(tail[:block])) < 2:
+                continue
+            # The latest repetition: the new action and the block - 1 settled before it.
+            repeat = recent[-(block - 1) :]
+            if all((a.gain or 0.0) < self.cycle_gain for a in repeat):
+                steps = " -> ".join(tail[:block])
+                message = (
+                    f"You are repeating the same steps ({steps} -> {steps}) and the last "
+                    "round found nothing new. Stop repeating them: answer from what you "
+                    "have, or try something different."
+                )
+                reason = f"cycle: {steps} repeated twice, last round gained nothing"
+                return Decision(Verdict.SUPPRESS, reason, message, "cycle")
+        return CONTINUE
+
+    # -- after_action -------------------------------------------------------------
+
+    def gain(self, loop: LoopState, result: str) -> float:
+        """1 - the highest similarity of ``result`` to the evidence so far."""
+        window = loop.evidence[-self.evidence_window :]
+        if not window:
+            return 1.0
+        if self.similarity is trigram_similarity:  # the default, inlined: one set per text
+            grams = _trigrams(result)
+            if not grams:
+                return 1.0
+            best = max(
+                len(grams & seen) / math.sqrt(len(grams) * len(seen)) if seen else 0.0
+                for seen in map(_trigrams, window)
+            )
+            return 1.0 - best
+        return 1.0 - max(self.similarity(result, seen) for seen in window)
+
+    def after_action(
+        self, loop: LoopState, *, call_id: str, effect: str, result: str, ctx: Any, step: int
+    ) -> LoopState:
+        """Settle the action, measure what it added, and finalize on a plateau or when done."""
+        if effect == "write":  # a write's receipt is not evidence about the question
+            return self._finished(loop.settle(call_id, "ok", result), ctx, step)
+        gain = self.gain(loop, result)
+        streak = loop.low_gain_streak + 1 if gain < self.plateau_gain else 0
+        evidence = (*loop.evidence, result[:_RESULT_CHARS])[-self.evidence_window :]
+        loop = loop.settle(call_id, "ok", result, gain)._evolve(
+            evidence=evidence, low_gain_streak=streak
+        )
+        if streak >= self.plateau_steps:
+            decision = Decision(
+                Verdict.FINALIZE,
+                f"plateau: {streak} results in a row added less than {self.plateau_gain:g}",
+                check="plateau",
+            )
+            return loop.noted(step, "after_action", decision, finalize=decision.reason)
+        return self._finished(loop, ctx, step)
+
+    def _finished(self, loop: LoopState, ctx: Any, step: int) -> LoopState:
+        if self.completion is None or loop.finalize:
+            return loop
+        done = self.completion(loop, ctx)
+        if done is None:
+            return loop
+        decision = Decision(Verdict.FINALIZE, f"complete: {done}", check="complete")
+        return loop.noted(step, "after_action", decision, finalize=decision.reason)
