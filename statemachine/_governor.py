@@ -269,12 +269,30 @@ def _fraction(_: object, attribute: attrs.Attribute[float], value: float) -> Non
         raise SetupError(f"{attribute.name} must be between 0 and 1, got {value}")
 
 
+def _positive_or_none(
+    _: object, attribute: attrs.Attribute[float | None], value: float | None
+) -> None:
+    if value is not None and not value > 0:
+        raise SetupError(
+            f"{attribute.name} must be more than 0 (or None for no baseline), got {value}"
+        )
+
+
+def _factor(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value >= 1:
+        raise SetupError(f"{attribute.name} must be 1 or more, got {value}")
+
+
 def _at_least(minimum: int) -> Callable[[object, attrs.Attribute[int], int], None]:
     def check(_: object, attribute: attrs.Attribute[int], value: int) -> None:
         if value < minimum:
             raise SetupError(f"{attribute.name} must be at least {minimum}, got {value}")
 
     return check
+
+
+def _was(outcome: str) -> str:
+    return "failed" if outcome == "failed" else f"was {outcome}"
 
 
 def _quote(text: str, limit: int = 300) -> str:
@@ -308,8 +326,8 @@ class LoopGovernor:
     evidence_window: int = attrs.field(default=32, validator=_at_least(1))
     completion: CompletionSignal | None = None
     checks: tuple[Check, ...] = ()
-    baseline_steps: float | None = None
-    baseline_factor: float = 3.0
+    baseline_steps: float | None = attrs.field(default=None, validator=_positive_or_none)
+    baseline_factor: float = attrs.field(default=3.0, validator=_factor)
 
     # -- begin_step ---------------------------------------------------------------
 
@@ -335,10 +353,19 @@ class LoopGovernor:
             return Decision(Verdict.ABORT, reason, check="step_cap")
         for check in self.checks:
             decision = check(loop, ctx)
+            if decision.verdict is Verdict.SUPPRESS:
+                # Passed on, it would skip the caps below and be recorded nowhere.
+                name = decision.check or getattr(check, "__name__", repr(check))
+                raise SetupError(
+                    f"check {name!r} answered suppress at the start of a step, where there "
+                    "is no action to skip; a check answers continue, pause, finalize or abort"
+                )
             if decision.verdict is not Verdict.CONTINUE:
                 return decision
         if loop.finalize:
-            return Decision(Verdict.FINALIZE, loop.finalize, check="after_action")
+            # Reached after the last action; its reason starts with the check's name.
+            reached_by = loop.finalize.split(":", 1)[0]
+            return Decision(Verdict.FINALIZE, loop.finalize, check=reached_by)
         if spent.model_calls + 1 >= max_steps:
             reason = f"step cap: this is model call {max_steps} of {max_steps}, the last"
             return Decision(Verdict.FINALIZE, reason, check="step_cap")
@@ -422,7 +449,7 @@ class LoopGovernor:
                 message += f" {earlier.tool} changes things, so it will not be done twice."
         else:
             message = (
-                f"You already asked for {earlier.text} and it was {earlier.outcome}: "
+                f"You already asked for {earlier.text} and it {_was(earlier.outcome)}: "
                 f"{_quote(earlier.result)}. Do not ask for it again; tell the customer instead."
             )
         reason = f"{check} duplicate of {earlier.call_id} ({earlier.text}, {earlier.outcome})"
@@ -437,8 +464,8 @@ class LoopGovernor:
             score = self.similarity(action.text, earlier.text)
             if score >= self.semantic_threshold:
                 message = (
-                    f"This call is {score:.0%} the same as {earlier.text}, which was "
-                    f"{earlier.outcome}: {_quote(earlier.result)}. Do not retry it in "
+                    f"This call is {score:.0%} the same as {earlier.text}, which "
+                    f"{_was(earlier.outcome)}: {_quote(earlier.result)}. Do not retry it in "
                     "another form; tell the customer instead."
                 )
                 reason = (
@@ -449,6 +476,10 @@ class LoopGovernor:
         return None
 
     def _cycle(self, loop: LoopState, action: ActionRecord) -> Decision:
+        if action.effect == "write":
+            # Writes to different targets (refund A, then refund B) are not a loop, and
+            # every write already waits for a person.
+            return CONTINUE
         recent = [a for a in loop.actions[-(self.cycle_window - 1) :] if a.outcome != "pending"]
         names = [a.tool for a in recent] + [action.tool]
         for block in range(2, len(names) // 2 + 1):

@@ -1,0 +1,1103 @@
+"""statemachine._governor: the loop governor's verdicts, as a run and as units.
+
+Most tests drive a whole run (Runner + ScriptedModel + a gate) and assert what the
+model was told, which tools really ran, and the verdicts in the run's history.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any, Literal
+
+import anyio
+import anyio.lowlevel
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ConfigDict, Field
+from support import CityArgs, FlightArgs, exactly
+
+from statemachine import (
+    Agent,
+    Budget,
+    Decision,
+    Done,
+    Failed,
+    LoopGovernor,
+    LoopState,
+    Message,
+    Money,
+    Planning,
+    ReadCall,
+    Runner,
+    RunPausedError,
+    SetupError,
+    Spend,
+    ToolRegistry,
+    Verdict,
+    WriteCall,
+    read_tool,
+    trigram_similarity,
+    write_tool,
+)
+from statemachine.testing import AutoApproveGate, AutoDenyGate, ScriptedGate, ScriptedModel, reply
+from statemachine.testing import tool_call as call
+
+pytestmark = pytest.mark.anyio
+
+FINALIZE_NOTE = (
+    "Answer the customer now, from what you already have. Do not call tools. "
+    "(The run is finishing: {}.)"
+)
+SKIES = {
+    "Oslo": "sunny",
+    "Bergen": "pouring rain all afternoon",
+    "Lima": "grey overcast sea mist",
+    "Tokyo": "typhoon warning in effect",
+    "Nairobi": "hot and dry savanna wind",
+    "Quito": "thunderstorms over the andes",
+}
+
+
+class ForecastArgs(BaseModel):
+    """A city whose letter case does not matter."""
+
+    city: str = Field(json_schema_extra={"case_insensitive": True})
+
+
+class StockArgs(BaseModel):
+    """An item and how many of it."""
+
+    sku: str
+    quantity: int
+
+
+class OrderArgs(BaseModel):
+    """An order number."""
+
+    order: str
+
+
+class SearchArgs(BaseModel):
+    """A search query."""
+
+    query: str
+
+
+class RefundArgs(BaseModel):
+    """A refund of an order."""
+
+    order: str
+    amount: Money
+    reason: str = ""
+
+
+class Shop:
+    """Read and write tools that record every real call, by tool name."""
+
+    def __init__(self, answers: Callable[[str], str] = lambda query: "nothing found") -> None:
+        self.calls: list[tuple[str, BaseModel]] = []
+
+        @read_tool
+        async def weather(args: CityArgs) -> dict[str, str]:
+            """Today's weather; the city's case is kept as sent."""
+            self.calls.append(("weather", args))
+            await anyio.lowlevel.checkpoint()  # let a parallel run interleave
+            return {"city": args.city, "sky": SKIES.get(args.city, "no report")}
+
+        @read_tool
+        async def forecast(args: ForecastArgs) -> dict[str, str]:
+            """Tomorrow's weather; the city's case does not matter."""
+            self.calls.append(("forecast", args))
+            return {"city": args.city.title(), "sky": "sunny"}
+
+        @read_tool
+        async def stock(args: StockArgs) -> dict[str, Any]:
+            """Whether an item is in stock."""
+            self.calls.append(("stock", args))
+            return {"sku": args.sku, "quantity": args.quantity, "available": True}
+
+        @read_tool
+        async def lookup_order(args: OrderArgs) -> dict[str, Any] | str:
+            """An order's status."""
+            self.calls.append(("lookup_order", args))
+            if args.order != "A-1001":
+                return "no such order"
+            return {"order": "A-1001", "status": "delivered", "total": Decimal("25.00")}
+
+        @read_tool
+        async def search(args: SearchArgs) -> str:
+            """The shop's help pages."""
+            self.calls.append(("search", args))
+            return answers(args.query)
+
+        @write_tool(cost=lambda args: args.amount)
+        async def refund(args: RefundArgs) -> str:
+            """Pay money back to the customer."""
+            self.calls.append(("refund", args))
+            return f"refunded {args.amount} on {args.order}"
+
+        @write_tool(cost=lambda args: args.price)
+        async def book(args: FlightArgs) -> str:
+            """Book a flight."""
+            self.calls.append(("book", args))
+            return f"booked {args.flight}"
+
+        self.tools = (weather, forecast, stock, lookup_order, search, refund, book)
+
+    def ran(self, tool: str) -> list[Any]:
+        """The arguments of every real call of ``tool``, in order."""
+        return [args for name, args in self.calls if name == tool]
+
+    def agent(self, **options: Any) -> Agent[Any]:
+        return Agent[Any](name="support", tools=self.tools, **options)
+
+
+def told(model: ScriptedModel, turn: int) -> str:
+    """The last message the model was shown before ``turn`` (1-based): what it was told."""
+    return model.requests[turn - 1].messages[-1].content
+
+
+def verdicts(result: Any) -> list[tuple[str, str, str]]:
+    """(hook, verdict, check) of every verdict other than continue."""
+    return [(v.hook, v.verdict.value, v.check) for v in result.verdicts]
+
+
+def unit_call(tool_name: str, raw: str) -> ReadCall | WriteCall:
+    """A call routed from raw JSON, as the runner routes what the model sent."""
+    routed = ToolRegistry(Shop().tools).route(tool_name, raw)
+    assert isinstance(routed, ReadCall | WriteCall)
+    return routed
+
+
+def settled(
+    governor: LoopGovernor,
+    raw: str,
+    *,
+    tool_name: str = "weather",
+    outcome: Literal["ok", "failed", "refused"] = "ok",
+) -> LoopState:
+    """A loop state holding one settled call of ``tool_name`` with ``raw`` arguments."""
+    action = governor.action(unit_call(tool_name, raw), raw, "call-1")
+    return LoopState().record(action).settle("call-1", outcome, "the result")
+
+
+def ask(
+    governor: LoopGovernor, loop: LoopState, raw: str, *, tool_name: str = "weather"
+) -> Decision:
+    """The governor's before_action verdict on a call of ``tool_name`` with ``raw``."""
+    action = governor.action(unit_call(tool_name, raw), raw, "call-9")
+    return governor.before_action(
+        loop, action, spent=Spend(), budget=Budget(), elapsed=0.0, price=Decimal(0)
+    )
+
+
+# --- exact --------------------------------------------------------------------------------
+
+
+async def test_an_exact_repeat_is_suppressed_and_the_model_is_told_the_earlier_result() -> None:
+    """The same bytes twice: the tool runs once and the model gets the first result back."""
+    shop = Shop()
+    model = ScriptedModel(
+        [call("weather", '{"city":"Oslo"}'), call("weather", '{"city":"Oslo"}'), reply("Sunny.")]
+    )
+    result = await Runner(shop.agent(), model=model, gate=AutoDenyGate()).run(None, "Oslo?")
+    assert isinstance(result.final, Done)
+    assert shop.ran("weather") == [CityArgs(city="Oslo")]
+    assert told(model, 3) == (
+        'You already called weather with these arguments and it returned: {"city":"Oslo",'
+        '"sky":"sunny"}. Use that result rather than calling it again.'
+    )
+    assert model.requests[2].messages[-1] == Message(
+        role="tool", content=told(model, 3), tool_call_id="call-4", name="weather"
+    )
+    assert verdicts(result) == [("before_action", "suppress", "exact")]
+    assert result.verdicts[0].reason == 'exact duplicate of call-1 (weather({"city":"Oslo"}), ok)'
+    assert result.trace() == (
+        "Idle -> Planning -> ToolCalling -> Observing -> Planning -[suppress: exact]-> "
+        "Planning -> Responding -> Done"
+    )
+    assert [(a.call_id, a.outcome) for a in result.final.loop.actions] == [
+        ("call-1", "ok"),
+        ("call-4", "suppressed"),
+    ]
+
+
+async def test_a_suppressed_call_counts_as_a_tool_iteration_but_spends_no_tool_call() -> None:
+    """The suppressed call used an iteration (the model asked) but no tool ran."""
+    model = ScriptedModel([call("weather", {"city": "Oslo"})] * 2 + [reply("Sunny.")])
+    result = await Runner(Shop().agent(), model=model, gate=AutoDenyGate()).run(None, "Oslo?")
+    assert result.final.loop.tool_iterations == 2
+    assert result.final.spent.tool_calls == 1
+
+
+def test_identical_bytes_are_reported_as_exact_not_canonical() -> None:
+    """Tier order: a call that is both an exact and a canonical repeat is reported as exact."""
+    governor = LoopGovernor()
+    loop = settled(governor, '{"city":"Oslo"}')
+    decision = ask(governor, loop, '{"city":"Oslo"}')
+    assert (decision.verdict, decision.check) == (Verdict.SUPPRESS, "exact")
+    spaced = ask(governor, loop, '{"city": "Oslo"}')
+    assert (spaced.verdict, spaced.check) == (Verdict.SUPPRESS, "canonical")
+
+
+def test_a_refused_call_repeated_in_another_spelling_is_canonical_not_semantic() -> None:
+    """Tier order: canonical is checked before semantic, though the similarity is 1.0."""
+    governor = LoopGovernor()
+    raw = '{"order":"A-1001","amount":25,"reason":"damaged"}'
+    loop = settled(governor, raw, tool_name="refund", outcome="refused")
+    decision = ask(
+        governor, loop, '{"reason":"damaged","amount":25.0,"order":"A-1001"}', tool_name="refund"
+    )
+    assert (decision.verdict, decision.check) == (Verdict.SUPPRESS, "canonical")
+
+
+# --- canonical ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        '{"sku":"X-1","quantity":5.0}',
+        '{"sku":"X-1","quantity":"5"}',
+        '{"quantity":5,"sku":"X-1"}',
+        '{ "sku" : "X-1", "quantity" : 5.00 }',
+    ],
+)
+async def test_an_int_field_spelled_another_way_is_a_canonical_duplicate(second: str) -> None:
+    """5, 5.0, "5", key order and spacing are one call: the second never runs."""
+    shop = Shop()
+    model = ScriptedModel(
+        [call("stock", '{"sku":"X-1","quantity":5}'), call("stock", second), reply("In stock.")]
+    )
+    result = await Runner(shop.agent(), model=model, gate=AutoDenyGate()).run(None, "5 of X-1?")
+    assert shop.ran("stock") == [StockArgs(sku="X-1", quantity=5)]
+    assert told(model, 3) == (
+        'You already called stock with these arguments and it returned: {"sku":"X-1",'
+        '"quantity":5,"available":true}. Use that result rather than calling it again.'
+    )
+    assert verdicts(result) == [("before_action", "suppress", "canonical")]
+    assert result.verdicts[0].reason == (
+        'canonical duplicate of call-1 (stock({"quantity":5,"sku":"X-1"}), ok)'
+    )
+    assert "Planning -[suppress: canonical]-> Planning" in result.trace()
+
+
+async def test_a_different_value_is_not_a_duplicate() -> None:
+    """quantity 5 then 6: two different calls, both run, no verdict."""
+    shop = Shop()
+    model = ScriptedModel(
+        [
+            call("stock", {"sku": "X-1", "quantity": 5}),
+            call("stock", {"sku": "X-1", "quantity": 6}),
+            reply("Both in stock."),
+        ]
+    )
+    result = await Runner(shop.agent(), model=model, gate=AutoDenyGate()).run(None, "X-1?")
+    assert [args.quantity for args in shop.ran("stock")] == [5, 6]
+    assert result.verdicts == ()
+
+
+@pytest.mark.parametrize(
+    "second", ['{"price":899.9,"flight":"SK1"}', '{"flight":"SK1","price":"899.900"}']
+)
+async def test_money_and_key_order_spelled_another_way_book_once(second: str) -> None:
+    """An approved booking asked for again as 899.9 / "899.900", keys reordered: booked once."""
+    shop = Shop()
+    gate = AutoApproveGate()
+    model = ScriptedModel(
+        [call("book", '{"flight":"SK1","price":899.90}'), call("book", second), reply("Booked.")]
+    )
+    result = await Runner(shop.agent(), model=model, gate=gate).run(None, "Book SK1")
+    assert shop.ran("book") == [FlightArgs(flight="SK1", price=Decimal("899.90"))]
+    assert len(gate.requests) == 1
+    assert result.final.spent.cost == Decimal("899.90")
+    assert told(model, 3) == (
+        'You already called book with these arguments and it returned: "booked SK1". Use '
+        "that result rather than calling it again. book changes things, so it will not be "
+        "done twice."
+    )
+    assert verdicts(result) == [("before_action", "suppress", "canonical")]
+
+
+async def test_a_case_insensitive_field_folds_letter_case() -> None:
+    """forecast's city is declared case-insensitive: "OSLO" after "Oslo" is a duplicate."""
+    shop = Shop()
+    model = ScriptedModel(
+        [call("forecast", {"city": "Oslo"}), call("forecast", {"city": "OSLO"}), reply("Sunny.")]
+    )
+    result = await Runner(shop.agent(), model=model, gate=AutoDenyGate()).run(None, "Oslo?")
+    assert shop.ran("forecast") == [ForecastArgs(city="Oslo")]
+    assert verdicts(result) == [("before_action", "suppress", "canonical")]
+    assert result.verdicts[0].reason == (
+        'canonical duplicate of call-1 (forecast({"city":"oslo"}), ok)'
+    )
+
+
+async def test_a_plain_string_field_keeps_letter_case() -> None:
+    """weather's city is a plain str: "OSLO" after "Oslo" is another call and runs."""
+    shop = Shop()
+    model = ScriptedModel(
+        [call("weather", {"city": "Oslo"}), call("weather", {"city": "OSLO"}), reply("Sunny.")]
+    )
+    result = await Runner(shop.agent(), model=model, gate=AutoDenyGate()).run(None, "Oslo?")
+    assert shop.ran("weather") == [CityArgs(city="Oslo"), CityArgs(city="OSLO")]
+    assert result.verdicts == ()
+
+
+class OpenArgs(BaseModel):
+    """Arguments of any shape: extra keys are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+@read_tool
+async def lookup(args: OpenArgs) -> str:
+    """Anything."""
+    return "found"
+
+
+def spelled(items: list[tuple[str, int]], *, as_decimal: bool) -> str:
+    """A JSON object with the items in this order, each int written as 5 or as 5.0."""
+    body = ",".join(
+        f"{json.dumps(key)}:{value}{'.0' if as_decimal else ''}" for key, value in items
+    )
+    return "{" + body + "}"
+
+
+@settings(max_examples=75, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=6),
+        st.integers(min_value=-(10**15), max_value=10**15),
+        max_size=6,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_canonical_duplicates_are_found_whatever_the_key_order_and_number_spelling(
+    args: dict[str, int], rng: random.Random
+) -> None:
+    """For any arguments, a reordered call with 5 spelled 5.0 is suppressed as a duplicate."""
+    registry = ToolRegistry([lookup])
+    governor = LoopGovernor()
+    items = list(args.items())
+    first_raw = spelled(items, as_decimal=False)
+    rng.shuffle(items)
+    second_raw = spelled(items, as_decimal=True)
+    first, second = registry.route("lookup", first_raw), registry.route("lookup", second_raw)
+    assert isinstance(first, ReadCall)
+    assert isinstance(second, ReadCall)
+    earlier = governor.action(first, first_raw, "call-1")
+    again = governor.action(second, second_raw, "call-2")
+    assert again.key == earlier.key
+    loop = LoopState().record(earlier).settle("call-1", "ok", "found")
+    decision = governor.before_action(
+        loop, again, spent=Spend(), budget=Budget(), elapsed=0.0, price=Decimal(0)
+    )
+    assert decision.verdict is Verdict.SUPPRESS
+    assert decision.check == ("exact" if first_raw == second_raw else "canonical")
+
+
+# --- semantic -----------------------------------------------------------------------------
+
+DAMAGED = {"order": "A-1001", "amount": Decimal("25.00"), "reason": "arrived damaged"}
+DAMAGED_TEXT = 'refund({"amount":25,"order":"A-1001","reason":"arrived damaged"})'
+
+
+async def test_a_call_nearly_the_same_as_a_refused_one_is_suppressed() -> None:
+    """After a denied refund, the same refund reworded (>= 0.92 similar) never reaches the gate."""
+    shop = Shop()
+    gate = ScriptedGate([False])
+    reworded = {**DAMAGED, "reason": "it arrived damaged"}
+    model = ScriptedModel([call("refund", DAMAGED), call("refund", reworded), reply("Sorry.")])
+    result = await Runner(shop.agent(), model=model, gate=gate).run(None, "Refund A-1001")
+    assert isinstance(result.final, Done)
+    assert shop.ran("refund") == []
+    assert len(gate.requests) == 1
+    score = trigram_similarity(
+        'refund({"amount":25,"order":"A-1001","reason":"it arrived damaged"})', DAMAGED_TEXT
+    )
+    assert score >= 0.92
+    assert told(model, 3) == (
+        f"This call is {score:.0%} the same as {DAMAGED_TEXT}, which was refused: denied by "
+        "the script. Do not retry it in another form; tell the customer instead."
+    )
+    assert verdicts(result) == [("before_action", "suppress", "semantic")]
+    assert result.verdicts[0].reason == (
+        f"semantic duplicate ({score:.3f} >= 0.92) of call-1 ({DAMAGED_TEXT}, refused)"
+    )
+    assert result.trace() == (
+        "Idle -> Planning -> AwaitApproval -> Planning -[suppress: semantic]-> Planning "
+        "-> Responding -> Done"
+    )
+
+
+async def test_a_call_less_similar_than_the_threshold_goes_to_the_gate() -> None:
+    """A refund for another order and reason (< 0.92 similar) is a new request: asked again."""
+    shop = Shop()
+    gate = ScriptedGate([False, False])
+    other = {"order": "B-2002", "amount": Decimal("40"), "reason": "wrong size"}
+    model = ScriptedModel([call("refund", DAMAGED), call("refund", other), reply("Sorry.")])
+    result = await Runner(shop.agent(), model=model, gate=gate).run(None, "Refunds")
+    assert [request.arguments["order"] for request in gate.requests] == ["A-1001", "B-2002"]
+    assert result.verdicts == ()
+
+
+async def test_a_call_similar_to_one_that_succeeded_is_not_semantic() -> None:
+    """The semantic tier looks only at failed or refused calls: a near-repeat of a success runs."""
+    shop = Shop(answers=lambda query: f"pages about {query}")
+    model = ScriptedModel(
+        [
+            call("search", {"query": "refund policy for damaged items"}),
+            call("search", {"query": "refund policy for damaged item"}),
+            reply("Full refund."),
+        ]
+    )
+    result = await Runner(shop.agent(), model=model, gate=AutoDenyGate()).run(None, "Policy?")
+    assert len(shop.ran("search")) == 2
+    assert result.verdicts == ()
+
+
+@pytest.mark.parametrize(("threshold", "suppressed"), [(0.92, False), (0.9, True)])
+async def test_the_semantic_threshold_is_configuration(threshold: float, suppressed: bool) -> None:
+    """A reworded refund about 0.91 similar passes the default 0.92 and is stopped at 0.9."""
+    reworded = {**DAMAGED, "reason": "the item arrived damaged"}
+    text = 'refund({"amount":25,"order":"A-1001","reason":"the item arrived damaged"})'
+    assert 0.9 <= trigram_similarity(text, DAMAGED_TEXT) < 0.92
+    gate = ScriptedGate([False, False])
+    model = ScriptedModel([call("refund", DAMAGED), call("refund", reworded), reply("Sorry.")])
+    agent = Shop().agent(governor=LoopGovernor(semantic_threshold=threshold))
+    result = await Runner(agent, model=model, gate=gate).run(None, "Refund")
+    assert len(gate.requests) == (1 if suppressed else 2)
+    assert verdicts(result) == ([("before_action", "suppress", "semantic")] if suppressed else [])
+
+
+def same_order(first: str, second: str) -> float:
+    """A pluggable similarity: two texts naming the same order number are the same request."""
+    orders = [re.search(r"[A-Z]-\d{4}", text) for text in (first, second)]
+    if orders[0] is None or orders[1] is None:
+        return 0.0
+    return 1.0 if orders[0].group() == orders[1].group() else 0.0
+
+
+async def test_a_custom_similarity_is_plugged_in() -> None:
+    """With a similarity that compares order numbers, any refund of a refused order is stopped."""
+    shop = Shop()
+    gate = ScriptedGate([False, False])
+    smaller = {"order": "A-1001", "amount": Decimal("10"), "reason": "goodwill"}
+    other = {"order": "B-2002", "amount": Decimal("10"), "reason": "goodwill"}
+    model = ScriptedModel(
+        [call("refund", DAMAGED), call("refund", smaller), call("refund", other), reply("Done.")]
+    )
+    agent = shop.agent(governor=LoopGovernor(similarity=same_order))
+    result = await Runner(agent, model=model, gate=gate).run(None, "Refunds")
+    assert [request.arguments["order"] for request in gate.requests] == ["A-1001", "B-2002"]
+    assert told(model, 3) == (
+        f"This call is 100% the same as {DAMAGED_TEXT}, which was refused: denied by the "
+        "script. Do not retry it in another form; tell the customer instead."
+    )
+    assert verdicts(result) == [("before_action", "suppress", "semantic")]
+
+
+def test_a_call_similar_to_a_failed_one_is_suppressed() -> None:
+    """A failed call counts like a refused one (unit: a live run ends when a tool fails)."""
+    governor = LoopGovernor()
+    loop = settled(
+        governor,
+        '{"query":"refund policy for damaged items"}',
+        tool_name="search",
+        outcome="failed",
+    )
+    decision = ask(governor, loop, '{"query":"refund policy for damaged item"}', tool_name="search")
+    assert (decision.verdict, decision.check) == (Verdict.SUPPRESS, "semantic")
+    assert "which failed: the result." in decision.message
+
+
+# --- cycle --------------------------------------------------------------------------------
+
+
+async def test_a_repeating_block_that_adds_nothing_is_suppressed_as_a_cycle() -> None:
+    """search -> lookup_order -> search -> lookup_order, new arguments, nothing new: suppressed."""
+    shop = Shop()
+    model = ScriptedModel(
+        [
+            call("search", {"query": "order X-1 status"}),
+            call("lookup_order", {"order": "X-1"}),
+            call("search", {"query": "status of order X-1"}),
+            call("lookup_order", {"order": "X-01"}),
+            reply("I could not find that order."),
+        ]
+    )
+    result = await Runner(shop.agent(), model=model, gate=AutoDenyGate()).run(None, "X-1?")
+    assert isinstance(result.final, Done)
+    assert [name for name, _ in shop.calls] == ["search", "lookup_order", "search"]
+    assert told(model, 5) == (
+        "You are repeating the same steps (search -> lookup_order -> search -> lookup_order) "
+        "and the last round found nothing new. Stop repeating them: answer from what you "
+        "have, or try something different."
+    )
+    assert verdicts(result) == [("before_action", "suppress", "cycle")]
+    assert result.verdicts[0].reason == (
+        "cycle: search -> lookup_order repeated twice, last round gained nothing"
+    )
+
+
+async def test_a_repeating_block_of_three_is_a_cycle_too() -> None:
+    """search -> lookup_order -> weather, twice, the second round adding nothing: suppressed."""
+    shop = Shop()
+    model = ScriptedModel(
+        [
+            call("search", {"query": "where is X-1"}),
+            call("lookup_order", {"order": "X-1"}),
+            call("weather", {"city": "Atlantis"}),
+            call("search", {"query": "X-1 location"}),
+            call("lookup_order", {"order": "X-01"}),
+            call("weather", {"city": "Atlantis City"}),
+            reply("I could not find it."),
+        ]
+    )
+    result = await Runner(shop.agent(), model=model, gate=AutoDenyGate()).run(None, "X-1?")
+    assert len(shop.calls) == 5
+    steps = "search -> lookup_order -> weather"
+    assert told(model, 7).startswith(f"You are repeating the same steps ({steps} -> {steps})")
+    assert verdicts(result) == [("before_action", "suppress", "cycle")]
+
+
+async def test_a_repeating_block_that_brings_new_results_is_not_a_cycle() -> None:
+    """The same tools in the same order, but each round learns something: nothing suppressed."""
+    pages = {
+        "refund policy": "Refunds are possible within 30 days of delivery.",
+        "damaged items": "Damaged goods: we pay back the full price and the shipping.",
+    }
+    shop = Shop(answers=lambda query: pages[query])
+    model = ScriptedModel(
+        [
+            call("search", {"query": "refund policy"}),
+            call("lookup_order", {"order": "X-1"}),
+            call("search", {"query": "damaged items"}),
+            call("lookup_order", {"order": "X-2"}),
+            reply("Here is what I found."),
+        ]
+    )
+    result = await Runner(shop.agent(), model=model, gate=AutoDenyGate()).run(None, "X?")
+    assert [name for name, _ in shop.calls] == ["search", "lookup_order"] * 2
+    assert result.verdicts == ()
+
+
+# --- writes -------------------------------------------------------------------------------
+
+
+async def test_a_second_identical_refund_after_a_paid_one_is_suppressed() -> None:
+    """Approved and paid once; the same refund again never reaches the gate or the money."""
+    shop = Shop()
+    gate = AutoApproveGate()
+    model = ScriptedModel([call("refund", DAMAGED), call("refund", DAMAGED), reply("Refunded.")])
+    result = await Runner(shop.agent(), model=model, gate=gate).run(None, "Refund A-1001")
+    assert shop.ran("refund") == [RefundArgs(**DAMAGED)]
+    assert len(gate.requests) == 1
+    assert result.final.spent.cost == Decimal("25.00")
+    assert told(model, 3) == (
+        'You already called refund with these arguments and it returned: "refunded 25.00 '
+        'on A-1001". Use that result rather than calling it again. refund changes things, so '
+        "it will not be done twice."
+    )
+    assert verdicts(result) == [("before_action", "suppress", "exact")]
+
+
+async def test_a_refused_refund_asked_for_again_is_suppressed() -> None:
+    """Denied once; the same refund again is suppressed and the model is told it was refused."""
+    shop = Shop()
+    gate = ScriptedGate([False])
+    model = ScriptedModel([call("refund", DAMAGED), call("refund", DAMAGED), reply("Sorry.")])
+    result = await Runner(shop.agent(), model=model, gate=gate).run(None, "Refund A-1001")
+    assert shop.ran("refund") == []
+    assert len(gate.requests) == 1
+    assert told(model, 3) == (
+        f"You already asked for {DAMAGED_TEXT} and it was refused: denied by the script. Do "
+        "not ask for it again; tell the customer instead."
+    )
+    assert verdicts(result) == [("before_action", "suppress", "exact")]
+
+
+# --- finalize -----------------------------------------------------------------------------
+
+
+async def test_a_plateau_finalizes_before_the_step_cap() -> None:
+    """Three results in a row that add nothing: the model is asked, without tools, to answer."""
+    shop = Shop()  # every search finds "nothing found"
+    queries = ["oslo store hours", "store hours oslo", "opening times", "when do you open"]
+    model = ScriptedModel(
+        [call("search", {"query": query}) for query in queries] + [reply("I could not find it.")]
+    )
+    result = await Runner(shop.agent(max_steps=20), model=model, gate=AutoDenyGate()).run(
+        None, "Hours?"
+    )
+    assert isinstance(result.final, Done)
+    assert len(model.requests) == 5
+    assert [len(request.tools) > 0 for request in model.requests] == [True] * 4 + [False]
+    reason = "plateau: 3 results in a row added less than 0.05"
+    assert told(model, 5) == FINALIZE_NOTE.format(reason)
+    assert [a.gain for a in result.final.loop.actions] == [1.0, 0.0, 0.0, 0.0]
+    assert verdicts(result) == [
+        ("after_action", "finalize", "plateau"),
+        ("begin_step", "finalize", "plateau"),
+    ]
+    assert [v.reason for v in result.verdicts] == [reason, reason]
+    assert result.trace().endswith(
+        "Observing -[finalize: plateau]-> Planning -[finalize: plateau]-> Responding -> Done"
+    )
+
+
+def test_a_result_with_news_resets_the_plateau_streak() -> None:
+    """first, low, low, new, low, low: the news restarts the streak, so six results, no plateau."""
+    governor = LoopGovernor()
+    loop = LoopState()
+    for n, result in enumerate(["same", "same", "same", "something new here", "same", "same"]):
+        action = governor.action(unit_call("search", f'{{"query":"q{n}"}}'), "{}", f"call-{n}")
+        loop = governor.after_action(
+            loop.record(action), call_id=f"call-{n}", effect="read", result=result, ctx=None, step=n
+        )
+    assert loop.low_gain_streak == 2
+    assert loop.finalize == ""
+
+
+def test_gain_is_one_minus_the_highest_similarity_to_the_evidence() -> None:
+    """gain = 1 - max similarity of a new result to what the run has seen (1.0 with nothing)."""
+
+    def shared_words(first: str, second: str) -> float:
+        a, b = set(first.split()), set(second.split())
+        return len(a & b) / len(a | b)
+
+    governor = LoopGovernor(similarity=shared_words)
+    assert governor.gain(LoopState(), "anything") == 1.0
+    loop = LoopState(evidence=("red green", "blue yellow"))
+    assert governor.gain(loop, "red green blue") == pytest.approx(1 - 2 / 3)
+    assert LoopGovernor().gain(loop, "Red   GREEN") == 0.0  # the default ignores case, spacing
+
+
+async def test_the_agents_completion_signal_finalizes() -> None:
+    """LoopGovernor(completion=...): once the order is found, the model must answer."""
+
+    def order_found(loop: LoopState, ctx: str) -> str | None:
+        return f"{ctx} found" if any(ctx in seen for seen in loop.evidence) else None
+
+    shop = Shop()
+    model = ScriptedModel(
+        [
+            call("lookup_order", {"order": "X-9"}),
+            call("lookup_order", {"order": "A-1001"}),
+            reply("Your order was delivered."),
+        ]
+    )
+    agent = shop.agent(governor=LoopGovernor(completion=order_found))
+    result = await Runner(agent, model=model, gate=AutoDenyGate()).run("A-1001", "Where is it?")
+    assert isinstance(result.final, Done)
+    assert model.requests[2].tools == ()
+    assert told(model, 3) == FINALIZE_NOTE.format("complete: A-1001 found")
+    assert verdicts(result) == [
+        ("after_action", "finalize", "complete"),
+        ("begin_step", "finalize", "complete"),
+    ]
+
+
+async def test_the_tool_iteration_cap_comes_from_the_agent() -> None:
+    """Agent(max_tool_iterations=5): five tool steps, then the model answers without tools."""
+    shop = Shop()
+    cities = ["Oslo", "Bergen", "Lima", "Tokyo", "Nairobi", "Quito"]
+    model = ScriptedModel([call("weather", {"city": city}) for city in cities[:5]] + [reply("…")])
+    result = await Runner(shop.agent(max_tool_iterations=5), model=model, gate=AutoDenyGate()).run(
+        None, "Weather everywhere?"
+    )
+    assert isinstance(result.final, Done)
+    assert len(shop.ran("weather")) == 5
+    assert [len(request.tools) > 0 for request in model.requests] == [True] * 5 + [False]
+    assert told(model, 6) == FINALIZE_NOTE.format("tool-iteration cap: 5 of 5 used")
+    assert verdicts(result) == [("begin_step", "finalize", "tool_iterations")]
+
+
+async def test_the_step_cap_comes_from_the_agent() -> None:
+    """Agent(max_steps=3): the third model call is the last, and it is made without tools."""
+    model = ScriptedModel(
+        [call("weather", {"city": "Oslo"}), call("weather", {"city": "Bergen"}), reply("Mixed.")]
+    )
+    result = await Runner(Shop().agent(max_steps=3), model=model, gate=AutoDenyGate()).run(
+        None, "Weather?"
+    )
+    assert isinstance(result.final, Done)
+    assert model.requests[2].tools == ()
+    assert told(model, 3) == FINALIZE_NOTE.format("step cap: this is model call 3 of 3, the last")
+    assert verdicts(result) == [("begin_step", "finalize", "step_cap")]
+
+
+def test_a_step_past_the_cap_aborts() -> None:
+    """begin_step with the cap already used answers abort (a restored run cannot go on)."""
+    decision = LoopGovernor().begin_step(
+        LoopState(),
+        ctx=None,
+        spent=Spend(model_calls=3),
+        budget=Budget(),
+        elapsed=0.0,
+        max_steps=3,
+        max_tool_iterations=None,
+    )
+    assert decision == Decision(
+        Verdict.ABORT, "step cap: 3 model calls made, 3 allowed", check="step_cap"
+    )
+
+
+# --- abort --------------------------------------------------------------------------------
+
+
+async def test_a_spent_token_budget_aborts_before_the_next_model_call() -> None:
+    """Budget(tokens=10) used up: Failed with the budget's reason, the verdict recorded."""
+    model = ScriptedModel([call("weather", {"city": "Oslo"}, tokens=10), reply("unused")])
+    agent = Shop().agent(budget=Budget(tokens=10))
+    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Oslo?")
+    assert isinstance(result.final, Failed)
+    assert result.status == "failed"
+    reason = "token budget: 10 of 10 tokens used, no room for the next model call"
+    assert result.final.reason == reason
+    assert len(model.requests) == 1
+    assert verdicts(result) == [("begin_step", "abort", "budget")]
+    assert result.trace().endswith("Observing -> Planning -[abort: budget]-> Failed")
+
+
+async def test_a_call_over_the_cost_budget_aborts_before_it_runs() -> None:
+    """Budget(cost=20.00) and a 25.00 refund: Failed before the gate is even asked."""
+    shop = Shop()
+    gate = AutoApproveGate()
+    model = ScriptedModel([call("refund", DAMAGED)])
+    agent = shop.agent(budget=Budget(cost=Decimal("20.00")))
+    result = await Runner(agent, model=model, gate=gate).run(None, "Refund")
+    assert isinstance(result.final, Failed)
+    assert result.final.reason == (
+        "cost budget: calling refund would bring the run's cost to $25.00 of $20.00 allowed "
+        "($0 spent so far)"
+    )
+    assert (shop.ran("refund"), gate.requests) == ([], [])
+    assert verdicts(result) == [("before_action", "abort", "budget")]
+    assert result.trace() == "Idle -> Planning -[abort: budget]-> Failed"
+
+
+# --- pause --------------------------------------------------------------------------------
+
+SUPERVISOR = "a supervisor must look at order A-1001 first"
+
+
+def supervisor(loop: LoopState, ctx: object) -> Decision:
+    """A custom check: after the first lookup, wait for a person (once)."""
+    resumed = any(flag.startswith("resumed:") for flag in loop.flags)
+    if loop.tool_iterations >= 1 and not resumed:
+        return Decision(Verdict.PAUSE, SUPERVISOR, check="supervisor")
+    return Decision(Verdict.CONTINUE)
+
+
+async def test_a_custom_check_pauses_and_a_person_resumes_the_run() -> None:
+    """pause stops the run; driving it unresumed is refused; resume(note) drives it to Done."""
+    model = ScriptedModel([call("lookup_order", {"order": "A-1001"}), reply("Delivered.")])
+    agent = Shop().agent(governor=LoopGovernor(checks=(supervisor,)))
+    runner = Runner(agent, model=model, gate=AutoDenyGate())
+    result = await runner.run(None, "Where is A-1001?")
+    assert result.status == "paused"
+    assert result.ok is False
+    paused = result.final
+    assert isinstance(paused, Planning)
+    assert paused.loop.paused == SUPERVISOR
+    assert len(model.requests) == 1
+    assert verdicts(result) == [("begin_step", "pause", "supervisor")]
+    assert result.trace().endswith("Observing -> Planning -[pause: supervisor]-> Planning")
+    message = (
+        f"this run is paused for a person ({SUPERVISOR}); call resume(note) on the paused "
+        "phase and drive the phase it returns"
+    )
+    with pytest.raises(RunPausedError, match=exactly(message)):
+        await runner.drive(paused)
+    resumed = await runner.drive(paused.resume("ok by ana"))
+    assert resumed.status == "done"
+    assert isinstance(resumed.final, Done)
+    assert resumed.final.answer == "Delivered."
+    assert resumed.final.loop.flags == ("resumed: ok by ana",)
+    assert resumed.final.loop.paused == ""
+    assert verdicts(resumed) == [("begin_step", "pause", "supervisor")]
+
+
+async def test_a_custom_check_can_abort_the_run() -> None:
+    """A check answering abort ends the run in Failed with its reason, the verdict recorded."""
+
+    def fraud_hold(loop: LoopState, ctx: object) -> Decision:
+        if loop.tool_iterations >= 1:
+            return Decision(Verdict.ABORT, "order A-1001 is on a fraud hold", check="fraud")
+        return Decision(Verdict.CONTINUE)
+
+    model = ScriptedModel([call("lookup_order", {"order": "A-1001"}), reply("unused")])
+    agent = Shop().agent(governor=LoopGovernor(checks=(fraud_hold,)))
+    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Refund")
+    assert isinstance(result.final, Failed)
+    assert result.final.reason == "order A-1001 is on a fraud hold"
+    assert verdicts(result) == [("begin_step", "abort", "fraud")]
+
+
+async def test_a_check_that_answers_suppress_is_a_setup_error() -> None:
+    """Suppress needs an action: from a step check it is refused, never a way round the caps."""
+
+    def confused(loop: LoopState, ctx: object) -> Decision:
+        return Decision(Verdict.SUPPRESS, "no", check="confused")
+
+    model = ScriptedModel([reply("unused")])
+    agent = Shop().agent(governor=LoopGovernor(checks=(confused,)))
+    message = (
+        "check 'confused' answered suppress at the start of a step, where there is no action "
+        "to skip; a check answers continue, pause, finalize or abort"
+    )
+    with pytest.raises(SetupError, match=exactly(message)):
+        await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Hi")
+    assert model.requests == []
+
+
+# --- the seed example ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("again", "tier"),
+    [
+        ('{"order":"A-1001","amount":25.00,"reason":"arrived damaged"}', "exact"),
+        ('{"amount":25,"order":"A-1001","reason":"arrived damaged"}', "canonical"),
+    ],
+)
+async def test_four_of_five_iterations_used_one_a_refused_refund(again: str, tier: str) -> None:
+    """The seed: one iteration left, the refused refund asked again is suppressed, then answer."""
+    shop = Shop(answers=lambda query: "Refunds over 20.00 need a manager's approval.")
+    gate = ScriptedGate([False])
+    model = ScriptedModel(
+        [
+            call("lookup_order", {"order": "A-1001"}),
+            call("refund", '{"order":"A-1001","amount":25.00,"reason":"arrived damaged"}'),
+            call("search", {"query": "refund policy"}),
+            call("weather", {"city": "Oslo"}),
+            call("refund", again),
+            reply("I cannot refund A-1001; a manager must approve it."),
+            reply("unused: the run must end at the answer above"),
+        ]
+    )
+    agent = shop.agent(max_tool_iterations=5)
+    result = await Runner(agent, model=model, gate=gate).run(None, "Refund A-1001")
+    plannings = [state for state in result.states if isinstance(state, Planning)]
+    assert [planning.loop.tool_iterations for planning in plannings] == [0, 1, 2, 3, 4, 5]
+    assert isinstance(result.final, Done)
+    assert result.final.answer == "I cannot refund A-1001; a manager must approve it."
+    assert shop.ran("refund") == []
+    assert len(gate.requests) == 1
+    assert len(model.requests) == 6
+    assert [len(request.tools) > 0 for request in model.requests] == [True] * 5 + [False]
+    assert told(model, 6) == FINALIZE_NOTE.format("tool-iteration cap: 5 of 5 used")
+    assert model.requests[5].messages[-2].content == (
+        f"You already asked for {DAMAGED_TEXT} and it was refused: denied by the script. Do "
+        "not ask for it again; tell the customer instead."
+    )
+    assert verdicts(result) == [
+        ("before_action", "suppress", tier),
+        ("begin_step", "finalize", "tool_iterations"),
+    ]
+    assert result.verdicts[0].reason == f"{tier} duplicate of call-4 ({DAMAGED_TEXT}, refused)"
+    assert result.trace() == (
+        "Idle -> Planning -> ToolCalling -> Observing -> Planning -> AwaitApproval -> "
+        "Planning -> ToolCalling -> Observing -> Planning -> ToolCalling -> Observing -> "
+        f"Planning -[suppress: {tier}]-> Planning -[finalize: tool_iterations]-> "
+        "Responding -> Done"
+    )
+    assert [a.outcome for a in result.final.loop.actions] == [
+        "ok",
+        "refused",
+        "ok",
+        "ok",
+        "suppressed",
+    ]
+
+
+# --- the loop state: in the run, checkpointable, never global -----------------------------
+
+
+async def test_the_loop_state_travels_in_every_phase_and_round_trips_through_pydantic() -> None:
+    """Each phase holds its LoopState; model_dump -> model_validate (and JSON) gives it back."""
+    model = ScriptedModel(
+        [call("weather", {"city": "Oslo"}), call("weather", {"city": "Oslo"}), reply("Sunny.")]
+    )
+    result = await Runner(Shop().agent(), model=model, gate=AutoDenyGate()).run(None, "Oslo?")
+    assert [len(state.loop.actions) for state in result.states] == [0, 0, 1, 1, 1, 2, 2, 2]
+    for state in result.states:
+        assert LoopState.model_validate(state.loop.model_dump()) == state.loop
+        assert LoopState.model_validate_json(state.loop.model_dump_json()) == state.loop
+
+
+async def test_a_restored_loop_state_still_detects_duplicates() -> None:
+    """A Planning rebuilt around a round-tripped LoopState suppresses a repeat of an old call."""
+    shop = Shop()
+    first = ScriptedModel([call("weather", {"city": "Oslo"}), reply("Sunny.")])
+    done = await Runner(shop.agent(), model=first, gate=AutoDenyGate()).run(None, "Oslo?")
+    planning = done.states[4]
+    assert isinstance(planning, Planning)
+    restored = LoopState.model_validate_json(planning.loop.model_dump_json())
+    resumed_from = attrs.evolve(planning, loop=restored)
+    second = ScriptedModel([call("weather", {"city": "Oslo"}), reply("Still sunny.")])
+    result = await Runner(shop.agent(), model=second, gate=AutoDenyGate()).drive(resumed_from)
+    assert shop.ran("weather") == [CityArgs(city="Oslo")]
+    assert verdicts(result) == [("before_action", "suppress", "exact")]
+
+
+def test_a_restored_loop_state_remembers_old_calls_after_recording_a_new_one() -> None:
+    """Its index is rebuilt even when the first thing done with it is to record a new call."""
+    governor = LoopGovernor()
+    loop = settled(governor, '{"city":"Oslo"}')
+    restored = LoopState.model_validate(loop.model_dump())
+    bergen = governor.action(unit_call("weather", '{"city":"Bergen"}'), '{"city":"Bergen"}', "c2")
+    grown = restored.record(bergen).settle("c2", "ok", "rain")
+    assert (ask(governor, grown, '{"city":"Oslo"}').check) == "exact"
+    assert (ask(governor, grown, '{"city":"Bergen"}').check) == "exact"
+
+
+def test_two_states_grown_from_one_do_not_see_each_others_calls() -> None:
+    """Branches from the same LoopState (the default one included) keep their own memory."""
+    governor = LoopGovernor()
+    root = LoopState()
+    oslo = settled(governor, '{"city":"Oslo"}')
+    bergen_action = governor.action(
+        unit_call("weather", '{"city":"Bergen"}'), '{"city":"Bergen"}', "b1"
+    )
+    bergen = root.record(bergen_action).settle("b1", "ok", "rain")
+    assert ask(governor, bergen, '{"city":"Oslo"}').verdict is Verdict.CONTINUE
+    assert ask(governor, oslo, '{"city":"Bergen"}').verdict is Verdict.CONTINUE
+    assert root == LoopState()
+
+
+async def test_a_second_run_does_not_inherit_the_first_runs_memory() -> None:
+    """Sequential runs of one agent: the second's Oslo is not taken for the first's."""
+    shop = Shop()
+    agent = shop.agent()
+    await Runner(
+        agent,
+        model=ScriptedModel([call("weather", {"city": "Oslo"}), reply("ok")]),
+        gate=AutoDenyGate(),
+    ).run(None, "Oslo?")
+    model = ScriptedModel(
+        [call("weather", {"city": "Bergen"}), call("weather", {"city": "Oslo"}), reply("ok")]
+    )
+    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Both?")
+    assert [args.city for args in shop.ran("weather")] == ["Oslo", "Bergen", "Oslo"]
+    assert result.verdicts == ()
+
+
+async def test_two_runs_in_parallel_do_not_see_each_others_actions() -> None:
+    """Two runners in one task group, interleaved at every tool call: no cross-run duplicates."""
+    shop = Shop()
+    agent = shop.agent()
+    results: dict[str, Any] = {}
+
+    async def run(name: str, cities: list[str]) -> None:
+        model = ScriptedModel([call("weather", {"city": city}) for city in cities] + [reply("ok")])
+        results[name] = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, name)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run, "first", ["Oslo", "Bergen", "Lima"])
+        group.start_soon(run, "second", ["Bergen", "Lima", "Oslo"])
+    # The runs took turns at every tool call: each asked for a city the other had just seen.
+    assert [args.city for args in shop.ran("weather")] == [
+        "Oslo",
+        "Bergen",
+        "Bergen",
+        "Lima",
+        "Lima",
+        "Oslo",
+    ]
+    for name in ("first", "second"):
+        assert results[name].verdicts == ()
+        assert len(results[name].final.loop.actions) == 3
+
+
+# --- the baseline flag --------------------------------------------------------------------
+
+
+async def test_a_run_far_longer_than_usual_is_flagged_not_stopped() -> None:
+    """baseline_steps=2, factor 3: past step 6 the run is flagged once, and still answers."""
+    cities = ["Oslo", "Bergen", "Lima"]
+    model = ScriptedModel([call("weather", {"city": city}) for city in cities] + [reply("ok")])
+    governor = LoopGovernor(baseline_steps=2, baseline_factor=3.0)
+    result = await Runner(Shop().agent(governor=governor), model=model, gate=AutoDenyGate()).run(
+        None, "Weather?"
+    )
+    assert isinstance(result.final, Done)
+    assert result.final.loop.flags == ("long_run: 7 steps, about 3x the usual 2",)
+    assert result.verdicts == ()
+
+
+async def test_a_usual_run_is_not_flagged() -> None:
+    """A run within the baseline carries no flag."""
+    model = ScriptedModel([call("weather", {"city": "Oslo"}), reply("ok")])
+    governor = LoopGovernor(baseline_steps=2, baseline_factor=3.0)
+    result = await Runner(Shop().agent(governor=governor), model=model, gate=AutoDenyGate()).run(
+        None, "Weather?"
+    )
+    assert result.final.loop.flags == ()
+
+
+# --- configuration errors -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"semantic_threshold": 1.5}, "semantic_threshold must be between 0 and 1, got 1.5"),
+        ({"semantic_threshold": -0.01}, "semantic_threshold must be between 0 and 1, got -0.01"),
+        ({"semantic_threshold": math.nan}, "semantic_threshold must be between 0 and 1, got nan"),
+        ({"cycle_gain": 2.0}, "cycle_gain must be between 0 and 1, got 2.0"),
+        ({"plateau_gain": -0.5}, "plateau_gain must be between 0 and 1, got -0.5"),
+        ({"cycle_window": 3}, "cycle_window must be at least 4, got 3"),
+        ({"plateau_steps": 0}, "plateau_steps must be at least 1, got 0"),
+        (
+            {"baseline_steps": 0},
+            "baseline_steps must be more than 0 (or None for no baseline), got 0",
+        ),
+        ({"baseline_factor": 0.5}, "baseline_factor must be 1 or more, got 0.5"),
+    ],
+)
+def test_thresholds_outside_their_range_are_setup_errors(
+    options: dict[str, Any], message: str
+) -> None:
+    """A fraction outside [0, 1] or a window too small fails when the governor is made."""
+    with pytest.raises(SetupError, match=exactly(message)):
+        LoopGovernor(**options)
+
+
+def test_a_setup_error_is_a_type_error() -> None:
+    """Callers' existing except TypeError clauses catch a bad governor configuration."""
+    with pytest.raises(TypeError):
+        LoopGovernor(plateau_gain=1.01)
+
+
+async def test_writes_to_different_targets_are_never_a_cycle() -> None:
+    """stock A -> refund A -> stock B -> refund B is work, not a loop: both refunds are asked.
+
+    The two stock results are nearly the same text, so without the rule that keeps
+    writes out of the cycle tier, the second refund would be suppressed as a cycle.
+    """
+    shop = Shop()
+    model = ScriptedModel(
+        [
+            call("stock", {"sku": "MUG-1", "quantity": 1}),
+            call("refund", {"order": "A-1001", "amount": "5.00"}),
+            call("stock", {"sku": "MUG-2", "quantity": 1}),
+            call("refund", {"order": "A-1002", "amount": "5.00"}),
+            reply("Both refunded."),
+        ]
+    )
+    gate = AutoApproveGate()
+    result = await Runner(shop.agent(), model=model, gate=gate).run(None, "Refund both")
+    assert isinstance(result.final, Done)
+    assert [args.order for args in shop.ran("refund")] == ["A-1001", "A-1002"]
+    assert len(gate.requests) == 2
+    assert all(v.check != "cycle" for v in result.verdicts)
