@@ -353,7 +353,10 @@ class Planning(Active[C]):
                 return self._ruled("begin_step", decision).pause(decision.reason)
             case Verdict.FINALIZE:
                 self._leave("advance")
-                return await self._ruled("begin_step", decision)._finalize(rt, decision.reason)
+                # A finalize reached after the last action is in the history already.
+                carried = decision.reason == self.loop.finalize
+                ruled = attrs.evolve(self) if carried else self._ruled("begin_step", decision)
+                return await ruled._finalize(rt, decision.reason)
             case Verdict.CONTINUE | Verdict.SUPPRESS:
                 pass
             case _:

@@ -644,13 +644,11 @@ async def test_a_plateau_finalizes_before_the_step_cap() -> None:
     reason = "plateau: 3 results in a row added less than 0.05"
     assert told(model, 5) == FINALIZE_NOTE.format(reason)
     assert [a.gain for a in result.final.loop.actions] == [1.0, 0.0, 0.0, 0.0]
-    assert verdicts(result) == [
-        ("after_action", "finalize", "plateau"),
-        ("begin_step", "finalize", "plateau"),
-    ]
-    assert [v.reason for v in result.verdicts] == [reason, reason]
+    # Decided once, after the action; the next step acts on it without a second entry.
+    assert verdicts(result) == [("after_action", "finalize", "plateau")]
+    assert [v.reason for v in result.verdicts] == [reason]
     assert result.trace().endswith(
-        "Observing -[finalize: plateau]-> Planning -[finalize: plateau]-> Responding -> Done"
+        "Observing -[finalize: plateau]-> Planning -> Responding -> Done"
     )
 
 
@@ -700,10 +698,7 @@ async def test_the_agents_completion_signal_finalizes() -> None:
     assert isinstance(result.final, Done)
     assert model.requests[2].tools == ()
     assert told(model, 3) == FINALIZE_NOTE.format("complete: A-1001 found")
-    assert verdicts(result) == [
-        ("after_action", "finalize", "complete"),
-        ("begin_step", "finalize", "complete"),
-    ]
+    assert verdicts(result) == [("after_action", "finalize", "complete")]
 
 
 async def test_the_tool_iteration_cap_comes_from_the_agent() -> None:

@@ -1,0 +1,64 @@
+"""Demo: ``python -m agents.research`` runs every scenario offline and prints what happened."""
+
+from __future__ import annotations
+
+import anyio
+
+from statemachine import Done, Failed
+
+from ._agent import missing_points
+from ._corpus import CORPUS
+from ._scenarios import (
+    Outcome,
+    cyclic_plan,
+    plateau,
+    repeated_queries,
+    rubric_coverage,
+    tight_search_budget,
+)
+
+
+def _show(number: int, outcome: Outcome) -> None:
+    result = outcome.result
+    final = result.final
+    print(f"\n{number}. {outcome.title}")
+    print(f"   contract:  sha256 {outcome.contract.contract_hash[:16]}")
+    print(f"   states:    {result.trace()}")
+    for verdict in result.verdicts:
+        said = f"{verdict.hook}: {verdict.verdict} ({verdict.check})"
+        print(f"   verdict:   {said}, {verdict.reason}")
+    roles = " -> ".join(f"{c.role}{'' if c.ok else ' (refused)'}" for c in outcome.door.calls)
+    print(f"   roles:     {roles}")
+    print(f"   searched:  {'; '.join(outcome.backend.queries) or 'nothing'}")
+    print(
+        f"   spent:     {final.spent.model_calls} model calls, {final.spent.tokens} tokens, "
+        f"{final.spent.tool_calls} tool calls"
+    )
+    missing = missing_points(final.loop, outcome.contract.contract.rubric)
+    if missing:
+        print(f"   uncovered: {'; '.join(missing)}")
+    match final:
+        case Done():
+            answer = outcome.answer
+            print(f"   answer:    {answer.answer if answer else final.answer}")
+            for source in answer.sources if answer else ():
+                document = CORPUS.fetch(source)
+                print(f"   source:    [{source}] {document.title if document else '?'}")
+        case Failed(reason=reason):
+            print(f"   failed:    {reason}")
+        case _:
+            print(f"   paused:    {final.loop.paused}")
+
+
+async def main() -> None:
+    """Run the scenarios one after the other."""
+    print("statemachine research agent: a hashed contract, parallel searches, a cited answer")
+    _show(1, await rubric_coverage())
+    _show(2, await repeated_queries())
+    _show(3, await plateau())
+    _show(4, await tight_search_budget())
+    _show(5, await cyclic_plan())
+
+
+if __name__ == "__main__":
+    anyio.run(main)
