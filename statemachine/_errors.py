@@ -5,7 +5,8 @@ clauses keep working::
 
     StatemachineError (Exception)
     ├── SetupError (TypeError)             an agent, tool or phase is defined wrongly
-    │   └── UnknownToolError (LookupError) a tool name no registry knows
+    │   ├── UnknownToolError (LookupError) a tool name no registry knows
+    │   └── ConfigError (ValueError)       configuration with an unknown key or a bad value
     ├── BadArgumentsError (ValueError)     tool arguments fail the tool's schema
     ├── ApprovalMismatchError (ValueError) an approval presented for another call
     ├── UnapprovedWriteError (RuntimeError) a write call reached execution without approval
@@ -15,7 +16,9 @@ clauses keep working::
     ├── BudgetExceededError (RuntimeError) a reservation does not fit in what the budget has left
     ├── EstimateExceededError (ValueError) a reservation committed more than its estimate
     ├── ReservationSettledError (RuntimeError) a reservation committed or released twice
-    └── ScriptExhaustedError (RuntimeError) a scripted model or gate ran out of turns
+    ├── ScriptExhaustedError (RuntimeError) a scripted model or gate ran out of turns
+    ├── OutputRejectedError (ValueError)   guard mode 'reject' met an invalid model reply
+    └── OutputTamperedError (RuntimeError) a validated reply changed before it was shipped
 
 Messages say what happened and what to do next. Errors carry the context that
 caused them as attributes (``.phase``, ``.transition``, ``.tool``, ...).
@@ -24,12 +27,19 @@ caused them as attributes (``.phase``, ``.transition``, ``.tool``, ...).
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._guard import Diagnostic
 
 __all__ = [
     "ApprovalMismatchError",
     "BadArgumentsError",
     "BudgetExceededError",
+    "ConfigError",
     "EstimateExceededError",
+    "OutputRejectedError",
+    "OutputTamperedError",
     "PhaseReusedError",
     "ReservationSettledError",
     "RunPausedError",
@@ -210,4 +220,58 @@ class RunPausedError(StatemachineError, RuntimeError):
         super().__init__(
             f"this run is paused for a person ({reason}); call resume(note) on the paused "
             "phase and drive the phase it returns"
+        )
+
+
+class ConfigError(SetupError, ValueError):
+    """Configuration that cannot be used: an unknown key (a typo) or a value of the wrong type.
+
+    ``.problems`` lists every problem; ``.path`` is where the first one is, ``.key``
+    the unknown key there (if that is the problem) and ``.suggestion`` the closest
+    valid key.
+    """
+
+    def __init__(
+        self,
+        problems: tuple[str, ...],
+        *,
+        path: str = "$",
+        key: str | None = None,
+        suggestion: str | None = None,
+    ) -> None:
+        self.problems = problems
+        self.path = path
+        self.key = key
+        self.suggestion = suggestion
+        super().__init__(
+            "invalid configuration: " + "; ".join(problems) + ". Fix the configuration "
+            "and start again: nothing was started with it."
+        )
+
+
+class OutputRejectedError(StatemachineError, ValueError):
+    """A model reply failed the output guard in ``reject`` mode: no repair, no retry."""
+
+    def __init__(self, schema: str, diagnostics: tuple[Diagnostic, ...]) -> None:
+        self.schema = schema
+        self.diagnostics = diagnostics
+        listed = "; ".join(f"{item.path}: {item.message}" for item in diagnostics)
+        super().__init__(
+            f"model reply rejected: it is not a valid {schema} ({listed}). Guard mode "
+            "'reject' neither repairs nor retries: fix the prompt or the model, or "
+            "configure mode 'auto_repair' to repair and retry."
+        )
+
+
+class OutputTamperedError(StatemachineError, RuntimeError):
+    """A validated reply whose value or bytes changed after validation; it is not shipped."""
+
+    def __init__(self, part: str, *, recorded: str, actual: str) -> None:
+        self.part = part
+        self.recorded = recorded
+        self.actual = actual
+        super().__init__(
+            f"Parsed.{part} changed after validation (SHA-256 recorded {recorded[:16]}, "
+            f"now {actual[:16]}); it was not shipped. Ship Parsed.verify() as the guard "
+            "returned it and never modify a validated reply."
         )

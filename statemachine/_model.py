@@ -55,13 +55,20 @@ class Usage(BaseModel):
 
 
 class ModelRequest(BaseModel):
-    """What a model is asked: the conversation, the tools, and the time left."""
+    """What a model is asked: the conversation, the tools, and the time left.
+
+    ``output_schema``, when set, is the JSON schema the reply must match, for a
+    backend that enforces it while decoding (a guard in ``constrained`` mode sets it).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     messages: tuple[Message, ...]
     tools: tuple[dict[str, Any], ...] = ()
     timeout: float | None = Field(default=None, description="seconds left for this call")
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="JSON schema a constrained decoder must enforce"
+    )
 
 
 class ModelReply(BaseModel):

@@ -5,7 +5,8 @@ Everything here runs offline and deterministically.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, final
@@ -19,6 +20,7 @@ from ._money import to_money
 __all__ = [
     "AutoApproveGate",
     "AutoDenyGate",
+    "FunctionModel",
     "ScriptedGate",
     "ScriptedModel",
     "reply",
@@ -49,10 +51,15 @@ def tool_call(
 
 @final
 class ScriptedModel:
-    """A model that replays a list of turns, one per call, and records each request."""
+    """A model that replays a list of turns, one per call, and records each request.
 
-    def __init__(self, turns: Iterable[ModelReply]) -> None:
+    ``constrained=True`` makes it claim to enforce ``ModelRequest.output_schema``, as a
+    structured-output backend does, so a guard in ``constrained`` mode accepts it.
+    """
+
+    def __init__(self, turns: Iterable[ModelReply], *, constrained: bool = False) -> None:
         self.turns = list(turns)
+        self.constrained = constrained
         self.requests: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelReply:
@@ -61,6 +68,37 @@ class ScriptedModel:
             raise ScriptExhaustedError("scripted model", len(self.turns))
         self.requests.append(request)
         return self.turns[len(self.requests) - 1]
+
+
+@final
+class FunctionModel:
+    """A model whose replies come from a function of the request, sync or async.
+
+    Each request is recorded; ``constrained`` is the same claim as on ScriptedModel.
+    """
+
+    def __init__(
+        self,
+        reply_to: Callable[[ModelRequest], ModelReply | Awaitable[ModelReply]],
+        *,
+        constrained: bool = False,
+    ) -> None:
+        self.reply_to = reply_to
+        self.constrained = constrained
+        self.requests: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """What ``reply_to`` answers for ``request`` (awaited if it is a coroutine)."""
+        self.requests.append(request)
+        answer = self.reply_to(request)
+        if isinstance(answer, ModelReply):
+            return answer
+        if not inspect.isawaitable(answer):
+            raise TypeError(
+                f"FunctionModel's function returned {answer!r}; return a ModelReply "
+                "(or await to one)"
+            )
+        return await answer
 
 
 @final

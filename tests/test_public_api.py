@@ -25,12 +25,18 @@ PUBLIC = {
     "BudgetExceededError",
     "BudgetMeter",
     "Check",
+    "ConfigError",
+    "CustomerResponse",
     "Decision",
     "Denial",
+    "Diagnostic",
     "Done",
     "EstimateExceededError",
     "Failed",
+    "GuardMode",
+    "GuardOutcome",
     "Idle",
+    "Invalid",
     "InvalidCall",
     "LoopGovernor",
     "LoopState",
@@ -40,17 +46,26 @@ PUBLIC = {
     "ModelRequest",
     "Money",
     "Observing",
+    "OutputGuard",
+    "OutputRejectedError",
+    "OutputTamperedError",
+    "Parsed",
+    "PatchAccepted",
+    "PatchRejected",
     "Phase",
     "PhaseReusedError",
     "Phases",
     "Planning",
     "ReadCall",
     "ReadTool",
+    "Refusal",
+    "Repair",
     "Reservation",
     "ReservationSettledError",
     "Responding",
     "RetryPolicy",
     "Retrying",
+    "Rule",
     "RunPausedError",
     "RunResult",
     "Runner",
@@ -64,13 +79,16 @@ PUBLIC = {
     "ToolError",
     "ToolRegistry",
     "ToolRequest",
+    "Truncated",
     "UnapprovedWriteError",
     "UnknownToolError",
     "Usage",
+    "ValidationResult",
     "Verdict",
     "VerdictRecord",
     "WriteCall",
     "WriteTool",
+    "apply_patch",
     "canonical",
     "canonical_hash",
     "dumps",
@@ -78,10 +96,20 @@ PUBLIC = {
     "read_tool",
     "to_money",
     "trigram_similarity",
+    "validate_config",
+    "validate_with_retries",
     "write_tool",
 }
 
-TESTING = {"AutoApproveGate", "AutoDenyGate", "ScriptedGate", "ScriptedModel", "reply", "tool_call"}
+TESTING = {
+    "AutoApproveGate",
+    "AutoDenyGate",
+    "FunctionModel",
+    "ScriptedGate",
+    "ScriptedModel",
+    "reply",
+    "tool_call",
+}
 
 
 def test_all_is_exactly_the_pinned_public_surface() -> None:
@@ -106,7 +134,7 @@ def test_no_private_name_is_exported() -> None:
 
 
 def test_testing_exports_the_test_doubles() -> None:
-    """statemachine.testing offers exactly the scripted model, the gates and the turn helpers."""
+    """statemachine.testing offers exactly the test models, the gates and the turn helpers."""
     assert set(statemachine.testing.__all__) == TESTING
     assert all(hasattr(statemachine.testing, name) for name in TESTING)
 
@@ -146,7 +174,7 @@ def test_the_docstring_tree_lists_every_error_class() -> None:
     """Every exception class in _errors is drawn in its docstring, and nothing else is."""
     drawn = {name for _, name, _ in documented_tree()}
     assert drawn == error_classes()
-    assert len(drawn) == 13
+    assert len(drawn) == 16
 
 
 def test_every_error_subclasses_the_root_and_its_documented_builtin() -> None:

@@ -1,0 +1,1248 @@
+"""The output guard: every model reply becomes exactly one typed outcome.
+
+:meth:`OutputGuard.check` turns a :class:`ModelReply` into one of four outcomes,
+the union :data:`GuardOutcome`, to be handled with an exhaustive ``match``:
+
+- :class:`Parsed`: a frozen, validated instance of the schema, with the exact JSON
+  bytes it was rebuilt from and their SHA-256 (what is shipped is what was validated);
+- :class:`Refusal`: the model refused (``finish_reason`` ``refusal`` or ``content_filter``);
+- :class:`Truncated`: the reply hit the token limit (``finish_reason`` ``length``);
+- :class:`Invalid`: anything else, with :class:`Diagnostic` s that say where (a JSON
+  path such as ``$.items[2].amount``), what was seen, and which fixes are allowed.
+
+``check`` never raises for anything a model can send. Validation runs in three
+phases: *normalise* (``"$1,200.50"`` -> ``Decimal("1200.50")`` for money fields,
+``"tomorrow"`` -> a date given the run's ``today``), *type-check* (the pydantic
+schema), and *cross-field rules* (functions of the value and the agent's
+dependencies). The :class:`GuardMode` is configuration:
+
+- ``auto_repair`` (default): when the text is not JSON, at most two mechanical fixes
+  (strip one Markdown code fence, cut to the outermost braces, drop trailing commas
+  outside strings) and never anything cleverer; a fix only deletes characters that
+  are not part of a value, so no value is ever changed;
+- ``reject``: no repair; in :func:`validate_with_retries` the first invalid reply
+  raises :class:`OutputRejectedError` at once (no retry, no fallback);
+- ``constrained``: the schema is sent with the request (``ModelRequest.output_schema``)
+  to a backend that enforces it while decoding; a model that does not declare
+  ``constrained = True`` fails at start-up (:meth:`OutputGuard.check_backend`) with
+  :class:`SetupError` instead of silently falling back to validation. The reply is
+  still type-checked and the rules still run; nothing is repaired.
+
+:func:`validate_with_retries` is the validation loop: feedback built from the
+diagnostics, at most three attempts, an early stop when two rounds in a row bring no
+new minimum of errors, detection of retries that change values which had passed,
+and exhaustion as a result with a status (never an exception) that also adds one to
+the OpenTelemetry counter ``statemachine.validation.fallbacks``.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import difflib
+import functools
+import hashlib
+import json
+import re
+import types
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from datetime import date, timedelta
+from decimal import Decimal
+from enum import StrEnum
+from typing import (
+    Annotated,
+    Any,
+    Generic,
+    Literal,
+    TypeAlias,
+    TypeVar,
+    Union,
+    final,
+    get_args,
+    get_origin,
+)
+
+import attrs
+from opentelemetry import metrics
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+
+from . import _json
+from ._errors import ConfigError, OutputRejectedError, OutputTamperedError, SetupError
+from ._model import Message, Model, ModelReply, ModelRequest
+
+__all__ = [
+    "Ask",
+    "CustomerResponse",
+    "Diagnostic",
+    "GuardMode",
+    "GuardOutcome",
+    "Invalid",
+    "OutputGuard",
+    "Parsed",
+    "Refusal",
+    "Repair",
+    "Rule",
+    "Truncated",
+    "ValidationResult",
+    "validate_config",
+    "validate_with_retries",
+]
+
+T = TypeVar("T", bound=BaseModel)
+C = TypeVar("C", bound=BaseModel)
+
+# A place in a JSON document: object keys and list indexes from the root.
+_Path: TypeAlias = tuple[str | int, ...]
+
+FALLBACK_COUNTER = "statemachine.validation.fallbacks"
+_meter = metrics.get_meter("statemachine")
+_FALLBACKS = _meter.create_counter(
+    FALLBACK_COUNTER, unit="1", description="validation loops that ended without a valid reply"
+)
+_EVIDENCE_CHARS = 200
+
+
+# --- diagnostics -----------------------------------------------------------------------
+
+
+class Diagnostic(BaseModel):
+    """One problem with a reply: what failed, where, what was seen, and how to fix it.
+
+    ``code`` is dotted: ``json.*`` (not JSON), ``type.*`` (schema), ``rule.<name>``
+    (a cross-field rule), ``value.changed_after_pass`` (a retry changed a value that
+    had passed). ``path`` is a JSON path from the root ``$`` (``$.items[2].amount``);
+    ``evidence`` is the JSON spelling of the value seen there (``None``: nothing was
+    there); ``allowed_fixes`` are the changes the model may make.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: str
+    severity: Literal["error", "warning"] = "error"
+    message: str
+    path: str = "$"
+    evidence: str | None = None
+    allowed_fixes: tuple[str, ...] = ()
+
+    @classmethod
+    def for_rule(
+        cls,
+        name: str,
+        message: str,
+        *,
+        path: str,
+        seen: Any,
+        fixes: Iterable[str],
+        severity: Literal["error", "warning"] = "error",
+    ) -> Diagnostic:
+        """A rule's diagnostic: code ``rule.<name>``, ``seen`` written as JSON evidence."""
+        return cls(
+            code=f"rule.{name}",
+            severity=severity,
+            message=message,
+            path=path,
+            evidence=_evidence(seen),
+            allowed_fixes=tuple(fixes),
+        )
+
+
+Rule: TypeAlias = Callable[[T, Any], Iterable[Diagnostic]]
+"""A cross-field rule: ``(value, deps) -> diagnostics``; errors make the reply invalid.
+
+A rule runs only on a value that passed the type-check. A rule that raises is a bug
+in the rule, not a problem with the reply: the exception propagates.
+"""
+
+
+def _evidence(value: Any) -> str:
+    """``value`` as JSON text, short, and safe to send (lone surrogates escaped)."""
+    try:
+        text = _json.dumps(value)
+    except (ValueError, TypeError, RecursionError):
+        text = repr(value)
+    return _clip(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _EVIDENCE_CHARS else text[:_EVIDENCE_CHARS] + "..."
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_STEP = re.compile(r'\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]')
+
+
+def _render(path: _Path) -> str:
+    """``('items', 2, 'amount')`` -> ``$.items[2].amount``; odd keys as ``["a b"]``."""
+    parts = ["$"]
+    for step in path:
+        if isinstance(step, int):
+            parts.append(f"[{step}]")
+        elif _IDENTIFIER.match(step):
+            parts.append(f".{step}")
+        else:
+            parts.append(f"[{_evidence(step)}]")
+    return "".join(parts)
+
+
+def _parse_path(text: str) -> _Path:
+    """The inverse of :func:`_render`; a path it cannot read means the whole document."""
+    if not text.startswith("$"):
+        return ()
+    steps: list[str | int] = []
+    position = 1
+    while position < len(text):
+        match = _STEP.match(text, position)
+        if match is None:
+            return ()
+        if match[1] is not None:
+            steps.append(match[1])
+        elif match[2] is not None:
+            steps.append(int(match[2]))
+        else:
+            try:
+                steps.append(json.loads(match[3]))
+            except ValueError:
+                return ()
+        position = match.end()
+    return tuple(steps)
+
+
+# --- outcomes --------------------------------------------------------------------------
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _ship_bytes(value: BaseModel) -> bytes:
+    """The JSON bytes of a validated value: exact numbers, field aliases, schema order."""
+    return _json.dumps(value.model_dump(mode="python", by_alias=True)).encode()
+
+
+class Repair(StrEnum):
+    """A mechanical fix ``auto_repair`` may apply; it deletes only characters outside values."""
+
+    STRIP_FENCE = "strip_fence"
+    CUT_TO_BRACES = "cut_to_braces"
+    DROP_TRAILING_COMMA = "drop_trailing_comma"
+
+
+_REPAIR_WORDS = {
+    Repair.STRIP_FENCE: "a Markdown code fence was stripped",
+    Repair.CUT_TO_BRACES: "text outside the outermost braces was cut",
+    Repair.DROP_TRAILING_COMMA: "trailing commas were dropped",
+}
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Parsed(Generic[T]):
+    """A reply that passed all three phases: verified and shipped are one object.
+
+    ``value`` is frozen and was rebuilt from ``data``, the exact JSON bytes that were
+    validated; ``sha256`` is their hash, for the run's history. Ship ``verify()``'s
+    result: it refuses (:class:`OutputTamperedError`) if ``value`` or ``data`` no
+    longer match what was validated.
+    """
+
+    value: T
+    data: bytes = attrs.field(repr=False)
+    sha256: str
+    repairs: tuple[Repair, ...] = ()
+    normalised: tuple[str, ...] = ()
+    warnings: tuple[Diagnostic, ...] = ()
+
+    def verify(self) -> bytes:
+        """The bytes to ship, after checking they are still the ones that were validated."""
+        actual = _sha256(self.data)
+        if actual != self.sha256:
+            raise OutputTamperedError("data", recorded=self.sha256, actual=actual)
+        try:
+            rebuilt = _sha256(_ship_bytes(self.value))
+        except (ValueError, TypeError, RecursionError):
+            rebuilt = "(not serialisable)"
+        if rebuilt != self.sha256:
+            raise OutputTamperedError("value", recorded=self.sha256, actual=rebuilt)
+        return self.data
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Refusal:
+    """The model refused to answer, or its provider's content filter stopped it."""
+
+    text: str
+    finish_reason: Literal["refusal", "content_filter"]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Truncated:
+    """The reply was cut off at the token limit; ``text`` is what arrived."""
+
+    text: str
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Invalid:
+    """A reply that failed a phase, with the diagnostics that say what to change.
+
+    ``document`` is the JSON value after repair and normalisation (``None`` when the
+    text was not JSON): the partial result a fallback may use.
+    """
+
+    raw: str
+    diagnostics: tuple[Diagnostic, ...]
+    repairs: tuple[Repair, ...] = ()
+    document: Any = None
+
+    @property
+    def errors(self) -> tuple[Diagnostic, ...]:
+        """The diagnostics of severity ``error``."""
+        return tuple(item for item in self.diagnostics if item.severity == "error")
+
+
+GuardOutcome: TypeAlias = Parsed[T] | Refusal | Truncated | Invalid
+"""Every model reply is exactly one of these; ``match`` on all four."""
+
+
+# --- repair ----------------------------------------------------------------------------
+
+_LANGUAGE_TAG = re.compile(r"[\w.+-]*")
+# A whole JSON string (skipped unchanged), or a comma that only whitespace separates
+# from a closing brace or bracket. JSON strings hold no raw newlines, so '.' suffices.
+_STRING_OR_TRAILING_COMMA = re.compile(r'"(?:[^"\\]|\\.)*"|,(?=[ \t\r\n]*[}\]])')
+
+
+def _strip_fence(text: str) -> str | None:
+    """The body of the one fenced block in ``text``; ``None`` unless there is exactly one.
+
+    Lines are split on ``\\n`` only: JSON strings may hold U+2028 or U+0085 raw, and
+    they must come back unchanged. No JSON line starts with a backtick.
+    """
+    lines = text.split("\n")
+    fences = [index for index, line in enumerate(lines) if line.lstrip().startswith("```")]
+    if len(fences) != 2:
+        return None
+    opening, closing = fences
+    tag = lines[opening].strip()[3:].strip()
+    if lines[closing].strip() != "```" or not _LANGUAGE_TAG.fullmatch(tag):
+        return None
+    return "\n".join(lines[opening + 1 : closing])
+
+
+def _cut_to_braces(text: str) -> str | None:
+    """``text`` from its first ``{`` to its last ``}``; ``None`` if that changes nothing."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start or (start == 0 and end == len(text) - 1):
+        return None
+    return text[start : end + 1]
+
+
+def _drop_trailing_commas(text: str) -> str | None:
+    """``text`` without commas before ``}`` or ``]`` outside strings; ``None`` if none."""
+    dropped = False
+
+    def keep_strings(match: re.Match[str]) -> str:
+        nonlocal dropped
+        if match[0] == ",":
+            dropped = True
+            return ""
+        return match[0]
+
+    result = _STRING_OR_TRAILING_COMMA.sub(keep_strings, text)
+    return result if dropped else None
+
+
+_FIXES: dict[Repair, Callable[[str], str | None]] = {
+    Repair.STRIP_FENCE: _strip_fence,
+    Repair.CUT_TO_BRACES: _cut_to_braces,
+    Repair.DROP_TRAILING_COMMA: _drop_trailing_commas,
+}
+# Fewest fixes first, the least invasive first; within a pair, in the order applied.
+_REPAIR_PLANS: tuple[tuple[Repair, ...], ...] = (
+    (Repair.STRIP_FENCE,),
+    (Repair.DROP_TRAILING_COMMA,),
+    (Repair.CUT_TO_BRACES,),
+    (Repair.STRIP_FENCE, Repair.DROP_TRAILING_COMMA),
+    (Repair.STRIP_FENCE, Repair.CUT_TO_BRACES),
+    (Repair.CUT_TO_BRACES, Repair.DROP_TRAILING_COMMA),
+)
+
+
+@attrs.frozen
+class _Loaded:
+    """A parsed JSON document (which may itself be ``null``)."""
+
+    value: Any
+
+
+def _load(text: str) -> _Loaded | Diagnostic:
+    if not text.strip():
+        return Diagnostic(
+            code="json.empty",
+            message="the reply is empty",
+            evidence=_evidence(text),
+            allowed_fixes=("send the JSON object",),
+        )
+    try:
+        return _Loaded(_json.loads(text, bounded=True))
+    except json.JSONDecodeError as error:
+        start = max(0, error.pos - 20)
+        return Diagnostic(
+            code="json.syntax",
+            message=f"the reply is not valid JSON: {error.msg} at line {error.lineno} "
+            f"column {error.colno}",
+            evidence=_evidence(text[start : error.pos + 20]),
+            allowed_fixes=(
+                "send one JSON object and nothing else: no Markdown, no text around it",
+            ),
+        )
+    except ValueError as error:
+        return Diagnostic(
+            code="json.number",
+            message=str(error),
+            allowed_fixes=("write every number with at most 400 digits",),
+        )
+    except RecursionError:
+        return Diagnostic(
+            code="json.too_deep",
+            message="the reply is nested too deeply to read",
+            allowed_fixes=("send the object the schema describes, without extra nesting",),
+        )
+
+
+def _parse(text: str, *, repair: bool) -> tuple[_Loaded, tuple[Repair, ...]] | Diagnostic:
+    """Read ``text`` as JSON, with at most two mechanical fixes when ``repair`` is set."""
+    first = _load(text)
+    if isinstance(first, _Loaded) or not repair:
+        return (first, ()) if isinstance(first, _Loaded) else first
+    for plan in _REPAIR_PLANS:
+        fixed: str | None = text
+        for fix in plan:
+            assert fixed is not None
+            fixed = _FIXES[fix](fixed)
+            if fixed is None:  # this fix does not apply: the plan is not tried
+                break
+        if fixed is not None:
+            loaded = _load(fixed)
+            if isinstance(loaded, _Loaded):
+                return loaded, plan
+    return first
+
+
+def _find_surrogate(document: Any) -> _Path | None:
+    """The path of a string (or key) holding a lone UTF-16 surrogate, if there is one."""
+    stack: list[tuple[_Path, Any]] = [((), document)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, str):
+            if any(0xD800 <= ord(char) <= 0xDFFF for char in node):
+                return path
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                if any(0xD800 <= ord(char) <= 0xDFFF for char in key):
+                    return (*path, key)
+                stack.append(((*path, key), item))
+        elif isinstance(node, list):
+            stack.extend(((*path, index), item) for index, item in enumerate(node))
+    return None
+
+
+# --- schema walking --------------------------------------------------------------------
+
+_SEQUENCES = (
+    list,
+    tuple,
+    set,
+    frozenset,
+    collections.abc.Sequence,
+    collections.abc.MutableSequence,
+    collections.abc.Set,
+    collections.abc.MutableSet,
+)
+_MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+
+Leaf: TypeAlias = Callable[[Any, Any, _Path], Any]
+OnModel: TypeAlias = Callable[[type[BaseModel], dict[str, Any], _Path], None]
+
+
+def _unwrap(annotation: Any) -> Any:
+    """``Annotated[X, ...]`` -> ``X``; ``X | None`` -> ``X``; other unions unchanged."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin is Union or origin is types.UnionType:
+            members = [arg for arg in get_args(annotation) if arg is not type(None)]
+            if len(members) != 1:
+                return annotation
+            annotation = members[0]
+        else:
+            return annotation
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _keys(name: str, field: Any) -> list[str]:
+    """The keys a document may use for a field: its validation alias, alias, and name."""
+    keys = [key for key in (field.validation_alias, field.alias, name) if isinstance(key, str)]
+    return list(dict.fromkeys(keys))
+
+
+def _walk(
+    annotation: Any, value: Any, path: _Path, *, leaf: Leaf, on_model: OnModel | None = None
+) -> Any:
+    """Rebuild ``value`` following ``annotation``: ``leaf`` maps each non-container node.
+
+    Where the document does not have the shape the schema expects, the node is
+    passed to ``leaf`` unchanged: the type-check reports it, not the walk.
+    """
+    annotation = _unwrap(annotation)
+    origin = get_origin(annotation)
+    if _is_model(annotation) and isinstance(value, dict):
+        if on_model is not None:
+            on_model(annotation, value, path)
+        rebuilt = dict(value)
+        for name, field in annotation.model_fields.items():
+            for key in _keys(name, field):
+                if key in rebuilt:
+                    rebuilt[key] = _walk(
+                        field.annotation,
+                        rebuilt[key],
+                        (*path, key),
+                        leaf=leaf,
+                        on_model=on_model,
+                    )
+                    break
+        return rebuilt
+    if origin in _SEQUENCES and isinstance(value, list):
+        args = get_args(annotation)
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            item_types = list(args)
+        elif args:
+            item_types = [args[0]] * len(value)
+        else:
+            return value
+        return [
+            _walk(item_type, item, (*path, index), leaf=leaf, on_model=on_model)
+            for index, (item_type, item) in enumerate(zip(item_types, value, strict=False))
+        ] + value[len(item_types) :]
+    if origin in _MAPPINGS and isinstance(value, dict):
+        args = get_args(annotation)
+        if len(args) != 2:
+            return value
+        return {
+            key: _walk(args[1], item, (*path, key), leaf=leaf, on_model=on_model)
+            for key, item in value.items()
+        }
+    return leaf(annotation, value, path)
+
+
+def _models_in(annotation: Any, seen: set[type[BaseModel]]) -> Iterator[type[BaseModel]]:
+    """Every pydantic model class reachable from ``annotation``, each once."""
+    annotation = _unwrap(annotation)
+    if _is_model(annotation):
+        if annotation in seen:
+            return
+        seen.add(annotation)
+        yield annotation
+        for field in annotation.model_fields.values():
+            yield from _models_in(field.annotation, seen)
+        return
+    for arg in get_args(annotation):
+        yield from _models_in(arg, seen)
+
+
+# --- normalise -------------------------------------------------------------------------
+
+_RELATIVE_DAYS = {"today": 0, "tomorrow": 1, "yesterday": -1}
+_MONEY_CHARS = 400  # the bound _json.loads(bounded=True) puts on a model's numbers
+
+
+@functools.lru_cache(maxsize=32)
+def _money_pattern(marks: tuple[str, ...]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(mark) for mark in sorted(marks, key=len, reverse=True))
+    mark = f"(?:{alternatives})" if alternatives else "(?!)"
+    return re.compile(
+        rf"(?P<sign>[-+]?) ?(?:(?P<prefix>{mark}) ?)?(?P<sign2>[-+]?)"
+        r"(?P<number>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+        rf"(?: ?(?P<suffix>{mark}))?"
+    )
+
+
+def _money(text: str, marks: tuple[str, ...]) -> Decimal | None:
+    """An amount written as text, exactly; ``None`` unless the spelling is unambiguous.
+
+    Accepted: a plain number, one currency mark before or after it, and thousands
+    commas grouped in threes. ``"1,200"`` alone is refused: in many countries it
+    means 1.2; with a mark (``"$1,200"``) or a decimal point (``"1,200.50"``) it is not.
+    Like a JSON number from a model, text of more than 400 digits is not converted.
+    """
+    if len(text) > _MONEY_CHARS:
+        return None
+    match = _money_pattern(marks).fullmatch(text.strip())
+    if match is None or (match["sign"] and match["sign2"]) or (match["prefix"] and match["suffix"]):
+        return None
+    number = match["number"]
+    marked = bool(match["prefix"] or match["suffix"])
+    if "," in number and not (marked or "." in number):
+        return None
+    return Decimal((match["sign"] or match["sign2"]) + number.replace(",", ""))
+
+
+def _normaliser(today: date | None, marks: tuple[str, ...], notes: list[str]) -> Leaf:
+    def normalise(annotation: Any, value: Any, path: _Path) -> Any:
+        if not isinstance(value, str):
+            return value
+        result: Decimal | date | None = None
+        if annotation is Decimal:
+            result = _money(value, marks)
+        elif annotation is date and today is not None:
+            days = _RELATIVE_DAYS.get(value.strip().lower())
+            if days is not None:
+                try:
+                    result = today + timedelta(days=days)
+                except OverflowError:
+                    result = None
+        if result is None:
+            return value
+        shown = _clip(result.isoformat() if isinstance(result, date) else str(result))
+        notes.append(f"{_render(path)}: {_evidence(value)} -> {shown}")
+        return result
+
+    return normalise
+
+
+# --- type-check ------------------------------------------------------------------------
+
+
+def _locate(document: Any, loc: tuple[str | int, ...], *, missing: bool) -> _Path:
+    """The document path of a pydantic error location.
+
+    Steps that are not places in the document (the member names pydantic adds for
+    unions, ``[key]`` for dictionary keys) are skipped; a missing field keeps its
+    name as the last step.
+    """
+    path: list[str | int] = []
+    node = document
+    for position, step in enumerate(loc):
+        in_object = isinstance(node, dict) and isinstance(step, str) and step in node
+        in_list = isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node)
+        if in_object or in_list:
+            node = node[step]
+            path.append(step)
+        elif missing and position == len(loc) - 1:
+            path.append(step)
+    return tuple(path)
+
+
+def _annotation_at(annotation: Any, path: _Path) -> Any:
+    """The declared type at ``path`` in a schema, or ``None`` where the schema has none."""
+    for step in path:
+        annotation = _unwrap(annotation)
+        origin = get_origin(annotation)
+        args = get_args(annotation)
+        if _is_model(annotation) and isinstance(step, str):
+            fields = annotation.model_fields.items()
+            found = [field for name, field in fields if step in _keys(name, field)]
+            if not found:
+                return None
+            annotation = found[0].annotation
+        elif origin in _SEQUENCES and isinstance(step, int) and args:
+            fixed = origin is tuple and args[-1] is not Ellipsis
+            if fixed and step >= len(args):
+                return None
+            annotation = args[step] if fixed else args[0]
+        elif origin in _MAPPINGS and len(args) == 2:
+            annotation = args[1]
+        else:
+            return None
+    return _unwrap(annotation)
+
+
+def _type_fixes(kind: str, context: Mapping[str, Any], declared: Any) -> tuple[str, ...]:
+    if kind == "missing":
+        return ("add this field with a value of its declared type",)
+    if kind == "extra_forbidden":
+        return ("remove this field",)
+    if declared is Decimal:
+        return ("write the amount as a JSON number, e.g. 1200.50",)
+    if declared is date:
+        return ("write the date as YYYY-MM-DD",)
+    if kind == "string_too_long":
+        return (f"shorten the text to at most {context['max_length']} characters",)
+    if kind == "string_too_short":
+        return (f"write at least {context['min_length']} character(s) of text",)
+    if kind in ("literal_error", "enum"):
+        return (f"use one of: {context['expected']}",)
+    return ("replace this value with one that satisfies the message",)
+
+
+def _type_diagnostics(
+    error: ValidationError, document: Any, schema: type[BaseModel] | None = None
+) -> tuple[Diagnostic, ...]:
+    """Diagnostics for a pydantic error, located in ``document``.
+
+    With ``schema``, the fixes offered depend on the declared type (money, dates).
+    Also used by ``_patch`` (without a schema).
+    """
+    found = []
+    for item in error.errors(include_url=False):
+        kind = item["type"]
+        context = item.get("ctx", {})
+        path = _locate(document, item["loc"], missing=kind == "missing")
+        if kind == "missing":
+            code, message, evidence = "type.missing", "a required field is missing", None
+        elif kind == "extra_forbidden":
+            code, message = "type.extra", "this field is not in the schema"
+            evidence = _evidence(item["input"])
+        else:
+            code, evidence = "type.invalid", _evidence(item["input"])
+            message = str(context["error"]) if kind == "value_error" else item["msg"]
+        found.append(
+            Diagnostic(
+                code=code,
+                message=message,
+                path=_render(path),
+                evidence=evidence,
+                allowed_fixes=_type_fixes(
+                    kind, context, None if schema is None else _annotation_at(schema, path)
+                ),
+            )
+        )
+    return tuple(found)
+
+
+# --- the guard -------------------------------------------------------------------------
+
+
+class GuardMode(StrEnum):
+    """How the guard treats a reply that is not valid: configuration, never assumed."""
+
+    REJECT = "reject"
+    AUTO_REPAIR = "auto_repair"
+    CONSTRAINED = "constrained"
+
+
+def _guard_mode(mode: GuardMode | str) -> GuardMode:
+    try:
+        return GuardMode(mode)
+    except ValueError:
+        modes = [str(each) for each in GuardMode]
+        raise ConfigError(
+            (_unknown(repr(mode), "guard mode", modes),), path="$.mode", key=str(mode)
+        ) from None
+
+
+def _unknown(shown: str, what: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(shown.strip("'\""), valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown {what} {shown}{hint}; the valid ones are: {', '.join(sorted(valid))}"
+
+
+Ask: TypeAlias = Callable[[str | None], Awaitable[ModelReply]]
+"""Asks the model once: ``None`` the first time, then the feedback on the last reply."""
+
+
+@final
+@attrs.frozen(init=False)
+class OutputGuard(Generic[T]):
+    """Turns model replies into :data:`GuardOutcome` values for one frozen schema.
+
+    ``rules`` run after the type-check, with the agent's dependencies. ``normalise``
+    (default on) converts money text and relative dates before the type-check;
+    ``currency_marks`` are the marks money text may carry (other currencies are not
+    silently converted: their amounts fail the type-check and the model is asked for
+    a number). The schema and every model nested in it must be frozen.
+    """
+
+    schema: type[T]
+    mode: GuardMode
+    rules: tuple[Rule[T], ...]
+    normalise: bool
+    currency_marks: tuple[str, ...]
+
+    def __init__(
+        self,
+        schema: type[T],
+        *,
+        mode: GuardMode | str = GuardMode.AUTO_REPAIR,
+        rules: Iterable[Rule[T]] = (),
+        normalise: bool = True,
+        currency_marks: Iterable[str] = ("$", "USD"),
+    ) -> None:
+        if not _is_model(schema):
+            raise SetupError(
+                f"OutputGuard needs a pydantic model class as its schema, got {schema!r}"
+            )
+        thawed = [
+            model.__name__
+            for model in _models_in(schema, set())
+            if not model.model_config.get("frozen")
+        ]
+        if thawed:
+            raise SetupError(
+                f"the output schema {schema.__name__} must be frozen, so that the reply "
+                "validated is the reply shipped; add model_config = ConfigDict(frozen=True) "
+                f"to {', '.join(thawed)}"
+            )
+        marks = tuple(currency_marks)
+        if any(not mark.strip() or any(char.isdigit() for char in mark) for mark in marks):
+            raise SetupError(f"currency marks must be non-blank and hold no digits: {marks!r}")
+        self.__attrs_init__(
+            schema=schema,
+            mode=_guard_mode(mode),
+            rules=tuple(rules),
+            normalise=normalise,
+            currency_marks=marks,
+        )
+
+    def check(
+        self, reply: ModelReply, *, deps: Any = None, today: date | None = None
+    ) -> GuardOutcome[T]:
+        """The outcome of one reply; never raises for anything a model can send.
+
+        ``today`` is the run's date, for ``"today"``/``"tomorrow"``/``"yesterday"``;
+        without it those words are left for the type-check to refuse. ``deps`` is
+        passed to the rules (a rule that raises is a bug in the rule: it propagates).
+        """
+        return self._check(reply, deps, today)[0]
+
+    def check_text(
+        self, text: str, *, deps: Any = None, today: date | None = None
+    ) -> Parsed[T] | Invalid:
+        """Validate JSON text that is not a reply: a tool call's arguments, say."""
+        return self._check_text(text, deps, today)[0]
+
+    def check_backend(self, model: Model) -> None:
+        """At start-up: in ``constrained`` mode, refuse a model that cannot enforce a schema."""
+        if self.mode is GuardMode.CONSTRAINED and getattr(model, "constrained", False) is not True:
+            raise SetupError(
+                f"guard mode 'constrained' needs a model that enforces the output schema "
+                f"while decoding, but {type(model).__name__} does not declare "
+                "constrained = True; configure a backend with structured output, or use "
+                "mode 'auto_repair' or 'reject' to validate after generation"
+            )
+
+    @property
+    def output_schema(self) -> dict[str, Any]:
+        """The JSON schema of the output, as a constrained backend receives it."""
+        return self.schema.model_json_schema()
+
+    def prepare(self, request: ModelRequest) -> ModelRequest:
+        """``request`` with the output schema attached in ``constrained`` mode."""
+        if self.mode is not GuardMode.CONSTRAINED:
+            return request
+        return request.model_copy(update={"output_schema": self.output_schema})
+
+    def ask_model(self, model: Model, request: ModelRequest) -> Ask:
+        """An :data:`Ask` for :func:`validate_with_retries` that calls ``model``.
+
+        Checks the backend at once (a constrained guard and an unconstrained model
+        fail here, at start-up). Each retry adds the previous reply and the feedback
+        to the conversation.
+        """
+        self.check_backend(model)
+        prepared = self.prepare(request)
+        conversation = list(prepared.messages)
+        replies: list[ModelReply] = []
+
+        async def ask(feedback: str | None) -> ModelReply:
+            if feedback is not None and replies:
+                conversation.append(Message(role="assistant", content=replies[-1].text))
+                conversation.append(Message(role="user", content=feedback))
+            answer = await model.complete(
+                prepared.model_copy(update={"messages": tuple(conversation)})
+            )
+            replies.append(answer)
+            return answer
+
+        return ask
+
+    def _check(
+        self, reply: ModelReply, deps: Any, today: date | None
+    ) -> tuple[GuardOutcome[T], _Loaded | None]:
+        match reply.finish_reason:
+            case "refusal" | "content_filter" as reason:
+                return Refusal(text=reply.text, finish_reason=reason), None
+            case "length":
+                return Truncated(text=reply.text), None
+        if reply.finish_reason == "tool_calls" or reply.tool_calls:
+            names = ", ".join(call.name for call in reply.tool_calls) or "(none named)"
+            problem = Diagnostic(
+                code="reply.tool_calls",
+                message=f"the reply called tools ({names}) where an answer was expected",
+                allowed_fixes=("answer with the JSON object instead of calling a tool",),
+            )
+            return Invalid(raw=reply.text, diagnostics=(problem,)), None
+        return self._check_text(reply.text, deps, today)
+
+    def _check_text(
+        self, text: str, deps: Any, today: date | None
+    ) -> tuple[Parsed[T] | Invalid, _Loaded | None]:
+        parsed = _parse(text, repair=self.mode is GuardMode.AUTO_REPAIR)
+        if isinstance(parsed, Diagnostic):
+            return Invalid(raw=text, diagnostics=(parsed,)), None
+        loaded, repairs = parsed
+        surrogate = _find_surrogate(loaded.value)
+        if surrogate is not None:
+            problem = Diagnostic(
+                code="json.surrogate",
+                message="this text holds a lone UTF-16 surrogate, which is not a character",
+                path=_render(surrogate),
+                allowed_fixes=("write the text without \\ud800-\\udfff escapes",),
+            )
+            invalid = Invalid(raw=text, diagnostics=(problem,), repairs=repairs)
+            return invalid, None
+        notes: list[str] = []
+        document = loaded.value
+        try:
+            if self.normalise:
+                leaf = _normaliser(today, self.currency_marks, notes)
+                document = _walk(self.schema, document, (), leaf=leaf)
+            candidate = self.schema.model_validate(document)
+        except ValidationError as error:
+            diagnostics = _type_diagnostics(error, document, self.schema)
+            invalid = Invalid(raw=text, diagnostics=diagnostics, repairs=repairs, document=document)
+            return invalid, _Loaded(document)
+        except (ArithmeticError, RecursionError) as error:
+            problem = Diagnostic(
+                code="type.invalid",
+                message=f"the reply could not be checked: {type(error).__name__}",
+                allowed_fixes=("send plain values of the declared types",),
+            )
+            return Invalid(raw=text, diagnostics=(problem,), repairs=repairs), None
+        shipped = self._round_trip(candidate)
+        if isinstance(shipped, Diagnostic):
+            invalid = Invalid(raw=text, diagnostics=(shipped,), repairs=repairs, document=document)
+            return invalid, _Loaded(document)
+        value, data = shipped
+        found = tuple(item for rule in self.rules for item in rule(value, deps))
+        if any(item.severity == "error" for item in found):
+            invalid = Invalid(raw=text, diagnostics=found, repairs=repairs, document=document)
+            return invalid, _Loaded(document)
+        outcome = Parsed(
+            value=value,
+            data=data,
+            sha256=_sha256(data),
+            repairs=repairs,
+            normalised=tuple(notes),
+            warnings=found,
+        )
+        return outcome, _Loaded(document)
+
+    def _round_trip(self, candidate: T) -> tuple[T, bytes] | Diagnostic:
+        """The value rebuilt from its own JSON bytes: what is shipped is what was checked."""
+        try:
+            data = _ship_bytes(candidate)
+            value = self.schema.model_validate(_json.loads(data))
+        except (ValueError, TypeError, ArithmeticError, RecursionError) as error:
+            first_line = (str(error).splitlines() or [""])[0]
+            reason = f"{type(error).__name__}: {first_line}"
+        else:
+            if value == candidate:
+                return value, data
+            reason = "the value read back differs from the value written"
+        return Diagnostic(
+            code="schema.round_trip",
+            message=f"the validated value cannot be shipped as JSON ({reason})",
+            allowed_fixes=("send plain JSON values of the declared types",),
+        )
+
+
+@final
+class CustomerResponse(BaseModel):
+    """The reply a customer reads: text, non-empty after trimming, at most 4,000 characters."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
+
+
+# --- the validation loop ---------------------------------------------------------------
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ValidationResult(Generic[T]):
+    """How a validation loop ended: a status, every outcome, and the best partial.
+
+    ``status`` is ``ok`` (the last outcome is :class:`Parsed`), ``exhausted`` (attempts
+    used up, or two rounds in a row without a new minimum of errors), ``refused`` or
+    ``truncated``. ``best`` is the outcome with the fewest errors (JSON that parsed
+    beats text that did not); ``reason`` says in words why the loop stopped.
+    """
+
+    status: Literal["ok", "exhausted", "refused", "truncated"]
+    outcomes: tuple[GuardOutcome[T], ...]
+    best: GuardOutcome[T]
+    reason: str
+
+    @property
+    def outcome(self) -> GuardOutcome[T]:
+        """The last attempt's outcome."""
+        return self.outcomes[-1]
+
+    @property
+    def attempts(self) -> int:
+        """How many times the model was asked."""
+        return len(self.outcomes)
+
+    @property
+    def history(self) -> tuple[tuple[Diagnostic, ...], ...]:
+        """The diagnostics of each attempt, warnings included."""
+        return tuple(_diagnostics_of(outcome) for outcome in self.outcomes)
+
+    @property
+    def parsed(self) -> Parsed[T] | None:
+        """The validated reply, when the status is ``ok``."""
+        last = self.outcomes[-1]
+        return last if isinstance(last, Parsed) else None
+
+    @property
+    def value(self) -> T | None:
+        """The validated, frozen value, when the status is ``ok``."""
+        parsed = self.parsed
+        return None if parsed is None else parsed.value
+
+    @property
+    def sha256(self) -> str | None:
+        """SHA-256 of the shipped bytes, for the run's history, when the status is ``ok``."""
+        parsed = self.parsed
+        return None if parsed is None else parsed.sha256
+
+
+def _diagnostics_of(outcome: GuardOutcome[Any]) -> tuple[Diagnostic, ...]:
+    match outcome:
+        case Parsed():
+            return outcome.warnings
+        case Invalid():
+            return outcome.diagnostics
+        case Refusal() | Truncated():
+            return ()
+
+
+def _score(outcome: GuardOutcome[Any], document: _Loaded | None) -> tuple[int, int]:
+    """Lower is better: a valid reply, then JSON by its error count, then the rest."""
+    match outcome:
+        case Parsed():
+            return (0, 0)
+        case Invalid():
+            return (1 if document is not None else 2, len(outcome.errors))
+        case Refusal() | Truncated():
+            return (3, 0)
+
+
+def _leaves(document: Any) -> dict[_Path, str]:
+    """Every scalar (and empty container) of a document by path, as canonical JSON."""
+    found: dict[_Path, str] = {}
+    stack: list[tuple[_Path, Any]] = [((), document)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict) and node:
+            stack.extend(((*path, key), item) for key, item in node.items())
+        elif isinstance(node, list) and node:
+            stack.extend(((*path, index), item) for index, item in enumerate(node))
+        else:
+            try:
+                found[path] = _json.canonical(node)
+            except (ValueError, TypeError):
+                found[path] = repr(node)
+    return found
+
+
+def _related(path: _Path, diagnosed: _Path) -> bool:
+    """Whether ``path`` is at, inside, or around a diagnosed path."""
+    common = min(len(path), len(diagnosed))
+    return path[:common] == diagnosed[:common]
+
+
+def _changed_after_pass(
+    before: Any, diagnosed: Iterable[Diagnostic], after: Any, previous: int
+) -> tuple[Diagnostic, ...]:
+    """Warnings for values outside every diagnosed path that differ from the last attempt."""
+    paths = [_parse_path(item.path) for item in diagnosed]
+    old, new = _leaves(before), _leaves(after)
+    changes = []
+    for path in sorted(old.keys() | new.keys(), key=lambda each: [str(step) for step in each]):
+        if old.get(path) == new.get(path) or any(_related(path, each) for each in paths):
+            continue
+        if path not in new:
+            message = f"this value passed in attempt {previous} but was removed"
+            fix = f"restore the value you sent in attempt {previous}: {old[path]}"
+        elif path not in old:
+            message = f"this value was added, but nothing here was diagnosed in attempt {previous}"
+            fix = "remove this value"
+        else:
+            message = (
+                f"this value passed in attempt {previous} but was changed from {old[path]} "
+                f"to {new[path]}"
+            )
+            fix = f"restore the value you sent in attempt {previous}: {old[path]}"
+        changes.append(
+            Diagnostic(
+                code="value.changed_after_pass",
+                severity="warning",
+                message=message,
+                path=_render(path),
+                evidence=new.get(path),
+                allowed_fixes=(fix,),
+            )
+        )
+    return tuple(changes)
+
+
+def _feedback(invalid: Invalid, attempt: int, attempts: int) -> str:
+    """What the model is told after an invalid reply: what, where, why, and what to change."""
+    lines = [f"Attempt {attempt} of {attempts} was not accepted. Fix these problems:"]
+    warnings = [item for item in invalid.diagnostics if item.severity == "warning"]
+    for item in (*invalid.errors, *warnings):
+        seen = "nothing" if item.evidence is None else item.evidence
+        fixes = "; ".join(item.allowed_fixes) or "none given"
+        lines.append(
+            f"- {item.path} ({item.code}, {item.severity}): {item.message.rstrip('.')}. "
+            f"Seen: {seen}. Allowed fixes: {fixes}."
+        )
+    if invalid.repairs:
+        done = "; ".join(_REPAIR_WORDS[repair] for repair in invalid.repairs)
+        lines.append(f"Your reply also needed repair ({done}): send the JSON object alone.")
+    lines.append(
+        "Change only the values at the paths listed above, choosing from their allowed "
+        "fixes; every other value passed and must stay exactly as you sent it. Send the "
+        "whole corrected JSON object and nothing else."
+    )
+    return "\n".join(lines)
+
+
+async def validate_with_retries(
+    guard: OutputGuard[T],
+    ask: Ask,
+    *,
+    attempts: int = 3,
+    deps: Any = None,
+    today: date | None = None,
+    fallbacks: metrics.Counter | None = None,
+) -> ValidationResult[T]:
+    """Ask until a reply passes ``guard``, at most ``attempts`` times; never raises on exhaustion.
+
+    After an invalid reply, ``ask`` receives feedback built from its diagnostics. The
+    loop stops early when two rounds in a row bring no new minimum of errors. A retry
+    that changes a value outside every diagnosed path gets a ``value.changed_after_pass``
+    warning. Exhaustion returns status ``exhausted`` with the best partial and adds one
+    to ``fallbacks`` (default: the ``statemachine.validation.fallbacks`` counter of the
+    global OpenTelemetry meter provider). A refusal or a truncation ends the loop at
+    once. In ``reject`` mode an invalid reply raises :class:`OutputRejectedError`.
+    """
+    if attempts < 1:
+        raise SetupError(f"attempts must be at least 1, got {attempts}")
+    outcomes: list[GuardOutcome[T]] = []
+    scores: list[tuple[int, int]] = []
+    feedback: str | None = None
+    previous: tuple[Any, tuple[Diagnostic, ...]] | None = None
+    lowest: tuple[int, int] | None = None
+    stale = 0
+    reason = ""
+    for attempt in range(1, attempts + 1):
+        outcome, document = guard._check(await ask(feedback), deps, today)
+        if previous is not None and document is not None:
+            before, diagnosed = previous
+            changes = _changed_after_pass(before, diagnosed, document.value, attempt - 1)
+            if isinstance(outcome, Parsed):
+                outcome = attrs.evolve(outcome, warnings=outcome.warnings + changes)
+            elif isinstance(outcome, Invalid):
+                outcome = attrs.evolve(outcome, diagnostics=outcome.diagnostics + changes)
+        outcomes.append(outcome)
+        scores.append(_score(outcome, document))
+        if not isinstance(outcome, Invalid):
+            status, said = _ending(outcome, attempt)
+            return _result(status, outcomes, scores, said)
+        if guard.mode is GuardMode.REJECT:
+            raise OutputRejectedError(guard.schema.__name__, outcome.diagnostics)
+        if lowest is None or scores[-1] < lowest:
+            lowest, stale = scores[-1], 0
+        else:
+            stale += 1
+        counts = ", ".join(str(score[1]) for score in scores)
+        if stale >= 2 and attempt < attempts:
+            reason = (
+                f"stopped after attempt {attempt}: two rounds in a row brought no new "
+                f"minimum of errors (errors per attempt: {counts})"
+            )
+            break
+        reason = f"all {attempts} attempts were invalid (errors per attempt: {counts})"
+        previous = (document.value, outcome.diagnostics) if document is not None else None
+        feedback = _feedback(outcome, attempt, attempts)
+    counter = _FALLBACKS if fallbacks is None else fallbacks
+    counter.add(
+        1,
+        {
+            "statemachine.schema": guard.schema.__name__,
+            "statemachine.stop": "no_progress" if len(outcomes) < attempts else "attempts",
+        },
+    )
+    return _result("exhausted", outcomes, scores, reason)
+
+
+def _ending(
+    outcome: Parsed[Any] | Refusal | Truncated, attempt: int
+) -> tuple[Literal["ok", "refused", "truncated"], str]:
+    match outcome:
+        case Parsed():
+            return "ok", f"attempt {attempt} passed"
+        case Refusal():
+            return "refused", f"the model refused ({outcome.finish_reason}) in attempt {attempt}"
+        case Truncated():
+            return "truncated", f"the reply was cut off at the token limit in attempt {attempt}"
+
+
+def _result(
+    status: Literal["ok", "exhausted", "refused", "truncated"],
+    outcomes: list[GuardOutcome[T]],
+    scores: list[tuple[int, int]],
+    reason: str,
+) -> ValidationResult[T]:
+    best = min(range(len(outcomes)), key=lambda index: (scores[index], index))
+    return ValidationResult(
+        status=status, outcomes=tuple(outcomes), best=outcomes[best], reason=reason
+    )
+
+
+# --- configuration ---------------------------------------------------------------------
+
+
+def validate_config(schema: type[C], mapping: Mapping[str, Any]) -> C:
+    """``mapping`` as an instance of ``schema``, or :class:`ConfigError` at start-up.
+
+    Unknown keys are refused at every depth whatever the model's ``extra`` setting,
+    each named with the closest valid key, so that a typo fails loudly instead of
+    leaving a default silently in force.
+    """
+    if not _is_model(schema):
+        raise SetupError(f"validate_config needs a pydantic model class, got {schema!r}")
+    if not isinstance(mapping, Mapping):
+        raise ConfigError((f"$: expected a mapping of settings, got {type(mapping).__name__}",))
+    unknown: list[tuple[_Path, str, str | None, str]] = []
+
+    def on_model(model: type[BaseModel], value: dict[str, Any], path: _Path) -> None:
+        valid = [key for name, field in model.model_fields.items() for key in _keys(name, field)]
+        for key in value:
+            if key not in valid:
+                close = difflib.get_close_matches(str(key), valid, n=1)
+                problem = _unknown(repr(key), "key", valid)
+                unknown.append((path, str(key), close[0] if close else None, problem))
+
+    document = dict(mapping)
+    _walk(schema, document, (), leaf=lambda _, value, __: value, on_model=on_model)
+    if unknown:
+        path, key, suggestion, _ = unknown[0]
+        problems = tuple(f"{_render(where)}: {problem}" for where, _, _, problem in unknown)
+        raise ConfigError(problems, path=_render(path), key=key, suggestion=suggestion)
+    try:
+        return schema.model_validate(document)
+    except ValidationError as error:
+        found = _type_diagnostics(error, document, schema)
+        problems = tuple(f"{item.path}: {item.message}" for item in found)
+        raise ConfigError(problems, path=found[0].path) from None
