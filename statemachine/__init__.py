@@ -60,6 +60,7 @@ from ._patch import PatchAccepted, PatchRejected, apply_patch
 from ._phases import (
     Active,
     Agent,
+    AgentConfig,
     AwaitApproval,
     Done,
     Failed,
@@ -70,6 +71,7 @@ from ._phases import (
     Planning,
     Responding,
     Retrying,
+    RetrySettings,
     Runtime,
     ToolCalling,
 )
@@ -92,6 +94,7 @@ __all__ = (
     "ActionRecord",
     "Active",
     "Agent",
+    "AgentConfig",
     "Approval",
     "ApprovalGate",
     "ApprovalMismatchError",
@@ -142,6 +145,7 @@ __all__ = (
     "ReservationSettledError",
     "Responding",
     "RetryPolicy",
+    "RetrySettings",
     "Retrying",
     "Rule",
     "RunPausedError",

@@ -30,25 +30,42 @@ from __future__ import annotations
 import abc
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
+from datetime import date
 from decimal import Decimal
 from typing import Any, ClassVar, Generic, TypeVar, assert_never, cast, final
 
 import anyio
 import attrs
+from opentelemetry import metrics
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import _json
 from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial
 from ._budget import Budget, Spend
 from ._errors import (
     ApprovalMismatchError,
+    OutputTamperedError,
     PhaseReusedError,
     SetupError,
     ToolError,
     UnapprovedWriteError,
 )
 from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState, Verdict
+from ._guard import (
+    _FALLBACKS,
+    CustomerResponse,
+    Diagnostic,
+    Invalid,
+    OutputGuard,
+    Parsed,
+    Refusal,
+    Truncated,
+    _type_diagnostics,
+    validate_config,
+    validate_with_retries,
+)
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest
 from ._retry import RetryPolicy
 from ._tools import (
@@ -98,6 +115,9 @@ class Runtime:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
     rng: random.Random = attrs.field(factory=random.Random)
+    today: Callable[[], date] = date.today
+    # The validation-fallback counter; None: the global OpenTelemetry meter's.
+    fallbacks: metrics.Counter | None = None
     started: float = attrs.field()
 
     @started.default
@@ -161,6 +181,22 @@ class Phase(Generic[C]):
     def _fail(self, reason: str, **changes: Any) -> Failed[C]:
         return self._next(Failed, reason=reason, from_phase=self.kind, **changes)
 
+    def input_problems(self) -> tuple[Diagnostic, ...]:
+        """What is wrong with this phase's context, checked against its schema.
+
+        A pydantic context is validated anew (it may have been built with
+        ``model_construct`` or restored from elsewhere); other contexts have
+        nothing to check here (attrs validators ran when they were made).
+        """
+        if not isinstance(self.ctx, BaseModel):
+            return ()
+        document = self.ctx.model_dump(mode="python", warnings=False)
+        try:
+            type(self.ctx).model_validate(document)
+        except ValidationError as error:
+            return _type_diagnostics(error, document)
+        return ()
+
     def _fail_call(self, reason: str, **changes: Any) -> Failed[C]:
         """``Failed``, with the call this phase holds settled as failed in the loop memory."""
         call_id: str = getattr(self, "call_id")  # noqa: B009 - only phases that hold a call
@@ -172,6 +208,12 @@ class Active(Phase[C]):
     """A phase that is not terminal: it has an ``advance``."""
 
     __slots__ = ()
+
+    def reject_input(self, problems: tuple[Diagnostic, ...]) -> Failed[C]:
+        """Fail before this phase starts: its context failed its schema (``input_problems``)."""
+        self._leave("reject_input")
+        named = "; ".join(f"{d.path}: {d.message}" for d in problems)
+        return self._fail(f"the context failed its schema before {self.kind} started: {named}")
 
     @abc.abstractmethod
     async def advance(self, rt: Runtime) -> Phase[C]:
@@ -281,10 +323,10 @@ class Planning(Active[C]):
             loop=loop,
         )
 
-    def respond(self, text: str) -> Responding[C]:
-        """Answer the customer."""
+    def respond(self, text: str, *, verified: Parsed[Any] | None = None) -> Responding[C]:
+        """Answer the customer; ``verified`` is the guard's verdict on exactly this answer."""
         self._leave("respond")
-        return self._next(self.agent.phases.responding, text=text)
+        return self._next(self.agent.phases.responding, text=text, verified=verified)
 
     def reject_call(self, invalid: InvalidCall) -> Planning[C]:
         """Tell the model its tool call could not run, and plan again."""
@@ -366,7 +408,7 @@ class Planning(Active[C]):
         if isinstance(reply, str):
             return heard.fail(reply)
         if not reply.tool_calls:
-            return heard.respond(reply.text)
+            return await heard._answer(rt, reply)
         first = reply.tool_calls[0]
         routed = agent.tools.route(first.name, first.arguments)
         match routed:
@@ -441,7 +483,103 @@ class Planning(Active[C]):
                 f"finalize ({reason}): the model was asked to answer from what it has "
                 "and sent no text"
             )
-        return heard.respond(reply.text)
+        return await heard._answer(rt, reply)
+
+    async def _answer(self, rt: Runtime, reply: ModelReply) -> Responding[C] | Failed[C]:
+        """Put the model's answer through the output guard; every outcome is routed here.
+
+        With ``Agent(answer_guard=...)`` the answer must parse into the guard's schema,
+        through the validation loop; otherwise it must be a ``CustomerResponse``: plain
+        text, not empty, at most 4,000 characters. Retries are model calls, charged to
+        the run's spend.
+        """
+        guard = self.agent.answer_guard
+        if guard is None:
+            return await self._text_answer(rt, reply)
+        asked: list[Planning[C]] = [self]
+
+        async def ask(feedback: str | None) -> ModelReply:
+            if feedback is None:
+                return reply
+            again, heard = await asked[-1]._ask(rt, tools=(), note=feedback)
+            asked.append(heard)
+            if isinstance(again, str):  # the deadline: an empty reply ends the loop
+                return ModelReply(text="", finish_reason="length")
+            return again
+
+        result = await validate_with_retries(
+            guard,
+            ask,
+            attempts=self.agent.answer_attempts,
+            deps=self.ctx,
+            today=rt.today(),
+            fallbacks=rt.fallbacks,
+        )
+        heard = asked[-1]
+        outcome = result.outcome
+        match outcome:
+            case Parsed():
+                return heard.respond(outcome.data.decode(), verified=outcome)
+            case Refusal():
+                return heard._fail(
+                    f"the model refused to answer: {outcome.text}", partial=outcome.text
+                )
+            case Truncated():
+                return heard._fail(
+                    "the answer was cut off at the token limit", partial=outcome.text
+                )
+            case Invalid():
+                problems = "; ".join(f"{d.path}: {d.message}" for d in outcome.errors)
+                best = result.best
+                partial = best.raw if isinstance(best, Invalid) else outcome.raw
+                return heard._fail(
+                    f"answer not accepted ({result.status} after {result.attempts} "
+                    f"attempt(s)): {problems}",
+                    partial=partial,
+                )
+            case _:
+                assert_never(outcome)
+
+    async def _text_answer(self, rt: Runtime, reply: ModelReply) -> Responding[C] | Failed[C]:
+        attempts = self.agent.answer_attempts
+        heard: Planning[C] = self
+        for attempt in range(1, attempts + 1):
+            wrapped = reply.model_copy(update={"text": _json.dumps({"text": reply.text})})
+            if reply.finish_reason in ("refusal", "content_filter", "length"):
+                wrapped = reply
+            outcome = _TEXT_ANSWER.check(wrapped)
+            match outcome:
+                case Parsed():
+                    return heard.respond(outcome.value.text, verified=outcome)
+                case Refusal():
+                    return heard._fail(
+                        f"the model refused to answer: {outcome.text}", partial=outcome.text
+                    )
+                case Truncated():
+                    return heard._fail(
+                        "the answer was cut off at the token limit", partial=outcome.text
+                    )
+                case Invalid():
+                    problems = "; ".join(d.message.rstrip(".") for d in outcome.errors)
+                    if attempt == attempts:
+                        counter = _FALLBACKS if rt.fallbacks is None else rt.fallbacks
+                        counter.add(1, {**_TEXT_FALLBACK, "statemachine.stop": "attempts"})
+                        return heard._fail(
+                            f"answer not accepted after {attempts} attempt(s): {problems}",
+                            partial=reply.text,
+                        )
+                    note = (
+                        f"Your answer was not accepted: {problems} (it had "
+                        f"{len(reply.text.strip())} characters). Write the whole answer for "
+                        "the customer again, as plain text of 1 to 4,000 characters."
+                    )
+                    again, heard = await heard._ask(rt, tools=(), note=note)
+                    if isinstance(again, str):
+                        return heard._fail(again, partial=reply.text)
+                    reply = again
+                case _:
+                    assert_never(outcome)
+        raise AssertionError("unreachable: the last attempt returns")  # pragma: no cover
 
 
 @attrs.frozen(kw_only=True)
@@ -683,12 +821,37 @@ class Responding(Active[C]):
     kind: ClassVar[str] = "Responding"
 
     text: str
+    verified: Parsed[Any] | None = attrs.field(default=None, repr=False)
 
     def finish(self) -> Done[C]:
-        """Deliver the answer and end the run."""
+        """Deliver the answer and end the run.
+
+        A verified answer is checked once more against the bytes that were validated
+        (:class:`OutputTamperedError` if anything changed since): verified and shipped
+        are one object, and its SHA-256 goes into ``Done.answer_sha256``.
+        """
         self._leave("finish")
+        sha256 = ""
+        if self.verified is not None:
+            shipped = self.verified.verify()
+            sha256 = self.verified.sha256
+            if self.verified.data != shipped or not self._ships(shipped):
+                raise OutputTamperedError("text", recorded=sha256, actual="(the text changed)")
         said = Message(role="assistant", content=self.text)
-        return self._next(Done, answer=self.text, transcript=(*self.transcript, said))
+        return self._next(
+            Done,
+            answer=self.text,
+            verified=self.verified,
+            answer_sha256=sha256,
+            transcript=(*self.transcript, said),
+        )
+
+    def _ships(self, data: bytes) -> bool:
+        """Whether ``text`` is what the validated bytes say (the text, or the JSON itself)."""
+        value = self.verified.value if self.verified is not None else None
+        if isinstance(value, CustomerResponse):
+            return value.text == self.text
+        return data.decode() == self.text
 
     async def advance(self, rt: Runtime) -> Done[C]:
         """Finish."""
@@ -704,6 +867,7 @@ class Failed(Phase[C]):
 
     reason: str
     from_phase: str = ""
+    partial: str = ""
 
 
 @final
@@ -714,6 +878,13 @@ class Done(Phase[C]):
     kind: ClassVar[str] = "Done"
 
     answer: str
+    verified: Parsed[Any] | None = attrs.field(default=None, repr=False)
+    answer_sha256: str = ""
+
+    @property
+    def output(self) -> Any:
+        """The validated, frozen answer object (the guard's schema), if there was a guard."""
+        return None if self.verified is None else self.verified.value
 
 
 def _check_phase_class(role: str, base: type[Any]) -> Callable[[Any, Any, Any], None]:
@@ -763,6 +934,40 @@ class Phases(Generic[C]):
 _ONCE = RetryPolicy(max_attempts=1, retry_on=())
 
 
+class RetrySettings(BaseModel):
+    """``RetryPolicy`` as configuration."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_attempts: int = Field(default=3, ge=1)
+    base_delay: float = Field(default=0.2, ge=0)
+    multiplier: float = Field(default=2.0, ge=1)
+    max_delay: float = Field(default=10.0, ge=0)
+    jitter: float = Field(default=0.5, ge=0, le=1)
+
+
+class AgentConfig(BaseModel):
+    """An agent's settings as they come from a file or the environment.
+
+    Read with :meth:`Agent.from_config`: an unknown key (a typo) fails at start-up,
+    naming the closest valid key, instead of leaving a default silently in force.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    instructions: str = ""
+    budget: Budget = Budget()
+    retry: RetrySettings = RetrySettings()
+    max_steps: int = Field(default=50, ge=1)
+    max_tool_iterations: int | None = Field(default=None, ge=0)
+    max_invalid_calls: int = Field(default=3, ge=1)
+    answer_attempts: int = Field(default=3, ge=1)
+
+
+_TEXT_ANSWER = OutputGuard(CustomerResponse)
+_TEXT_FALLBACK = {"statemachine.schema": "CustomerResponse"}
+
+
 def _registry(tools: ToolRegistry | Iterable[Tool]) -> ToolRegistry:
     return tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
 
@@ -789,7 +994,38 @@ class Agent(Generic[C]):
     max_tool_iterations: int | None = None
     max_invalid_calls: int = 3
     governor: LoopGovernor = LoopGovernor()
+    answer_guard: OutputGuard[Any] | None = None
+    answer_attempts: int = 3
     phases: Phases[C] = attrs.field(factory=Phases)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Mapping[str, Any],
+        *,
+        name: str,
+        tools: ToolRegistry | Iterable[Tool] = (),
+        **definition: Any,
+    ) -> Agent[Any]:
+        """An agent whose settings come from ``config`` (see :class:`AgentConfig`).
+
+        ``definition`` takes what is code rather than configuration: ``phases``,
+        ``governor``, ``answer_guard``. A typo in ``config`` raises
+        :class:`ConfigError` here, before anything runs.
+        """
+        settings = validate_config(AgentConfig, config)
+        return Agent(
+            name=name,
+            tools=tools,
+            instructions=settings.instructions,
+            budget=settings.budget,
+            retry=RetryPolicy(**settings.retry.model_dump()),
+            max_steps=settings.max_steps,
+            max_tool_iterations=settings.max_tool_iterations,
+            max_invalid_calls=settings.max_invalid_calls,
+            answer_attempts=settings.answer_attempts,
+            **definition,
+        )
 
     def start(self, ctx: C, text: str) -> Idle[C]:
         """A new run of this agent, in ``Idle``, holding the customer's words."""

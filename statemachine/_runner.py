@@ -7,11 +7,13 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import date
 from functools import partial
 from typing import Generic, Literal, TypeVar, final
 
 import anyio
 import attrs
+from opentelemetry import metrics
 
 from ._approval import ApprovalGate
 from ._errors import RunPausedError
@@ -83,10 +85,22 @@ class Runner(Generic[C]):
 
     ``clock`` and ``sleep`` are replaceable so tests need not wait for backoff;
     ``seed`` makes the retry jitter repeatable; ``on_transition`` is called with
-    (old phase, new phase) after every transition.
+    (old phase, new phase) after every transition; ``today`` dates relative words
+    ("tomorrow") in answers; ``fallbacks`` is the OpenTelemetry counter that
+    validation fallbacks add to (default: the global meter's).
     """
 
-    __slots__ = ("_agent", "_clock", "_gate", "_model", "_on_transition", "_seed", "_sleep")
+    __slots__ = (
+        "_agent",
+        "_clock",
+        "_fallbacks",
+        "_gate",
+        "_model",
+        "_on_transition",
+        "_seed",
+        "_sleep",
+        "_today",
+    )
 
     def __init__(
         self,
@@ -98,6 +112,8 @@ class Runner(Generic[C]):
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         seed: int | None = None,
         on_transition: OnTransition[C] | None = None,
+        today: Callable[[], date] = date.today,
+        fallbacks: metrics.Counter | None = None,
     ) -> None:
         self._agent = agent
         self._model = model
@@ -106,6 +122,8 @@ class Runner(Generic[C]):
         self._sleep = sleep
         self._seed = seed
         self._on_transition = on_transition
+        self._today = today
+        self._fallbacks = fallbacks
 
     async def run(self, ctx: C, text: str, *, run_id: str | None = None) -> RunResult[C]:
         """Run the agent on the customer's ``text`` until it answers, fails or pauses."""
@@ -126,8 +144,17 @@ class Runner(Generic[C]):
             clock=self._clock,
             sleep=self._sleep,
             rng=random.Random(self._seed),
+            today=self._today,
+            fallbacks=self._fallbacks,
         )
         states: list[Phase[C]] = [state]
+        if isinstance(state, Active):
+            # A phase validates its input before it starts: entering from outside (a
+            # new run, a resumed one) is where a context can arrive unchecked.
+            problems = state.input_problems()
+            if problems:
+                state = state.reject_input(problems)
+                states.append(state)
         while isinstance(state, Active):
             before = state
             state = await state.advance(rt)

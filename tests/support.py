@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from pydantic import BaseModel
 
 from statemachine import Money
@@ -25,3 +28,25 @@ class FlightArgs(BaseModel):
 
     flight: str
     price: Money
+
+
+def fallbacks() -> tuple[Any, InMemoryMetricReader]:
+    """A fallback counter on a private meter provider, and the reader that sees it."""
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader]).get_meter("statemachine")
+    return meter.create_counter("statemachine.validation.fallbacks"), reader
+
+
+def counted(reader: InMemoryMetricReader) -> list[tuple[int, dict[str, Any]]]:
+    """(value, attributes) of every fallback counter point the reader collected."""
+    data = reader.get_metrics_data()
+    if data is None:
+        return []
+    return [
+        (point.value, dict(point.attributes or {}))
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "statemachine.validation.fallbacks"
+        for point in metric.data.data_points  # type: ignore[union-attr]
+    ]

@@ -12,10 +12,8 @@ import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from pydantic import BaseModel, ConfigDict, ValidationError
-from support import exactly
+from support import counted, exactly, fallbacks
 
 from statemachine import (
     ConfigError,
@@ -651,28 +649,6 @@ class Script:
     async def __call__(self, feedback: str | None) -> ModelReply:
         self.feedback.append(feedback)
         return reply(self.texts[len(self.feedback) - 1])
-
-
-def fallbacks() -> tuple[Any, InMemoryMetricReader]:
-    """A fallback counter on a private meter provider, and the reader that sees it."""
-    reader = InMemoryMetricReader()
-    meter = MeterProvider(metric_readers=[reader]).get_meter("statemachine")
-    return meter.create_counter("statemachine.validation.fallbacks"), reader
-
-
-def counted(reader: InMemoryMetricReader) -> list[tuple[int, dict[str, Any]]]:
-    """(value, attributes) of every fallback counter point the reader collected."""
-    data = reader.get_metrics_data()
-    if data is None:
-        return []
-    return [
-        (point.value, dict(point.attributes or {}))
-        for resource in data.resource_metrics
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-        if metric.name == "statemachine.validation.fallbacks"
-        for point in metric.data.data_points  # type: ignore[union-attr]
-    ]
 
 
 async def test_feedback_names_what_failed_where_why_and_what_to_change() -> None:
