@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import FakeClock, RecordingSleep
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -24,29 +25,6 @@ def pytest_configure(config: pytest.Config) -> None:
 def anyio_backend() -> str:
     """Async tests marked ``@pytest.mark.anyio`` run on asyncio."""
     return "asyncio"
-
-
-class FakeClock:
-    """A monotonic clock that moves only when a test (or a fake model) advances it."""
-
-    def __init__(self, start: float = 0.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-class RecordingSleep:
-    """A sleep that records the delays asked for instead of waiting."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.delays.append(seconds)
 
 
 @pytest.fixture

@@ -50,3 +50,26 @@ def counted(reader: InMemoryMetricReader) -> list[tuple[int, dict[str, Any]]]:
         if metric.name == "statemachine.validation.fallbacks"
         for point in metric.data.data_points  # type: ignore[union-attr]
     ]
+
+
+class FakeClock:
+    """A monotonic clock that moves only when a test (or a fake model) advances it."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class RecordingSleep:
+    """A sleep that records the delays asked for instead of waiting."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)

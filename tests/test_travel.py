@@ -8,6 +8,7 @@ from functools import partial
 from typing import Any
 
 import anyio
+from support import RecordingSleep
 
 from agents.travel import (
     Outcome,
@@ -17,16 +18,6 @@ from agents.travel import (
     weather_down,
 )
 from statemachine import Done, Failed
-
-
-class RecordingSleep:
-    """A sleep that records the delays asked for instead of waiting."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.delays.append(seconds)
 
 
 def run(scenario: Callable[..., Awaitable[Outcome]], **kwargs: Any) -> tuple[Outcome, list[float]]:
