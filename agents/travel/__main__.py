@@ -6,10 +6,13 @@ import anyio
 
 from statemachine import Done, Failed
 
+from ._handoff import HandoffAccepted, HandoffRejected
 from ._scenarios import (
+    HandoffOutcome,
     Outcome,
     budget_stops_before_spending,
     flaky_weather,
+    handoff,
     prompt_flip,
     weather_down,
 )
@@ -30,6 +33,25 @@ def _show(number: str, outcome: Outcome) -> None:
             print(f"   failed:    {reason}")
 
 
+def _show_handoff(number: str, outcome: HandoffOutcome) -> None:
+    print(f"\n{number}. {outcome.title}")
+    print(f"   researcher: {outcome.handoff.researcher.trace()}")
+    match outcome.handoff:
+        case HandoffAccepted(brief=brief, booking=booking, booker=booker):
+            found = ", ".join(f"{c.city} {c.forecast} {c.high_c}°C" for c in brief.cities)
+            print(f"   brief:      {found}")
+            print(f"   booker:     {booker.trace()}")
+            print(f"   chosen:     {booking.destination} (by code, from the typed forecasts)")
+            print(f"   notes:      {brief.notes!r} (kept for a person, never sent to the booker)")
+        case HandoffRejected(reason=reason, paths=paths):
+            print(f"   rejected:   {reason}")
+            print(f"   paths:      {', '.join(paths)}")
+            print("   booker:     never ran")
+    charged = ", ".join(f"${amount}" for amount in outcome.charged) or "nothing"
+    print(f"   charged:    {charged}")
+    print(f"   approvals:  {outcome.approvals_asked} asked")
+
+
 async def main() -> None:
     """Run the scenarios one after the other."""
     print("statemachine travel agent: three ways a `while True` agent breaks, handled")
@@ -38,6 +60,8 @@ async def main() -> None:
     _show("2a", await flaky_weather())
     _show("2b", await weather_down())
     _show("3", await budget_stops_before_spending())
+    _show_handoff("4a", await handoff(lookups_fail=False))
+    _show_handoff("4b", await handoff(lookups_fail=True))
 
 
 if __name__ == "__main__":

@@ -61,13 +61,29 @@ class FakeProvider:
     """A travel provider that records every charge and can fail on purpose.
 
     ``weather_failures`` makes the next N weather look-ups fail with a 503;
-    ``weather_down`` makes every one fail.
+    ``weather_down`` makes every one fail; ``weather_down_in`` makes every look-up
+    of the cities named fail (case-insensitively). ``forecasts`` gives a city its
+    own ``(forecast, high_c)``; any other city is sunny, 24 °C.
     """
 
     weather_failures: int = 0
     weather_down: bool = False
     weather_calls: int = 0
     charges: list[Charge] = attrs.field(factory=list)
+    weather_down_in: frozenset[str] = frozenset()
+    forecasts: dict[str, tuple[str, int]] = attrs.field(factory=dict)
+
+    def weather(self, city: str) -> dict[str, object]:
+        """One weather look-up; :class:`ToolError` (503) when the service is failing."""
+        self.weather_calls += 1
+        if self.weather_down or self.weather_failures > 0:
+            self.weather_failures = max(0, self.weather_failures - 1)
+            raise ToolError("503 Service Unavailable", status=503)
+        if city.strip().casefold() in {name.casefold() for name in self.weather_down_in}:
+            raise ToolError("503 Service Unavailable", status=503)
+        known = {name.casefold(): forecast for name, forecast in self.forecasts.items()}
+        forecast, high_c = known.get(city.strip().casefold(), ("sunny", 24))
+        return {"city": city, "forecast": forecast, "high_c": high_c}
 
     def charge(self, what: str, amount: Decimal) -> Charge:
         """Record a charge and return it."""
@@ -132,11 +148,7 @@ def travel_agent(
     @read_tool(timeout=5.0)
     async def get_weather(args: WeatherArgs) -> dict[str, object]:
         """The weather forecast for a city."""
-        provider.weather_calls += 1
-        if provider.weather_down or provider.weather_failures > 0:
-            provider.weather_failures = max(0, provider.weather_failures - 1)
-            raise ToolError("503 Service Unavailable", status=503)
-        return {"city": args.city, "forecast": "sunny", "high_c": 24}
+        return provider.weather(args.city)
 
     @write_tool(cost=lambda args: args.price)
     async def book_flight(args: FlightArgs) -> dict[str, object]:
