@@ -14,6 +14,9 @@ from ._errors import (
     BudgetExceededError,
     ConfigError,
     EstimateExceededError,
+    ModelRequestError,
+    ModelResponseError,
+    ModelUnavailableError,
     OutputRejectedError,
     OutputTamperedError,
     PhaseReusedError,
@@ -54,8 +57,10 @@ from ._guard import (
     validate_with_retries,
 )
 from ._json import canonical, canonical_hash, dumps, loads
+from ._local import LlamaCppConfig, LlamaCppModel
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import Money, to_money
+from ._openai import OpenAICompatibleModel, TokenPrices
 from ._patch import PatchAccepted, PatchRejected, apply_patch
 from ._phases import (
     Active,
@@ -119,14 +124,20 @@ __all__ = (
     "Idle",
     "Invalid",
     "InvalidCall",
+    "LlamaCppConfig",
+    "LlamaCppModel",
     "LoopGovernor",
     "LoopState",
     "Message",
     "Model",
     "ModelReply",
     "ModelRequest",
+    "ModelRequestError",
+    "ModelResponseError",
+    "ModelUnavailableError",
     "Money",
     "Observing",
+    "OpenAICompatibleModel",
     "OutputGuard",
     "OutputRejectedError",
     "OutputTamperedError",
@@ -157,6 +168,7 @@ __all__ = (
     "Similarity",
     "Spend",
     "StatemachineError",
+    "TokenPrices",
     "ToolCalling",
     "ToolError",
     "ToolRegistry",

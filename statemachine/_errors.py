@@ -18,7 +18,10 @@ clauses keep working::
     ├── ReservationSettledError (RuntimeError) a reservation committed or released twice
     ├── ScriptExhaustedError (RuntimeError) a scripted model or gate ran out of turns
     ├── OutputRejectedError (ValueError)   guard mode 'reject' met an invalid model reply
-    └── OutputTamperedError (RuntimeError) a validated reply changed before it was shipped
+    ├── OutputTamperedError (RuntimeError) a validated reply changed before it was shipped
+    ├── ModelUnavailableError (RuntimeError) the model's server is busy or down (429, 5xx)
+    ├── ModelRequestError (ValueError)     the model's server refused the request (4xx): fix it
+    └── ModelResponseError (ValueError)    the model's server sent something that is not a reply
 
 Messages say what happened and what to do next. Errors carry the context that
 caused them as attributes (``.phase``, ``.transition``, ``.tool``, ...).
@@ -38,6 +41,9 @@ __all__ = [
     "BudgetExceededError",
     "ConfigError",
     "EstimateExceededError",
+    "ModelRequestError",
+    "ModelResponseError",
+    "ModelUnavailableError",
     "OutputRejectedError",
     "OutputTamperedError",
     "PhaseReusedError",
@@ -274,4 +280,81 @@ class OutputTamperedError(StatemachineError, RuntimeError):
             f"Parsed.{part} changed after validation (SHA-256 recorded {recorded[:16]}, "
             f"now {actual[:16]}); it was not shipped. Ship Parsed.verify() as the guard "
             "returned it and never modify a validated reply."
+        )
+
+
+class ModelUnavailableError(StatemachineError, RuntimeError):
+    """The model's server could not answer now: overloaded (429), failing (5xx) or unreachable.
+
+    ``.status`` is the HTTP status (``None``: no answer at all, e.g. the connection
+    was refused); ``.retry_after`` the seconds the server asked to wait, if it said.
+    ``.retryable`` is always ``True``: the same request may succeed later. The adapter
+    never retries by itself; retries belong to the caller's policy.
+    """
+
+    retryable = True
+
+    def __init__(
+        self, detail: str, *, url: str, status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        self.detail = detail
+        self.url = url
+        self.status = status
+        self.retry_after = retry_after
+        if status is None:
+            what = f"could not reach the model at {url}: {detail}. Check that the server is "
+            what += "running and that base_url is right, then try again"
+        else:
+            what = f"the model at {url} is unavailable (HTTP {status}: {detail}). "
+            what += "This is usually temporary: try again later"
+            if retry_after is not None:
+                what += f" (the server asked to wait {retry_after:g}s)"
+        super().__init__(what)
+
+
+class ModelRequestError(StatemachineError, ValueError):
+    """The model's server refused the request (a 4xx other than 429); sending it again fails.
+
+    ``.status`` is the HTTP status and ``.detail`` the server's own error message.
+    """
+
+    retryable = False
+
+    def __init__(self, detail: str, *, url: str, status: int) -> None:
+        self.detail = detail
+        self.url = url
+        self.status = status
+        if status in (401, 403):
+            advice = "Check the API key and that it may use this model."
+        elif status == 404:
+            advice = "Check base_url (it usually ends in /v1) and the model name the server serves."
+        elif status == 413:
+            advice = "The request is too large: shorten the conversation or the tools' schemas."
+        else:
+            advice = (
+                "Fix the request (the model name, the tools' schemas, or an output schema "
+                "the server's strict mode does not support); the same request fails again."
+            )
+        super().__init__(
+            f"the model at {url} refused the request with HTTP {status}: {detail}. {advice}"
+        )
+
+
+class ModelResponseError(StatemachineError, ValueError):
+    """The model's server answered, but not with a chat completion the adapter can read.
+
+    ``.detail`` says what was wrong; ``.excerpt`` is the start of the body received.
+    """
+
+    retryable = False
+
+    def __init__(self, detail: str, *, url: str, excerpt: str = "") -> None:
+        self.detail = detail
+        self.url = url
+        self.excerpt = excerpt
+        shown = f" (the body starts {excerpt!r})" if excerpt else ""
+        super().__init__(
+            f"the server at {url} did not answer with a chat completion: {detail}{shown}. "
+            "Check that base_url points at an OpenAI-compatible API (POST "
+            "<base_url>/chat/completions) and that the server supports what was asked."
         )

@@ -390,15 +390,16 @@ class LoopGovernor:
 
     def action(self, call: ReadCall | WriteCall, raw_arguments: str, call_id: str) -> ActionRecord:
         """The record of ``call`` as the model sent it (``raw_arguments``)."""
-        text = f"{call.name}({_json.canonical(self._folded(call))})"
+        canonical = _json.canonical(self._folded(call))
         exact = hashlib.sha256(f"{call.name}\x00{raw_arguments}".encode()).hexdigest()
         return ActionRecord(
             call_id=call_id,
             tool=call.name,
             effect="write" if isinstance(call.tool, WriteTool) else "read",
             exact=exact,
-            key=f"{call.name}:{_json.canonical_hash(self._folded(call))}",
-            text=text,
+            # The same hash as canonical_hash(folded arguments), from the text made once.
+            key=f"{call.name}:{hashlib.sha256(canonical.encode()).hexdigest()}",
+            text=f"{call.name}({canonical})",
         )
 
     @staticmethod

@@ -46,6 +46,9 @@ from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial
 from ._budget import Budget, Spend
 from ._errors import (
     ApprovalMismatchError,
+    ModelRequestError,
+    ModelResponseError,
+    ModelUnavailableError,
     OutputTamperedError,
     PhaseReusedError,
     SetupError,
@@ -57,6 +60,7 @@ from ._guard import (
     _FALLBACKS,
     CustomerResponse,
     Diagnostic,
+    GuardMode,
     Invalid,
     OutputGuard,
     Parsed,
@@ -152,7 +156,8 @@ class Phase(Generic[C]):
     transcript: tuple[Message, ...] = attrs.field(default=(), repr=False)
     spent: Spend = Spend()
     step: int = 0
-    loop: LoopState = LoopState()
+    # Out of repr for the same reason as the transcript: it grows with the run.
+    loop: LoopState = attrs.field(default=LoopState(), repr=False)
     # The single-use cell: the name of the transition that left this phase.
     _left_by: list[str] = attrs.field(init=False, factory=list, eq=False, repr=False)
 
@@ -280,7 +285,9 @@ class Planning(Active[C]):
         if not isinstance(call, ReadCall):
             raise UnapprovedWriteError(getattr(call, "name", repr(call)))
         self._leave("call_tool")
-        action = self._action(call, raw_arguments)
+        return self._calling(call, self._action(call, raw_arguments))
+
+    def _calling(self, call: ReadCall, action: ActionRecord) -> ToolCalling[C]:
         return self._next(
             self.agent.phases.tool_calling,
             call=call,
@@ -296,7 +303,9 @@ class Planning(Active[C]):
         if not isinstance(call, WriteCall):
             raise SetupError(f"request_approval takes a WriteCall, got {type(call).__name__}")
         self._leave("request_approval")
-        action = self._action(call, raw_arguments)
+        return self._awaiting(call, self._action(call, raw_arguments))
+
+    def _awaiting(self, call: WriteCall, action: ActionRecord) -> AwaitApproval[C]:
         return self._next(
             self.agent.phases.await_approval,
             call=call,
@@ -310,9 +319,12 @@ class Planning(Active[C]):
     ) -> Planning[C]:
         """Skip a call the governor suppressed; the model is told why, in words it can use."""
         self._leave("suppress")
-        action = self._action(call, raw_arguments).model_copy(
-            update={"outcome": "suppressed", "result": decision.reason}
-        )
+        return self._suppressed(call, decision, self._action(call, raw_arguments))
+
+    def _suppressed(
+        self, call: ReadCall | WriteCall, decision: Decision, action: ActionRecord
+    ) -> Planning[C]:
+        action = action.model_copy(update={"outcome": "suppressed", "result": decision.reason})
         told = Message(
             role="tool", content=decision.message, tool_call_id=action.call_id, name=call.name
         )
@@ -428,14 +440,18 @@ class Planning(Active[C]):
                     case Verdict.PAUSE:
                         return heard._ruled("before_action", decision).pause(decision.reason)
                     case Verdict.SUPPRESS:
-                        return heard.suppress(routed, decision, raw_arguments=first.arguments)
+                        heard._leave("suppress")
+                        return heard._suppressed(routed, decision, action)
                     case Verdict.CONTINUE | Verdict.FINALIZE:
                         pass
                     case _:
                         assert_never(decision.verdict)
+                # The action made for the governor's check is the one recorded.
                 if isinstance(routed, ReadCall):
-                    return heard.call_tool(routed, raw_arguments=first.arguments)
-                return heard.request_approval(routed, raw_arguments=first.arguments)
+                    heard._leave("call_tool")
+                    return heard._calling(routed, action)
+                heard._leave("request_approval")
+                return heard._awaiting(routed, action)
             case InvalidCall():
                 if self.invalid_streak + 1 >= agent.max_invalid_calls:
                     return heard.fail(
@@ -447,18 +463,31 @@ class Planning(Active[C]):
                 assert_never(routed)
 
     async def _ask(
-        self, rt: Runtime, *, tools: tuple[dict[str, Any], ...], note: str = ""
+        self,
+        rt: Runtime,
+        *,
+        tools: tuple[dict[str, Any], ...],
+        note: str = "",
+        answering: bool = False,
     ) -> tuple[ModelReply | str, Planning[C]]:
         """Call the model under the run's deadline; the reply and this phase with its usage.
 
-        Instead of a reply, the reason, when the deadline cancelled the call.
+        Instead of a reply, the reason the call failed: the deadline cancelled it, or
+        the model's service refused or could not answer. ``answering`` (no tools, an
+        answer wanted) sends the answer guard's schema to a constrained backend.
         """
         remaining = rt.remaining(self.agent.budget)
         messages = self.messages()
         if note:
             messages = (*messages, Message(role="system", content=note))
+        guard = self.agent.answer_guard
+        schema = None
+        if answering and guard is not None and guard.mode is GuardMode.CONSTRAINED:
+            schema = guard.output_schema
         # The messages are validated already; constructing skips validating them again.
-        request = ModelRequest.model_construct(messages=messages, tools=tools, timeout=remaining)
+        request = ModelRequest.model_construct(
+            messages=messages, tools=tools, timeout=remaining, output_schema=schema
+        )
         loop = self.agent.governor.flag(self.loop, self.step)
         try:
             with _deadline(remaining):
@@ -466,6 +495,10 @@ class Planning(Active[C]):
         except TimeoutError:
             reason = f"wall-clock budget: the model did not answer within the {remaining:.2f}s left"
             return reason, attrs.evolve(self, loop=loop)
+        except (ModelUnavailableError, ModelRequestError, ModelResponseError) as error:
+            # Retries of a model call are not the model's to decide, nor this phase's:
+            # the run stops with the service's words, and can be started again.
+            return f"the model could not be asked: {error}", attrs.evolve(self, loop=loop)
         # The model's usage belongs to this step whatever it chose.
         spent = self.spent.add(tokens=reply.usage.tokens, cost=reply.usage.cost, model_calls=1)
         return reply, attrs.evolve(self, spent=spent, loop=loop)
@@ -475,7 +508,7 @@ class Planning(Active[C]):
             "Answer the customer now, from what you already have. Do not call tools. "
             f"(The run is finishing: {reason}.)"
         )
-        reply, heard = await self._ask(rt, tools=(), note=note)
+        reply, heard = await self._ask(rt, tools=(), note=note, answering=True)
         if isinstance(reply, str):
             return heard.fail(f"finalize ({reason}): {reply}")
         if not reply.text.strip():
@@ -501,7 +534,7 @@ class Planning(Active[C]):
         async def ask(feedback: str | None) -> ModelReply:
             if feedback is None:
                 return reply
-            again, heard = await asked[-1]._ask(rt, tools=(), note=feedback)
+            again, heard = await asked[-1]._ask(rt, tools=(), note=feedback, answering=True)
             asked.append(heard)
             if isinstance(again, str):  # the deadline: an empty reply ends the loop
                 return ModelReply(text="", finish_reason="length")

@@ -115,6 +115,9 @@ class Runner(Generic[C]):
         today: Callable[[], date] = date.today,
         fallbacks: metrics.Counter | None = None,
     ) -> None:
+        if agent.answer_guard is not None:
+            # At start-up: a constrained guard refuses a backend that cannot enforce it.
+            agent.answer_guard.check_backend(model)
         self._agent = agent
         self._model = model
         self._gate = gate

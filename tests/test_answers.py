@@ -18,10 +18,12 @@ from statemachine import (
     Done,
     Failed,
     ModelReply,
+    ModelUnavailableError,
     OutputGuard,
     OutputTamperedError,
     Responding,
     Runner,
+    SetupError,
 )
 from statemachine.testing import AutoDenyGate, ScriptedModel, reply
 
@@ -240,3 +242,41 @@ def test_a_float_in_a_configured_budget_is_refused() -> None:
     )
     with pytest.raises(ConfigError, match=exactly(message)):
         Agent.from_config({"budget": {"cost": 12.5}}, name="support")
+
+
+def test_a_constrained_answer_guard_refuses_a_backend_that_cannot_enforce_it() -> None:
+    """At start-up, not mid-run: Runner refuses a model that cannot decode to a schema."""
+    agent = Agent[None](name="triage", answer_guard=OutputGuard(Ticket, mode="constrained"))
+    with pytest.raises(SetupError):
+        Runner(agent, model=ScriptedModel([]), gate=AutoDenyGate())
+
+
+async def test_a_constrained_backend_is_sent_the_schema_when_an_answer_is_asked_for() -> None:
+    """A re-ask for the answer carries the schema, for the backend to enforce while decoding."""
+    guard = OutputGuard(Ticket, mode="constrained")
+    agent = Agent[None](name="triage", answer_guard=guard)
+    good = '{"summary": "Lost parcel", "priority": "low", "due": "2026-12-01"}'
+    model = ScriptedModel([reply('{"summary": "Lost parcel"}'), reply(good)], constrained=True)
+    result = await run(agent, model)
+    assert isinstance(result.final, Done)
+    assert model.requests[0].output_schema is None  # tools were offered: no schema then
+    assert model.requests[1].output_schema == guard.output_schema
+
+
+class Unavailable:
+    """A model whose service answers 503."""
+
+    async def complete(self, request: Any) -> ModelReply:
+        raise ModelUnavailableError(
+            status=503, detail="overloaded", url="http://127.0.0.1:9/v1/chat/completions"
+        )
+
+
+async def test_a_model_service_that_is_down_ends_the_run_with_its_words() -> None:
+    """A 503 from the model's service is a Failed run that says so, not an exception."""
+    result = await Runner(Agent[None](name="a"), model=Unavailable(), gate=AutoDenyGate()).run(
+        None, "Help me."
+    )
+    assert isinstance(result.final, Failed)
+    assert result.final.reason.startswith("the model could not be asked: ")
+    assert "503" in result.final.reason

@@ -1,12 +1,19 @@
-"""Demo: ``python -m agents.travel`` runs every scenario offline and prints what happened."""
+"""Demo: ``python -m agents.travel`` runs every scenario offline and prints what happened.
+
+``--local`` runs the agent on a real model instead (see :mod:`agents.travel._local`).
+"""
 
 from __future__ import annotations
+
+import argparse
+from functools import partial
 
 import anyio
 
 from statemachine import Done, Failed
 
 from ._handoff import HandoffAccepted, HandoffRejected
+from ._local import local_demo
 from ._scenarios import (
     HandoffOutcome,
     Outcome,
@@ -64,5 +71,25 @@ async def main() -> None:
     _show_handoff("4b", await handoff(lookups_fail=True))
 
 
+def cli(argv: list[str] | None = None) -> None:
+    """The command line: the scripted scenarios, or ``--local`` for a real local model."""
+    parser = argparse.ArgumentParser(prog="python -m agents.travel", description=__doc__)
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="run the agent on SmolLM2-135M through llama.cpp (needs statemachine[local])",
+    )
+    parser.add_argument(
+        "--unconstrained",
+        action="store_true",
+        help="with --local: no grammar; the library validates whatever the model writes",
+    )
+    args = parser.parse_args(argv)
+    if args.local:
+        anyio.run(partial(local_demo, constrained=not args.unconstrained))
+    else:
+        anyio.run(main)
+
+
 if __name__ == "__main__":
-    anyio.run(main)
+    cli()

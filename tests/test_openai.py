@@ -1,0 +1,639 @@
+"""statemachine._openai: the chat-completions adapter against a real HTTP server on loopback.
+
+Every test starts its own small HTTP/1.1 server on 127.0.0.1 (a free port), which
+answers ``POST /v1/chat/completions`` with recorded replies chosen by the test and
+records every request it receives; the server is stopped when the test ends.
+"""
+
+from __future__ import annotations
+
+import http
+import socket
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from decimal import Decimal
+from typing import Any
+
+import anyio
+import attrs
+import httpx
+import pytest
+from anyio.abc import SocketAttribute, SocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+from pydantic import BaseModel, ConfigDict
+from support import CityArgs, FlightArgs, exactly
+
+from statemachine import (
+    Agent,
+    Budget,
+    Message,
+    ModelReply,
+    ModelRequest,
+    ModelRequestError,
+    ModelResponseError,
+    ModelUnavailableError,
+    Money,
+    OpenAICompatibleModel,
+    OutputGuard,
+    Refusal,
+    Runner,
+    SetupError,
+    StatemachineError,
+    TokenPrices,
+    ToolRegistry,
+    ToolRequest,
+    Truncated,
+    Usage,
+    dumps,
+    loads,
+    read_tool,
+    validate_with_retries,
+    write_tool,
+)
+from statemachine.testing import AutoDenyGate
+
+pytestmark = pytest.mark.anyio
+
+MAX_BODY = 1_000_000
+
+
+# --- the server ------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Recorded:
+    """One reply the server sends: status, JSON document (or raw bytes), delay, headers."""
+
+    body: Any
+    status: int = 200
+    delay: float = 0.0
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def payload(self) -> bytes:
+        return self.body if isinstance(self.body, bytes) else dumps(self.body).encode()
+
+
+@attrs.frozen
+class Received:
+    """One request the server received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return loads(self.body)
+
+
+@attrs.define
+class ChatServer:
+    """Answers each request with the next recorded reply and records what it was sent."""
+
+    port: int
+    replies: list[Recorded]
+    requests: list[Received] = attrs.field(factory=list)
+    connections: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def next_reply(self, request: Received) -> Recorded:
+        if (request.method, request.path) != ("POST", "/v1/chat/completions"):
+            return Recorded({"error": {"message": f"no route {request.path}"}}, status=404)
+        if len(self.requests) > len(self.replies):
+            return Recorded({"error": {"message": "no reply recorded"}}, status=500)
+        return self.replies[len(self.requests) - 1]
+
+    async def handle(self, stream: SocketStream) -> None:
+        self.connections += 1
+        reader = BufferedByteReceiveStream(stream)
+        async with stream:
+            try:
+                while True:  # keep-alive: one connection may carry several requests
+                    head = (await reader.receive_until(b"\r\n\r\n", 65_536)).decode("latin-1")
+                    request_line, *lines = head.split("\r\n")
+                    method, path, _ = request_line.split(" ", 2)
+                    headers = {}
+                    for line in lines:
+                        key, _, value = line.partition(":")
+                        headers[key.strip().lower()] = value.strip()
+                    length = int(headers.get("content-length", "0"))
+                    if length > MAX_BODY:
+                        return
+                    body = await reader.receive_exactly(length) if length else b""
+                    received = Received(method, path, headers, body)
+                    self.requests.append(received)
+                    recorded = self.next_reply(received)
+                    await anyio.sleep(recorded.delay)
+                    payload = recorded.payload()
+                    phrase = http.HTTPStatus(recorded.status).phrase
+                    response = [
+                        f"HTTP/1.1 {recorded.status} {phrase}",
+                        "content-type: application/json",
+                        f"content-length: {len(payload)}",
+                        *(f"{key}: {value}" for key, value in recorded.headers),
+                    ]
+                    await stream.send(("\r\n".join(response) + "\r\n\r\n").encode() + payload)
+            except (
+                anyio.EndOfStream,
+                anyio.IncompleteRead,
+                anyio.DelimiterNotFound,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+            ):
+                return
+
+
+@asynccontextmanager
+async def chat_server(*replies: Recorded) -> AsyncIterator[ChatServer]:
+    """A chat-completions server on 127.0.0.1 for the block, stopped when it ends."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    async with listener, anyio.create_task_group() as group:
+        server = ChatServer(listener.extra(SocketAttribute.local_port), list(replies))
+        group.start_soon(listener.serve, server.handle)
+        try:
+            yield server
+        finally:
+            group.cancel_scope.cancel()
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy_or_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loopback stays loopback, and no key from the environment leaks into a test."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+# --- recorded replies ------------------------------------------------------------------
+
+
+def completion(
+    message: dict[str, Any],
+    finish_reason: str | None = "stop",
+    usage: dict[str, int] | None = None,
+) -> Recorded:
+    """A chat completion as OpenAI's API records it."""
+    document: dict[str, Any] = {
+        "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT",
+        "object": "chat.completion",
+        "created": 1741569952,
+        "model": "gpt-4.1-2025-04-14",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": None, "refusal": None, **message},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        ],
+        "system_fingerprint": "fp_a1102cf978",
+    }
+    if usage is not None:
+        document["usage"] = {**usage, "total_tokens": sum(usage.values())}
+    return Recorded(document)
+
+
+def text(content: str, **usage: int) -> Recorded:
+    return completion({"content": content}, "stop", usage or None)
+
+
+def calls(name: str, arguments: Any, call_id: str = "call_Dnx7Ej2bVT0mtF7vN6tS0Ff8") -> Recorded:
+    return completion(
+        {
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+            ]
+        },
+        "tool_calls",
+        {"prompt_tokens": 82, "completion_tokens": 17},
+    )
+
+
+def error(status: int, message: str, **headers: str) -> Recorded:
+    body = {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+    return Recorded(body, status=status, headers=tuple(headers.items()))
+
+
+USER = (Message(role="user", content="What is the weather in Paris?"),)
+
+
+def adapter(server: ChatServer, **options: Any) -> OpenAICompatibleModel:
+    return OpenAICompatibleModel(server.url, "gpt-4.1", **options)
+
+
+@read_tool
+async def lookup(args: CityArgs) -> dict[str, str]:
+    """Today's weather in a city."""
+    return {"city": args.city, "sky": "sunny"}
+
+
+@write_tool(cost=lambda args: args.price)
+async def book(args: FlightArgs) -> str:
+    """Book a flight."""
+    return f"booked {args.flight}"
+
+
+class Ticket(BaseModel):
+    """A support ticket the model writes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    subject: str
+    amount: Money
+
+
+# --- replies ---------------------------------------------------------------------------
+
+
+async def test_a_text_reply_maps_usage_to_an_exact_decimal_cost() -> None:
+    """Text, finish reason and tokens come through; cost is priced per million, exactly."""
+    prices = TokenPrices(input=Decimal("2.50"), output=Decimal("10.00"), per=1_000_000)
+    async with chat_server(text("Sunny, 21 °C.", prompt_tokens=1234, completion_tokens=567)) as s:
+        got = await adapter(s, prices=prices, api_key="sk-test").complete(
+            ModelRequest(messages=USER)
+        )
+    assert got == ModelReply(
+        text="Sunny, 21 °C.",
+        finish_reason="stop",
+        usage=Usage(input_tokens=1234, output_tokens=567, cost=Decimal("0.008755")),
+    )
+    assert isinstance(got.usage.cost, Decimal)
+    assert s.requests[0].headers["authorization"] == "Bearer sk-test"
+
+
+def test_token_prices_are_exact_per_thousand_and_refuse_floats() -> None:
+    """Per-1K prices multiply exactly; a float price is refused like any Money."""
+    prices = TokenPrices(input=Decimal("0.0005"), output=Decimal("0.0015"), per=1_000)
+    assert prices.cost(1, 1) == Decimal("0.000002")
+    assert prices.cost(3_000_000, 1_000_000) == Decimal("3.0")
+    assert TokenPrices().cost(10**9, 10**9) == 0
+    with pytest.raises(ValueError, match="money must be exact"):
+        TokenPrices(input=0.1)
+    with pytest.raises(ValueError, match="per"):
+        TokenPrices(per=1_024)
+
+
+async def test_the_api_key_comes_from_the_environment_when_not_passed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """OPENAI_API_KEY is the fallback; with no key at all, no Authorization is sent."""
+    async with chat_server(text("a"), text("b")) as server:
+        await adapter(server).complete(ModelRequest(messages=USER))
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+        await adapter(server).complete(ModelRequest(messages=USER))
+    assert "authorization" not in server.requests[0].headers
+    assert server.requests[1].headers["authorization"] == "Bearer sk-from-env"
+    assert "sk-from-env" not in repr(adapter(server))
+
+
+async def test_a_tool_call_comes_back_as_a_tool_request() -> None:
+    """Name, raw arguments and the server's call id; the finish reason says tool_calls."""
+    async with chat_server(calls("lookup", '{"city": "Paris"}')) as server:
+        got = await adapter(server).complete(ModelRequest(messages=USER))
+    assert got.tool_calls == (
+        ToolRequest(
+            name="lookup", arguments='{"city": "Paris"}', id="call_Dnx7Ej2bVT0mtF7vN6tS0Ff8"
+        ),
+    )
+    assert (got.text, got.finish_reason) == ("", "tool_calls")
+    assert got.usage == Usage(input_tokens=82, output_tokens=17)
+
+
+async def test_arguments_sent_as_an_object_are_written_back_exactly() -> None:
+    """A server that sends the arguments object itself: numbers keep every digit."""
+    async with chat_server(calls("book", {"flight": "AF1", "price": Decimal("137.30")})) as s:
+        got = await adapter(s).complete(ModelRequest(messages=USER))
+    assert got.tool_calls[0].arguments == '{"flight":"AF1","price":137.30}'
+
+
+async def test_the_request_body_maps_messages_and_tools() -> None:
+    """The protocol's roles, tool calls and ids; tools as functions, Money as a number."""
+    conversation = (
+        Message(role="system", content="Be brief."),
+        Message(role="user", content="Book AF1."),
+        Message(
+            role="assistant",
+            tool_calls=(ToolRequest(name="book", arguments='{"flight":"AF1"}', id="call-1"),),
+        ),
+        Message(role="tool", content="booked AF1", tool_call_id="call-1", name="book"),
+        Message(role="assistant", content="Booked."),
+    )
+    request = ModelRequest(messages=conversation, tools=ToolRegistry([lookup, book]).schemas())
+    async with chat_server(text("ok")) as server:
+        await adapter(server).complete(request)
+    sent = server.requests[0]
+    assert (sent.method, sent.path, sent.headers["content-type"]) == (
+        "POST",
+        "/v1/chat/completions",
+        "application/json",
+    )
+    body = sent.json()
+    assert body["model"] == "gpt-4.1"
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Book AF1."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call-1",
+                    "type": "function",
+                    "function": {"name": "book", "arguments": '{"flight":"AF1"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call-1", "content": "booked AF1"},
+        {"role": "assistant", "content": "Booked."},
+    ]
+    assert [tool["type"] for tool in body["tools"]] == ["function", "function"]
+    booking = body["tools"][1]["function"]
+    assert (booking["name"], booking["description"]) == ("book", "Book a flight.")
+    assert booking["parameters"]["properties"]["price"] == {"title": "Price", "type": "number"}
+    assert booking["parameters"]["required"] == ["flight", "price"]
+    assert "response_format" not in body
+    assert "tool_choice" not in body
+
+
+# --- constrained mode ------------------------------------------------------------------
+
+
+async def test_constrained_mode_sends_a_strict_json_schema_and_the_guard_accepts_it() -> None:
+    """A constrained guard passes start-up; the schema goes out as a strict response_format."""
+    guard = OutputGuard(Ticket, mode="constrained")
+    answer = text('{"subject": "Refund", "amount": 12.50}')
+    async with chat_server(answer) as server:
+        model = adapter(server, constrained=True)
+        result = await validate_with_retries(
+            guard, guard.ask_model(model, ModelRequest(messages=USER))
+        )
+    assert result.status == "ok"
+    assert result.value == Ticket(subject="Refund", amount=Decimal("12.50"))
+    assert server.requests[0].json()["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "Ticket", "schema": Ticket.model_json_schema(), "strict": True},
+    }
+
+
+def test_a_constrained_guard_refuses_an_unconstrained_adapter_at_start_up() -> None:
+    """Without constrained=True the guard fails at start-up, and so does a schema sent anyway."""
+    model = OpenAICompatibleModel("http://127.0.0.1:9/v1", "gpt-4.1")
+    guard = OutputGuard(Ticket, mode="constrained")
+    with pytest.raises(SetupError, match="OpenAICompatibleModel does not declare constrained"):
+        guard.check_backend(model)
+    with pytest.raises(SetupError, match="OpenAICompatibleModel does not declare constrained"):
+        guard.ask_model(model, ModelRequest(messages=USER))
+    message = (
+        "OpenAICompatibleModel('http://127.0.0.1:9/v1', 'gpt-4.1', constrained=False) was "
+        "asked to enforce an output schema but is not constrained; pass constrained=True if "
+        "the server supports strict response_format, or use guard mode 'auto_repair' or 'reject'"
+    )
+    with pytest.raises(SetupError, match=exactly(message)):
+        model.body(ModelRequest(messages=USER, output_schema=Ticket.model_json_schema()))
+
+
+# --- refusal and truncation ------------------------------------------------------------
+
+
+async def test_a_refusal_becomes_the_guards_refusal() -> None:
+    """message.refusal sets finish_reason 'refusal' with the refusal's words; no usage, no cost."""
+    said = "I'm sorry, I can't help with that request."
+    async with chat_server(completion({"refusal": said}, "stop")) as server:
+        got = await adapter(server).complete(ModelRequest(messages=USER))
+    assert got == ModelReply(text=said, finish_reason="refusal", usage=Usage())
+    assert OutputGuard(Ticket).check(got) == Refusal(text=said, finish_reason="refusal")
+
+
+async def test_a_truncation_becomes_the_guards_truncation() -> None:
+    """finish_reason 'length' stays 'length', and the guard reports what arrived as Truncated."""
+    cut = '{"subject": "Refund for ord'
+    async with chat_server(completion({"content": cut}, "length")) as server:
+        got = await adapter(server).complete(ModelRequest(messages=USER))
+    assert (got.text, got.finish_reason) == (cut, "length")
+    assert OutputGuard(Ticket).check(got) == Truncated(text=cut)
+
+
+@pytest.mark.parametrize(
+    ("stated", "message", "expected"),
+    [
+        ("content_filter", {"content": None}, "content_filter"),
+        ("function_call", {"content": None}, "tool_calls"),
+        (None, {"content": "hi"}, "stop"),
+        ("eos", {"content": "hi"}, "stop"),
+    ],
+)
+async def test_other_finish_reasons_are_mapped(
+    stated: str | None, message: dict[str, Any], expected: str
+) -> None:
+    """The filter passes through, the old name for a tool call is mapped, others mean stop."""
+    async with chat_server(completion(message, stated)) as server:
+        got = await adapter(server).complete(ModelRequest(messages=USER))
+    assert got.finish_reason == expected
+
+
+# --- malformed tool arguments ----------------------------------------------------------
+
+BROKEN = '{"city": "Paris"'
+
+
+async def test_malformed_tool_arguments_pass_through_raw() -> None:
+    """The adapter neither parses nor repairs arguments: the registry's router does."""
+    async with chat_server(calls("lookup", BROKEN)) as server:
+        got = await adapter(server).complete(ModelRequest(messages=USER))
+    assert got.tool_calls[0].arguments == BROKEN
+
+
+async def test_malformed_tool_arguments_become_feedback_in_a_run() -> None:
+    """End to end: the bad call is an InvalidCall told to the model, which then answers."""
+    agent = Agent[None](name="weather", tools=[lookup], instructions="Be brief.")
+    expected = agent.tools.route("lookup", BROKEN)
+    async with chat_server(calls("lookup", BROKEN), text("It is sunny in Paris.")) as server:
+        result = await Runner(agent, model=adapter(server), gate=AutoDenyGate()).run(
+            None, "Weather in Paris?"
+        )
+    assert result.ok, result.final
+    assert result.history == ("Idle", "Planning", "Planning", "Responding", "Done")
+    assert len(server.requests) == 2
+    first, second = (request.json() for request in server.requests)
+    assert first["tools"][0]["function"]["name"] == "lookup"
+    asked, told = second["messages"][-2:]
+    assert asked["tool_calls"][0]["function"] == {"name": "lookup", "arguments": BROKEN}
+    assert told == {
+        "role": "tool",
+        "tool_call_id": asked["tool_calls"][0]["id"],
+        "content": getattr(expected, "feedback", None),
+    }
+    assert "not valid JSON" in told["content"]
+
+
+# --- HTTP errors -----------------------------------------------------------------------
+
+
+async def test_a_503_raises_model_unavailable_after_exactly_one_request() -> None:
+    """No retry by the client: one request reaches the server, and the error says try later."""
+    async with chat_server(error(503, "The server is overloaded.", **{"retry-after": "2"})) as s:
+        with pytest.raises(ModelUnavailableError) as raised:
+            await adapter(s).complete(ModelRequest(messages=USER))
+    assert len(s.requests) == 1
+    error_ = raised.value
+    assert (error_.status, error_.retry_after, error_.retryable) == (503, 2.0, True)
+    assert isinstance(error_, RuntimeError)
+    assert str(error_) == (
+        f"the model at {s.url}/chat/completions is unavailable (HTTP 503: The server is "
+        "overloaded.). This is usually temporary: try again later (the server asked to wait 2s)"
+    )
+
+
+async def test_a_429_is_unavailable_too() -> None:
+    """Rate limited: retryable, and the server's words are kept."""
+    async with chat_server(error(429, "Rate limit reached for gpt-4.1.")) as s:
+        with pytest.raises(ModelUnavailableError, match="HTTP 429: Rate limit reached"):
+            await adapter(s).complete(ModelRequest(messages=USER))
+    assert len(s.requests) == 1
+
+
+async def test_a_server_that_is_not_listening_is_unavailable() -> None:
+    """A refused connection is a ModelUnavailableError without a status, not an httpx error."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    model = OpenAICompatibleModel(f"http://127.0.0.1:{port}/v1", "gpt-4.1")
+    with pytest.raises(ModelUnavailableError, match="could not reach the model") as raised:
+        await model.complete(ModelRequest(messages=USER))
+    assert raised.value.status is None
+
+
+async def test_a_400_raises_model_request_error_with_the_servers_message() -> None:
+    """Not retryable; the message quotes the server and says what to fix."""
+    said = "Invalid schema for response_format 'Ticket': 'additionalProperties' is required."
+    async with chat_server(error(400, said)) as server:
+        with pytest.raises(ModelRequestError) as raised:
+            await adapter(server).complete(ModelRequest(messages=USER))
+    assert (raised.value.status, raised.value.detail, raised.value.retryable) == (400, said, False)
+    assert isinstance(raised.value, ValueError)
+    assert str(raised.value) == (
+        f"the model at {server.url}/chat/completions refused the request with HTTP 400: "
+        f"{said}. Fix the request (the model name, the tools' schemas, or an output schema "
+        "the server's strict mode does not support); the same request fails again."
+    )
+
+
+async def test_a_401_says_to_check_the_key() -> None:
+    """The advice fits the status."""
+    async with chat_server(error(401, "Incorrect API key provided.")) as server:
+        with pytest.raises(ModelRequestError, match="Check the API key"):
+            await adapter(server).complete(ModelRequest(messages=USER))
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (b"<html><body>Bad Gateway</body></html>", "the body is not JSON"),
+        ({"choices": []}, "'choices' is empty"),
+        ({"object": "list"}, "the body has no 'choices'"),
+        ({"choices": [{"message": {"content": 5}}]}, "the message's 'content' is 5"),
+    ],
+)
+async def test_a_body_that_is_not_a_chat_completion_is_a_clear_error(
+    body: Any, detail: str
+) -> None:
+    """A 200 whose body cannot be read raises ModelResponseError naming what was wrong."""
+    async with chat_server(Recorded(body)) as server:
+        with pytest.raises(ModelResponseError, match=detail) as raised:
+            await adapter(server).complete(ModelRequest(messages=USER))
+    assert isinstance(raised.value, StatemachineError)
+    assert "Check that base_url points at an OpenAI-compatible API" in str(raised.value)
+
+
+# --- deadlines -------------------------------------------------------------------------
+
+
+async def test_a_reply_past_the_deadline_is_cancelled_with_timeout_error() -> None:
+    """The run's time left bounds the call: TimeoutError at the deadline, not at the reply."""
+    async with chat_server(Recorded(text("late").body, delay=5.0)) as server:
+        started = time.monotonic()
+        late = exactly(
+            f"the model at {server.url}/chat/completions did not answer within 0.30s; "
+            "the request was cancelled"
+        )
+        with anyio.fail_after(2), pytest.raises(TimeoutError, match=late):
+            await adapter(server, timeout=60).complete(ModelRequest(messages=USER, timeout=0.3))
+        assert time.monotonic() - started < 1.5
+    assert len(server.requests) == 1
+
+
+async def test_the_adapters_own_timeout_bounds_a_call_without_a_deadline() -> None:
+    """With no run deadline, the adapter's timeout is the limit."""
+    async with chat_server(Recorded(text("late").body, delay=5.0)) as server:
+        late = exactly(
+            f"the model at {server.url}/chat/completions did not answer within 0.20s; "
+            "the request was cancelled"
+        )
+        with anyio.fail_after(2), pytest.raises(TimeoutError, match=late):
+            await adapter(server, timeout=0.2).complete(ModelRequest(messages=USER))
+
+
+async def test_a_slow_model_fails_the_run_with_the_wall_clock_reason() -> None:
+    """End to end: Budget(wall_clock=) ends the run in Failed, within the budget."""
+    agent = Agent[None](name="weather", tools=[lookup], budget=Budget(wall_clock=0.5))
+    async with chat_server(Recorded(text("late").body, delay=5.0)) as server:
+        started = time.monotonic()
+        with anyio.fail_after(3):
+            result = await Runner(agent, model=adapter(server), gate=AutoDenyGate()).run(
+                None, "Weather in Paris?"
+            )
+        assert time.monotonic() - started < 2
+    assert result.status == "failed"
+    assert getattr(result.final, "reason", "").startswith(
+        "wall-clock budget: the model did not answer within the 0."
+    )
+
+
+# --- the client ------------------------------------------------------------------------
+
+
+async def test_async_with_keeps_one_connection_and_closes_it() -> None:
+    """Inside ``async with`` calls share a pool; outside, each call has its own client."""
+    async with chat_server(text("a"), text("b"), text("c"), text("d")) as server:
+        async with adapter(server) as model:
+            await model.complete(ModelRequest(messages=USER))
+            await model.complete(ModelRequest(messages=USER))
+        assert server.connections == 1
+        await model.complete(ModelRequest(messages=USER))
+        await model.complete(ModelRequest(messages=USER))
+        assert server.connections == 3
+
+
+async def test_an_injected_client_is_used_and_left_open() -> None:
+    """Tests and users may bring their own client (here a mock transport); it stays theirs."""
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=text("mocked").payload())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        async with OpenAICompatibleModel("https://example.test/v1/", "m", client=client) as model:
+            got = await model.complete(ModelRequest(messages=USER))
+        assert not client.is_closed
+    assert got.text == "mocked"
+    assert str(seen[0].url) == "https://example.test/v1/chat/completions"
+
+
+def test_bad_settings_fail_at_construction() -> None:
+    """An address that is not http(s), an empty model name or a non-positive timeout."""
+    with pytest.raises(SetupError, match="base_url must be an http"):
+        OpenAICompatibleModel("127.0.0.1:8080", "m")
+    with pytest.raises(SetupError, match="model must name"):
+        OpenAICompatibleModel("http://127.0.0.1:8080/v1", " ")
+    with pytest.raises(SetupError, match="timeout must be a positive"):
+        OpenAICompatibleModel("http://127.0.0.1:8080/v1", "m", timeout=0)
