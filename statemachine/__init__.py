@@ -8,12 +8,21 @@ out. Retries, budgets and approval are owned by the phases, never by the model.
 
 from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial
 from ._budget import Budget, Spend
+from ._codec import dump_phase, load_phase
+from ._crypto import CheckpointCipher, generate_key
 from ._errors import (
     ApprovalMismatchError,
     BadArgumentsError,
     BudgetExceededError,
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointKeyError,
+    CheckpointMismatchError,
+    CheckpointOrderError,
+    CheckpointTamperedError,
     ConfigError,
     EstimateExceededError,
+    IllegalStatusChangeError,
     ModelRequestError,
     ModelResponseError,
     ModelUnavailableError,
@@ -27,6 +36,7 @@ from ._errors import (
     StatemachineError,
     ToolError,
     UnapprovedWriteError,
+    UnknownRunError,
     UnknownToolError,
 )
 from ._governor import (
@@ -57,6 +67,7 @@ from ._guard import (
     validate_with_retries,
 )
 from ._json import canonical, canonical_hash, dumps, loads
+from ._lifecycle import RunLifecycle, RunStatus
 from ._local import LlamaCppConfig, LlamaCppModel
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import Money, to_money
@@ -83,6 +94,14 @@ from ._phases import (
 from ._reserve import BudgetMeter, Reservation
 from ._retry import RetryPolicy
 from ._runner import Runner, RunResult
+from ._store import (
+    CheckpointEntry,
+    Checkpointer,
+    MemoryCheckpointer,
+    RunRecord,
+    Sealer,
+    SQLiteCheckpointer,
+)
 from ._tools import (
     ApprovedCall,
     InvalidCall,
@@ -111,6 +130,15 @@ __all__ = (
     "BudgetExceededError",
     "BudgetMeter",
     "Check",
+    "CheckpointCipher",
+    "CheckpointCorruptError",
+    "CheckpointEntry",
+    "CheckpointError",
+    "CheckpointKeyError",
+    "CheckpointMismatchError",
+    "CheckpointOrderError",
+    "CheckpointTamperedError",
+    "Checkpointer",
     "ConfigError",
     "CustomerResponse",
     "Decision",
@@ -122,12 +150,14 @@ __all__ = (
     "GuardMode",
     "GuardOutcome",
     "Idle",
+    "IllegalStatusChangeError",
     "Invalid",
     "InvalidCall",
     "LlamaCppConfig",
     "LlamaCppModel",
     "LoopGovernor",
     "LoopState",
+    "MemoryCheckpointer",
     "Message",
     "Model",
     "ModelReply",
@@ -159,11 +189,16 @@ __all__ = (
     "RetrySettings",
     "Retrying",
     "Rule",
+    "RunLifecycle",
     "RunPausedError",
+    "RunRecord",
     "RunResult",
+    "RunStatus",
     "Runner",
     "Runtime",
+    "SQLiteCheckpointer",
     "ScriptExhaustedError",
+    "Sealer",
     "SetupError",
     "Similarity",
     "Spend",
@@ -175,6 +210,7 @@ __all__ = (
     "ToolRequest",
     "Truncated",
     "UnapprovedWriteError",
+    "UnknownRunError",
     "UnknownToolError",
     "Usage",
     "ValidationResult",
@@ -185,7 +221,10 @@ __all__ = (
     "apply_patch",
     "canonical",
     "canonical_hash",
+    "dump_phase",
     "dumps",
+    "generate_key",
+    "load_phase",
     "loads",
     "read_tool",
     "to_money",

@@ -21,7 +21,15 @@ clauses keep working::
     ├── OutputTamperedError (RuntimeError) a validated reply changed before it was shipped
     ├── ModelUnavailableError (RuntimeError) the model's server is busy or down (429, 5xx)
     ├── ModelRequestError (ValueError)     the model's server refused the request (4xx): fix it
-    └── ModelResponseError (ValueError)    the model's server sent something that is not a reply
+    ├── ModelResponseError (ValueError)    the model's server sent something that is not a reply
+    ├── IllegalStatusChangeError (RuntimeError) a run's status moved where its lifecycle forbids
+    ├── UnknownRunError (LookupError)      a run id the checkpoint store has never saved
+    ├── CheckpointOrderError (ValueError)  a checkpoint saved out of turn: not the run's next seq
+    └── CheckpointError (ValueError)       a checkpoint cannot be restored as it is
+        ├── CheckpointMismatchError (ValueError) it does not fit this library or these agents
+        ├── CheckpointTamperedError (ValueError) altered, or read with the wrong key or context
+        ├── CheckpointCorruptError (ValueError) it is truncated or is not a checkpoint
+        └── CheckpointKeyError (LookupError)  it was sealed with a key id the configuration lacks
 
 Messages say what happened and what to do next. Errors carry the context that
 caused them as attributes (``.phase``, ``.transition``, ``.tool``, ...).
@@ -39,8 +47,15 @@ __all__ = [
     "ApprovalMismatchError",
     "BadArgumentsError",
     "BudgetExceededError",
+    "CheckpointCorruptError",
+    "CheckpointError",
+    "CheckpointKeyError",
+    "CheckpointMismatchError",
+    "CheckpointOrderError",
+    "CheckpointTamperedError",
     "ConfigError",
     "EstimateExceededError",
+    "IllegalStatusChangeError",
     "ModelRequestError",
     "ModelResponseError",
     "ModelUnavailableError",
@@ -54,6 +69,7 @@ __all__ = [
     "StatemachineError",
     "ToolError",
     "UnapprovedWriteError",
+    "UnknownRunError",
     "UnknownToolError",
 ]
 
@@ -357,4 +373,99 @@ class ModelResponseError(StatemachineError, ValueError):
             f"the server at {url} did not answer with a chat completion: {detail}{shown}. "
             "Check that base_url points at an OpenAI-compatible API (POST "
             "<base_url>/chat/completions) and that the server supports what was asked."
+        )
+
+
+class CheckpointError(StatemachineError, ValueError):
+    """A checkpoint that cannot be restored as it is; nothing was restored.
+
+    ``.run_id`` is the run whose checkpoint it is, when the caller said; ``.detail``
+    is the message without the run prefix.
+    """
+
+    def __init__(self, detail: str, *, run_id: str | None = None) -> None:
+        self.detail = detail
+        self.run_id = run_id
+        prefix = f"checkpoint of run {run_id!r}: " if run_id is not None else "checkpoint: "
+        super().__init__(prefix + detail)
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A checkpoint that does not fit: another schema version, agent, phase class or tool."""
+
+
+class CheckpointTamperedError(CheckpointError):
+    """A checkpoint whose contents fail their own checks: altered, or the wrong key or context.
+
+    Raised instead of returning anything: no part of the checkpoint is trusted.
+    """
+
+
+class CheckpointCorruptError(CheckpointError):
+    """Bytes or a document that are not a whole checkpoint: truncated, garbage, malformed."""
+
+
+class CheckpointKeyError(CheckpointError, LookupError):
+    """A checkpoint sealed with a key id that the cipher's configuration does not hold."""
+
+    def __init__(self, key_id: str, known: tuple[str, ...], *, run_id: str | None = None) -> None:
+        self.key_id = key_id
+        self.known = known
+        listed = ", ".join(repr(k) for k in known) or "(none)"
+        super().__init__(
+            f"it was sealed with key id {key_id!r}, which is not configured (configured: "
+            f"{listed}). Add the key {key_id!r} to the checkpoint keys; keep retired keys "
+            "configured until no checkpoint sealed with them remains.",
+            run_id=run_id,
+        )
+
+
+class IllegalStatusChangeError(StatemachineError, RuntimeError):
+    """A change of a run's status that its lifecycle does not allow; the status is unchanged.
+
+    ``.run_id``, ``.current`` and ``.target`` name the refused change; ``.legal`` lists
+    the statuses the run may go to from ``.current`` (empty for an ending).
+    """
+
+    def __init__(self, run_id: str, *, current: str, target: str, legal: tuple[str, ...]) -> None:
+        self.run_id = run_id
+        self.current = current
+        self.target = target
+        self.legal = legal
+        if legal:
+            advice = f"From {current} it may only go to: {', '.join(legal)}."
+        else:
+            advice = f"An ending never changes: start a new run instead of reopening {run_id!r}."
+        super().__init__(
+            f"run {run_id!r} cannot go from {current} to {target}; its status is still "
+            f"{current}. {advice}"
+        )
+
+
+class UnknownRunError(StatemachineError, LookupError):
+    """A run id with no checkpoint in the store: never saved, purged, or mistyped."""
+
+    def __init__(self, run_id: str, *, store: str) -> None:
+        self.run_id = run_id
+        self.store = store
+        super().__init__(
+            f"run {run_id!r} has no checkpoint in {store}; it was never saved there or "
+            "was purged. Check the run id (list the runs with the registry)."
+        )
+
+
+class CheckpointOrderError(StatemachineError, ValueError):
+    """A checkpoint whose seq is not the run's next one; nothing was saved.
+
+    ``.expected`` is the seq the run is waiting for (0 for a new run), ``.seq`` the one given.
+    """
+
+    def __init__(self, run_id: str, *, seq: int, expected: int) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        self.expected = expected
+        super().__init__(
+            f"checkpoint {seq} of run {run_id!r} refused: the run's next checkpoint is "
+            f"{expected}, and nothing was saved. Save one checkpoint per transition, in "
+            "order; a seq already saved means two processes are driving the same run."
         )

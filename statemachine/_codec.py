@@ -1,0 +1,624 @@
+"""The phase codec: a phase as a JSON document, and back, refusing what does not fit.
+
+:func:`dump_phase` turns any phase into a document of JSON values (and ``Decimal``,
+which :func:`statemachine.dumps` writes as an exact JSON number)::
+
+    {"version": 1, "kind": "Observing", "class": "statemachine._phases:Observing",
+     "agent": "travel", "fields": {"ctx": ..., "transcript": [...], "call": ..., ...}}
+
+:func:`load_phase` rebuilds the phase for one of the ``agents`` given, checking as it
+goes: the agent, the phase class (the one the agent's ``Phases`` names for that kind),
+the tools, each call's arguments against their recorded hash, an approval against its
+call, and a verified answer's bytes against their SHA-256. The restored phase is a new
+object, never left, equal to the one dumped (the agent is not part of a phase's
+equality: it is code, passed back in).
+
+What a document holds, besides plain JSON values:
+
+- a value JSON cannot keep exactly is written as a one-key object: ``{"$decimal":
+  "800"}`` for a ``Decimal`` that a JSON number would turn into an ``int`` or spell
+  differently (``800``, ``8E+2``, ``-0``), ``{"$float": "0.1"}`` for a float (a JSON
+  number is read back as ``Decimal``); a one-key object of the program's own whose key
+  starts with ``$`` is wrapped as ``{"$object": {...}}``;
+- a context is ``{"type": "pydantic" | "attrs", "class": "module:QualName", "data": ...}``
+  (``None`` stays ``null``); pydantic contexts are validated anew, attrs contexts are
+  rebuilt field by field from their annotations (so their validators run);
+- a tool output is ``{"type": "json", "value": ...}`` or, for a pydantic model,
+  ``{"type": "pydantic", "class": ..., "data": ...}``.
+
+Values that a document could not give back equal (a context of another kind, a set
+in a tool's output, a class defined inside a function) are refused by ``dump_phase``
+with :class:`SetupError`, when the checkpoint is written, not when it is needed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import typing
+from collections.abc import Callable, Mapping
+from decimal import Decimal
+from typing import Any, Final, NoReturn
+
+import attrs
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from . import _json
+from ._approval import Approval
+from ._budget import Spend
+from ._errors import (
+    BadArgumentsError,
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointMismatchError,
+    CheckpointTamperedError,
+    SetupError,
+    UnknownToolError,
+)
+from ._governor import LoopState
+from ._guard import Diagnostic, Parsed, Repair
+from ._model import Message
+from ._phases import Agent, Done, Failed, Phase
+from ._tools import ApprovedCall, ReadCall, ReadTool, WriteCall, WriteTool, _approve
+
+__all__ = ["DOCUMENT_VERSION", "dump_phase", "load_phase"]
+
+DOCUMENT_VERSION: Final = 1
+
+# The phase field that ``Phases`` names the class of each kind; Failed and Done are final.
+_ROLES: Final = {
+    "Idle": "idle",
+    "Planning": "planning",
+    "AwaitApproval": "await_approval",
+    "ToolCalling": "tool_calling",
+    "Observing": "observing",
+    "Retrying": "retrying",
+    "Responding": "responding",
+}
+_TERMINAL: Final[dict[str, type[Phase[Any]]]] = {"Failed": Failed, "Done": Done}
+_SCALARS: Final[dict[str, type]] = {
+    "step": int,
+    "input": str,
+    "invalid_streak": int,
+    "call_id": str,
+    "attempt": int,
+    "error": str,
+    "text": str,
+    "reason": str,
+    "from_phase": str,
+    "partial": str,
+    "answer": str,
+    "answer_sha256": str,
+}
+_TAGS: Final = ("$decimal", "$float", "$object")
+
+
+# --- values ----------------------------------------------------------------------------
+
+
+def _class_path(cls: type[Any]) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+@functools.lru_cache(maxsize=256)
+def _import(path: str) -> Any:
+    module, _, qualname = path.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def _importable(cls: type[Any], what: str) -> str:
+    """``cls``'s path, once it is known to lead back to ``cls``; else a SetupError."""
+    path = _class_path(cls)
+    try:
+        found = _import(path)
+    except (ImportError, AttributeError):
+        found = None
+    if found is not cls:
+        raise SetupError(
+            f"{what} {cls.__qualname__} cannot be checkpointed: {path} does not import back "
+            "to it. Define the class at module level"
+        )
+    return path
+
+
+def _keeps(value: Decimal) -> bool:
+    """Whether a JSON number gives back this very ``Decimal`` (its digits and exponent)."""
+    try:
+        back = _json.loads(_json.dumps(value))
+    except (ValueError, ArithmeticError):
+        return False
+    return type(back) is Decimal and back.as_tuple() == value.as_tuple()
+
+
+def _encode(value: Any) -> Any:
+    """``value`` as JSON values and exact ``Decimal``; TypeError/ValueError if it cannot be."""
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)  # an enum member or other subclass, as plain text
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return {"$float": repr(value)}
+    if isinstance(value, Decimal):
+        return value if _keeps(value) else {"$decimal": str(value)}
+    if isinstance(value, BaseModel):
+        return _encode(value.model_dump(mode="python"))
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"an object key must be text, got {key!r}")
+            out[str.__str__(key)] = _encode(item)
+        if len(out) == 1 and next(iter(out)).startswith("$"):
+            return {"$object": out}
+        return out
+    if isinstance(value, list | tuple):
+        return [_encode(item) for item in value]
+    if isinstance(value, bytes | bytearray | memoryview):
+        raise TypeError("bytes are not a JSON value")
+    from pydantic_core import to_jsonable_python
+
+    plain = to_jsonable_python(value)
+    if type(plain) is type(value):
+        raise TypeError(f"{type(value).__name__} is not a JSON value")
+    return _encode(plain)
+
+
+def _decode(value: Any) -> Any:
+    """The inverse of :func:`_encode`, up to lists for tuples (a schema makes them tuples)."""
+    if isinstance(value, dict):
+        if len(value) == 1:
+            (key, item), *_ = value.items()
+            if key == "$decimal":
+                return Decimal(_text(item, key))
+            if key == "$float":
+                return float(_text(item, key))
+            if key == "$object":
+                if not isinstance(item, dict):
+                    raise TypeError("a $object holds an object")
+                return {k: _decode(v) for k, v in item.items()}
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(item) for item in value]
+    return value
+
+
+def _text(value: Any, tag: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"a {tag} holds text")
+    return value
+
+
+@functools.lru_cache(maxsize=256)
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(annotation)
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except (NameError, TypeError) as error:
+        raise SetupError(
+            f"{cls.__qualname__}'s annotations cannot be resolved ({error}), so a checkpoint "
+            "cannot rebuild it; define the types it names at module level"
+        ) from None
+
+
+def _rebuild(annotation: Any, value: Any) -> Any:
+    if isinstance(annotation, type) and attrs.has(annotation):
+        return _attrs_from(annotation, value)
+    return _adapter(annotation).validate_python(value)
+
+
+def _attrs_fields(value: Any) -> dict[str, Any]:
+    return {
+        field.name: _encode(getattr(value, field.name))
+        for field in attrs.fields(type(value))
+        if field.init
+    }
+
+
+def _attrs_from(cls: type[Any], data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise TypeError(f"the fields of {cls.__qualname__} are an object")
+    hints = _hints(cls)
+    kwargs = {
+        field.alias: _rebuild(hints.get(field.name, Any), _decode(data[field.name]))
+        for field in attrs.fields(cls)
+        if field.init and field.name in data
+    }
+    return cls(**kwargs)
+
+
+# --- dump ------------------------------------------------------------------------------
+
+
+def dump_phase(phase: Phase[Any]) -> dict[str, Any]:
+    """``phase`` as a document of JSON values and exact ``Decimal`` (write it with ``dumps``).
+
+    Raises :class:`SetupError` for a phase a checkpoint could not give back: a context
+    that is not a pydantic model, an attrs class or ``None``; a tool output, or a field
+    of a phase subclass, that is not JSON values or a pydantic model; a class defined
+    inside a function.
+    """
+    given: object = phase
+    cls = type(phase)
+    if not isinstance(given, Phase):
+        raise SetupError(f"dump_phase takes a phase, got {cls.__name__}")
+    fields: dict[str, Any] = {}
+    for field in attrs.fields(cls):
+        if not field.init or field.name == "agent":
+            continue
+        value = getattr(phase, field.name)
+        fields[field.name] = _dump_field(cls, field, value)
+    return {
+        "version": DOCUMENT_VERSION,
+        "kind": phase.kind,
+        "class": _class_path(cls),
+        "agent": phase.agent.name,
+        "fields": fields,
+    }
+
+
+def _dump_field(cls: type[Any], field: attrs.Attribute[Any], value: Any) -> Any:
+    match field.name:
+        case "ctx":
+            return _dump_ctx(value)
+        case "transcript":
+            return [_encode(message) for message in value]
+        case "spent" | "loop":
+            return _encode(value)
+        case "call":
+            return _dump_call(value)
+        case "output":
+            return _dump_output(value)
+        case "verified":
+            return None if value is None else _dump_parsed(value)
+        case name if name in _SCALARS and type(value) is _SCALARS[name]:
+            return value
+    # A field of a phase subclass: plain values, checked now to come back equal.
+    encoded: Any = None
+    try:
+        encoded = _encode(value)
+        same = _rebuild(_hints(cls).get(field.name, Any), _decode(encoded)) == value
+    except (TypeError, ValueError, ValidationError):
+        same = False
+    if not same:
+        raise SetupError(
+            f"{cls.__qualname__}.{field.name} holds {type(value).__name__}, which a "
+            "checkpoint cannot give back equal; hold JSON values, Decimal or pydantic "
+            "models in phase fields"
+        )
+    return encoded
+
+
+def _dump_ctx(ctx: Any) -> Any:
+    if ctx is None:
+        return None
+    cls = type(ctx)
+    if isinstance(ctx, BaseModel):
+        path = _importable(cls, "the context class")
+        return {"type": "pydantic", "class": path, "data": _encode(ctx)}
+    if attrs.has(cls):
+        path = _importable(cls, "the context class")
+        data = _try_encode(_attrs_fields, ctx)
+        if data is None or _try_rebuild(lambda: _attrs_from(cls, data)) != ctx:
+            raise SetupError(
+                f"the context {cls.__qualname__} cannot be checkpointed: its fields do not "
+                "come back equal from JSON. Give its fields annotated JSON types, Decimal, "
+                "pydantic models or attrs classes"
+            )
+        return {"type": "attrs", "class": path, "data": data}
+    raise SetupError(
+        f"a checkpoint cannot hold a context of type {cls.__qualname__}; contexts that can "
+        "be checkpointed are pydantic models, attrs classes and None"
+    )
+
+
+def _try_encode(encode: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return encode(value)
+    except (TypeError, ValueError):
+        return None
+
+
+_FAILED: Final = object()
+
+
+def _try_rebuild(build: Callable[[], Any]) -> Any:
+    try:
+        return build()
+    except (TypeError, ValueError, KeyError, ValidationError):
+        return _FAILED
+
+
+def _dump_call(call: ReadCall | WriteCall | ApprovedCall) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "type": {ReadCall: "read", WriteCall: "write", ApprovedCall: "approved"}[type(call)],
+        "tool": call.name,
+        "args": _encode(call.args),
+        "args_hash": call.call.args_hash if isinstance(call, ApprovedCall) else call.args_hash,
+    }
+    if isinstance(call, ApprovedCall):
+        document["approval"] = _encode(call.approval)
+    return document
+
+
+def _dump_output(output: Any) -> dict[str, Any]:
+    if isinstance(output, BaseModel):
+        path = _importable(type(output), "the tool output class")
+        return {"type": "pydantic", "class": path, "data": _encode(output)}
+    plain = _json.to_plain(output)
+    encoded = _try_encode(_encode, plain)
+    if encoded is None or _try_rebuild(lambda: _decode(encoded)) != output:
+        raise SetupError(
+            f"a tool output of type {type(output).__name__} cannot be checkpointed: it does "
+            "not come back equal from JSON. Return JSON values (dicts, lists, text, numbers, "
+            "Decimal) or a pydantic model from tools"
+        )
+    return {"type": "json", "value": encoded}
+
+
+def _dump_parsed(parsed: Parsed[Any]) -> dict[str, Any]:
+    return {
+        "schema": _importable(type(parsed.value), "the answer schema"),
+        "data": parsed.data.decode(),
+        "sha256": parsed.sha256,
+        "repairs": [str.__str__(repair) for repair in parsed.repairs],
+        "normalised": list(parsed.normalised),
+        "warnings": [_encode(warning) for warning in parsed.warnings],
+    }
+
+
+# --- load ------------------------------------------------------------------------------
+
+
+def load_phase(
+    document: Mapping[str, Any],
+    *,
+    agents: Mapping[str, Agent[Any]],
+    run_id: str | None = None,
+) -> Phase[Any]:
+    """The phase ``document`` describes, for the agent it names among ``agents``.
+
+    Raises :class:`CheckpointMismatchError` when the document does not fit (another
+    schema version, an agent not given, a phase class or tool the agent no longer
+    has), :class:`CheckpointTamperedError` when its contents fail their own hashes,
+    and :class:`CheckpointCorruptError` when it is malformed. ``run_id`` names the run
+    in those errors.
+    """
+    loader = _Loader(run_id)
+    if not isinstance(document, Mapping):
+        loader.corrupt(f"a phase document is a JSON object, got {type(document).__name__}")
+    version = document.get("version")
+    if type(version) is not int:
+        loader.corrupt("the document has no version number; it is not a phase document")
+    if version != DOCUMENT_VERSION:
+        older = "an older" if version < DOCUMENT_VERSION else "a newer"
+        raise CheckpointMismatchError(
+            f"the phase document is from {older} schema (version {version}) and this "
+            f"library reads version {DOCUMENT_VERSION}; "
+            + (
+                "resume it with the statemachine release that wrote it, or migrate it"
+                if version < DOCUMENT_VERSION
+                else "upgrade statemachine to resume it"
+            ),
+            run_id=run_id,
+        )
+    name = loader.text(document, "agent")
+    agent = agents.get(name)
+    if agent is None:
+        given = ", ".join(repr(known) for known in agents) or "(none)"
+        raise CheckpointMismatchError(
+            f"the checkpoint is of agent {name!r}, which was not given (agents given: "
+            f"{given}); pass that agent in agents= to resume it",
+            run_id=run_id,
+        )
+    cls = loader.phase_class(document, agent)
+    fields = document.get("fields")
+    if not isinstance(fields, dict):
+        loader.corrupt("the document has no fields object")
+    return loader.build(cls, agent, fields)
+
+
+class _Loader:
+    """One load: the run id for errors, and the steps that may refuse."""
+
+    def __init__(self, run_id: str | None) -> None:
+        self.run_id = run_id
+
+    def corrupt(self, detail: str) -> NoReturn:
+        raise CheckpointCorruptError(
+            f"{detail}. The stored checkpoint is damaged; restore it from a trusted copy",
+            run_id=self.run_id,
+        )
+
+    def text(self, document: Mapping[str, Any], key: str) -> str:
+        value = document.get(key)
+        if not isinstance(value, str):
+            self.corrupt(f"the document's {key!r} is not text")
+        return value
+
+    def phase_class(self, document: Mapping[str, Any], agent: Agent[Any]) -> type[Phase[Any]]:
+        kind = self.text(document, "kind")
+        path = self.text(document, "class")
+        if kind in _ROLES:
+            expected: type[Phase[Any]] = getattr(agent.phases, _ROLES[kind])
+        elif kind in _TERMINAL:
+            expected = _TERMINAL[kind]
+        else:
+            raise CheckpointMismatchError(
+                f"the checkpoint is in phase {kind!r}, which is not a phase kind "
+                f"({', '.join([*_ROLES, *_TERMINAL])}); it was written by other code",
+                run_id=self.run_id,
+            )
+        if _class_path(expected) != path:
+            raise CheckpointMismatchError(
+                f"the checkpoint's {kind} phase is {path}, but agent {agent.name!r} runs "
+                f"{kind} as {_class_path(expected)}; resume it with an agent whose Phases "
+                f"names {path}",
+                run_id=self.run_id,
+            )
+        return expected
+
+    def build(self, cls: type[Phase[Any]], agent: Agent[Any], fields: dict[str, Any]) -> Phase[Any]:
+        known = {field.name: field for field in attrs.fields(cls) if field.init}
+        known.pop("agent")
+        extra = sorted(set(fields) - set(known))
+        if extra:
+            raise CheckpointMismatchError(
+                f"the checkpoint's {cls.kind} phase has field(s) {', '.join(extra)} that "
+                f"{cls.__qualname__} does not; it was written by another version of that class",
+                run_id=self.run_id,
+            )
+        kwargs: dict[str, Any] = {}
+        for name, field in known.items():
+            if name not in fields:
+                if field.default is attrs.NOTHING:
+                    self.corrupt(f"the {cls.kind} phase lacks its field {name!r}")
+                continue
+            try:
+                kwargs[field.alias] = self.field(cls, agent, name, fields[name])
+            except CheckpointError:
+                raise
+            except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as error:
+                reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+                self.corrupt(f"the {cls.kind} phase's field {name!r} cannot be read ({reason})")
+        try:
+            return cls(agent=agent, **kwargs)
+        except CheckpointError:
+            raise
+        except (TypeError, ValueError) as error:
+            self.corrupt(f"the {cls.kind} phase cannot be rebuilt ({error})")
+
+    def field(self, cls: type[Phase[Any]], agent: Agent[Any], name: str, value: Any) -> Any:
+        match name:
+            case "ctx":
+                return self.ctx(value)
+            case "transcript":
+                return tuple(Message.model_validate(_decode(item)) for item in value)
+            case "spent":
+                return Spend.model_validate(_decode(value))
+            case "loop":
+                return LoopState.model_validate(_decode(value))
+            case "call":
+                return self.call(agent, value)
+            case "output":
+                return self.output(value)
+            case "verified":
+                return None if value is None else self.parsed(value)
+            case _ if name in _SCALARS:
+                if type(value) is not _SCALARS[name]:
+                    raise TypeError(f"expected {_SCALARS[name].__name__}")
+                return value
+        return _rebuild(_hints(cls).get(name, Any), _decode(value))
+
+    def model_class(self, path: Any, what: str) -> type[Any]:
+        if not isinstance(path, str):
+            raise TypeError(f"the {what} class is not text")
+        try:
+            found = _import(path)
+        except (ImportError, AttributeError):
+            found = None
+        if not (isinstance(found, type) and (issubclass(found, BaseModel) or attrs.has(found))):
+            raise CheckpointMismatchError(
+                f"the {what} class {path} cannot be imported (or is not a pydantic model or "
+                "attrs class); resume with the code that defines it",
+                run_id=self.run_id,
+            )
+        return found
+
+    def ctx(self, value: Any) -> Any:
+        if value is None:
+            return None
+        cls = self.model_class(value["class"], "context")
+        if value["type"] == "pydantic" and issubclass(cls, BaseModel):
+            return cls.model_validate(_decode(value["data"]))
+        if value["type"] == "attrs" and attrs.has(cls):
+            return _attrs_from(cls, value["data"])
+        raise TypeError(f"a context of type {value['type']!r} and class {value['class']}")
+
+    def output(self, value: Any) -> Any:
+        if value["type"] == "json":
+            return _decode(value["value"])
+        cls = self.model_class(value["class"], "tool output")
+        if value["type"] == "pydantic" and issubclass(cls, BaseModel):
+            return cls.model_validate(_decode(value["data"]))
+        raise TypeError(f"an output of type {value['type']!r}")
+
+    def call(self, agent: Agent[Any], value: Any) -> ReadCall | WriteCall | ApprovedCall:
+        kind, name, recorded = value["type"], value["tool"], value["args_hash"]
+        try:
+            tool = agent.tools.get(name)
+        except UnknownToolError as error:
+            raise CheckpointMismatchError(
+                f"the checkpoint holds a call of tool {name!r}, which agent {agent.name!r} no "
+                f"longer has (its tools: {', '.join(error.known) or '(none)'}); resume it with "
+                "an agent that has the tool, or abort the run",
+                run_id=self.run_id,
+            ) from None
+        expected = ReadTool if kind == "read" else WriteTool
+        if kind not in ("read", "write", "approved"):
+            raise TypeError(f"a call of type {kind!r}")
+        if not isinstance(tool, expected):
+            raise CheckpointMismatchError(
+                f"the checkpoint holds a {'read' if kind == 'read' else 'write'} call of "
+                f"{name!r}, but agent {agent.name!r} now declares {name!r} a {tool.effect} "
+                "tool; a call cannot change its effect on resume. Abort the run",
+                run_id=self.run_id,
+            )
+        try:
+            call = tool.call(_decode(value["args"]))
+        except BadArgumentsError as error:
+            raise CheckpointMismatchError(
+                f"the arguments of the {name!r} call no longer fit the tool's arguments model "
+                f"({'; '.join(error.problems)}); resume with the code that wrote it",
+                run_id=self.run_id,
+            ) from None
+        if call.args_hash != recorded:
+            raise CheckpointTamperedError(
+                f"the arguments of the {name!r} call do not match their recorded hash "
+                f"(recorded {recorded}, now {call.args_hash}): the checkpoint was altered, or "
+                "the tool's arguments model reads them differently now. Do not resume it; "
+                "restore it from a trusted copy",
+                run_id=self.run_id,
+            )
+        if kind != "approved":
+            return call
+        assert isinstance(call, WriteCall)
+        approval = Approval.model_validate(_decode(value["approval"]))
+        if approval.key != call.key:
+            raise CheckpointTamperedError(
+                f"the approval in the checkpoint is for {approval.key}, not for the call it "
+                f"holds ({call.key}): the checkpoint was altered. Do not resume it; restore it "
+                "from a trusted copy",
+                run_id=self.run_id,
+            )
+        return _approve(call, approval)
+
+    def parsed(self, value: Any) -> Parsed[Any]:
+        schema = self.model_class(value["schema"], "answer schema")
+        data = _text(value["data"], "data").encode()
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != value["sha256"]:
+            raise CheckpointTamperedError(
+                f"the verified answer's bytes do not match their SHA-256 (recorded "
+                f"{value['sha256']}, now {actual}): the checkpoint was altered. Do not "
+                "resume it; restore it from a trusted copy",
+                run_id=self.run_id,
+            )
+        if not issubclass(schema, BaseModel):
+            raise TypeError("the answer schema is not a pydantic model")
+        return Parsed(
+            value=schema.model_validate(_json.loads(data)),
+            data=data,
+            sha256=actual,
+            repairs=tuple(Repair(repair) for repair in value["repairs"]),
+            normalised=tuple(_text(note, "note") for note in value["normalised"]),
+            warnings=tuple(Diagnostic.model_validate(_decode(w)) for w in value["warnings"]),
+        )

@@ -1,0 +1,885 @@
+"""Checkpoint stores: one checkpoint per transition, and a registry row per run.
+
+A checkpoint is an opaque JSON-able document (``dict[str, Any]``) saved under the run
+id and its ``seq``, the transition number: 0, 1, 2, ... with no gap. The store never
+looks inside the document beyond its shape: a snapshot holds it whole, and a delta
+holds only what changed since the checkpoint before::
+
+    {"kind": "full",  "document": {...}}
+    {"kind": "delta", "ops": [["set", path, value], ["append", path, items],
+                              ["drop", path], ["order", path, keys]]}
+
+A path is one top-level key or, inside a top-level object, two keys (``["fields",
+"transcript"]``). A list that only grew (a transcript) is stored as the items
+appended, so the bytes per transition stay flat as a run grows. Every
+``snapshot_every`` checkpoints (and at seq 0) a full snapshot is written, so a load
+reads one snapshot and fewer than ``snapshot_every`` deltas.
+
+Each stored blob is ``sha256(sealed) + sealed``, where ``sealed`` is the encoded JSON
+passed through the optional :class:`Sealer` (encryption at rest) with the
+associated data ``b"<run_id>:<seq>"``. The checksum catches a truncated or
+overwritten blob even without encryption; the sealer's own tag catches tampering.
+
+The registry (one row per run: agent, status, phase, what it waits for, when it was
+last updated, its last seq) is kept beside the checkpoints and answers "which runs
+need attention?" without decoding any checkpoint. Status changes go through
+:class:`RunLifecycle`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar
+
+import anyio.to_thread
+from pydantic import BaseModel, ConfigDict
+
+from ._errors import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointOrderError,
+    ConfigError,
+    UnknownRunError,
+)
+from ._json import dumps, loads
+from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus
+
+__all__ = [
+    "DEFAULT_RETENTION",
+    "CheckpointEntry",
+    "Checkpointer",
+    "MemoryCheckpointer",
+    "RunRecord",
+    "SQLiteCheckpointer",
+    "Sealer",
+]
+
+Document = dict[str, Any]
+DEFAULT_RETENTION: Final = timedelta(days=30)
+_DIGEST: Final = 32  # bytes of SHA-256 in front of every stored blob
+_RECENT_RUNS: Final = 256  # runs whose last document's fingerprints are kept for diffing
+_T = TypeVar("_T")
+
+
+class RunRecord(BaseModel):
+    """One run's row in the registry: what a person needs to find and triage it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    agent: str
+    status: RunStatus
+    phase: str
+    waiting_for: str
+    updated_at: datetime
+    seq: int
+
+
+class CheckpointEntry(BaseModel):
+    """One stored checkpoint, read without decoding it: its phase, form and stored size."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    phase: str
+    snapshot: bool
+    size: int
+
+
+class Sealer(Protocol):
+    """Encryption at rest: ``open(seal(p, aad=a), aad=a) == p``; any other ``aad`` fails.
+
+    ``CheckpointCipher`` is one. ``open`` raises a ``CheckpointError`` for a blob it
+    refuses; anything else it raises is reported as a corrupt checkpoint.
+    """
+
+    def seal(self, plaintext: bytes, *, aad: bytes) -> bytes: ...
+
+    def open(self, blob: bytes, *, aad: bytes, run_id: str | None = None) -> bytes: ...
+
+
+class Checkpointer(Protocol):
+    """Where runs are checkpointed: one checkpoint per transition, one registry row per run."""
+
+    async def save(
+        self,
+        run_id: str,
+        seq: int,
+        document: Mapping[str, Any],
+        *,
+        agent: str,
+        status: RunStatus | str,
+        phase: str,
+        waiting_for: str = "",
+    ) -> RunRecord:
+        """Store checkpoint ``seq`` (the run's next: 0 for a new run) and update its row."""
+        ...
+
+    async def load(self, run_id: str) -> tuple[int, Document]:
+        """The run's latest checkpoint: ``(seq, document)``."""
+        ...
+
+    async def history(self, run_id: str) -> list[CheckpointEntry]:
+        """Every stored checkpoint of the run, oldest first, without decoding any."""
+        ...
+
+    async def record(self, run_id: str) -> RunRecord:
+        """The run's registry row."""
+        ...
+
+    async def set_status(
+        self, run_id: str, status: RunStatus | str, *, waiting_for: str = ""
+    ) -> RunRecord:
+        """Move the run to ``status`` if its lifecycle allows it; return the new row."""
+        ...
+
+    async def registry(
+        self,
+        *,
+        status: RunStatus | str | Collection[RunStatus | str] | None = None,
+        agent: str | None = None,
+    ) -> list[RunRecord]:
+        """Registry rows, oldest update first, filtered by status and agent."""
+        ...
+
+    async def needing_attention(self) -> list[RunRecord]:
+        """Runs interrupted, cancelled or failed_resumable, oldest update first."""
+        ...
+
+    async def purge(
+        self, older_than: timedelta = DEFAULT_RETENTION, *, now: datetime | None = None
+    ) -> int:
+        """Remove ended runs last updated before ``now - older_than``; return how many."""
+        ...
+
+
+# --- deltas ------------------------------------------------------------------------------
+
+# What the store remembers of the last document of a run, to diff the next one against:
+# per key, the exact JSON fingerprint of the value and (for a list) its length, or -1;
+# a top-level object holds the same one level down.
+_Leaf = tuple[str, int]
+_Seen = dict[str, Any]  # key -> _Leaf, or (a top-level object) key -> {key -> _Leaf}
+_TAG: Final = "\x00statemachine\x00"
+
+
+def _tag(value: object) -> object:
+    # Decimal spells its digits ("800.00" != "800.0"); other non-JSON values keep their type.
+    if isinstance(value, Decimal):
+        return {_TAG + "Decimal": str(value)}
+    from pydantic_core import to_jsonable_python
+
+    return {_TAG + type(value).__qualname__: to_jsonable_python(value)}
+
+
+_fingerprint_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_tag)
+
+
+def _leaf(value: Any) -> _Leaf:
+    """Exact fingerprint: 1, 1.0, True and Decimal("1.00") all differ; written in C."""
+    length = len(value) if isinstance(value, list | tuple) else -1
+    return _fingerprint_encoder.encode(value), length
+
+
+def _seen_of(document: Mapping[str, Any]) -> _Seen:
+    return {
+        key: {sub: _leaf(item) for sub, item in value.items()}
+        if isinstance(value, dict)
+        else _leaf(value)
+        for key, value in document.items()
+    }
+
+
+def _extends(new: _Leaf, old: _Leaf) -> bool:
+    """True if the new list is the old one with items appended.
+
+    JSON values delimit themselves, so a list whose text starts with the old list's
+    items followed by a comma holds exactly those items first.
+    """
+    (new_text, new_length), (old_text, old_length) = new, old
+    if old_length < 0 or new_length <= old_length:
+        return False
+    if old_length == 0:
+        return True
+    head = old_text[:-1]
+    return new_text.startswith(head) and new_text[len(head)] == ","
+
+
+def _diff(
+    old: Mapping[str, Any], new: Mapping[str, Any], path: list[str], ops: list[list[Any]]
+) -> _Seen:
+    """Append to ``ops`` what turns ``old`` into ``new``; return the fingerprints of ``new``."""
+    nested = not path  # one level of nesting: only top-level objects are diffed inside
+    seen: _Seen = {}
+    for key in old:
+        if key not in new:
+            ops.append(["drop", [*path, key]])
+    for key, value in new.items():
+        if not isinstance(key, str):
+            raise TypeError(f"JSON object keys must be strings, got {key!r}")
+        at = [*path, key]
+        before = old.get(key)
+        if nested and isinstance(value, dict):
+            if isinstance(before, dict):
+                seen[key] = _diff(before, value, at, ops)
+            else:
+                ops.append(["set", at, value])
+                seen[key] = {sub: _leaf(item) for sub, item in value.items()}
+            continue
+        leaf = _leaf(value)
+        seen[key] = leaf
+        if before == leaf:
+            continue
+        if isinstance(before, tuple) and _extends(leaf, before):
+            ops.append(["append", at, list(value[before[1] :])])
+        else:
+            ops.append(["set", at, value])
+    expected = [key for key in old if key in new] + [key for key in new if key not in old]
+    if list(new) != expected:
+        ops.append(["order", path, list(new)])
+    return seen
+
+
+def _apply(document: Document, ops: Any) -> None:
+    """Apply a delta's ops in place; a malformed op raises (the caller reports corruption)."""
+    if not isinstance(ops, list):
+        raise TypeError("ops is not a list")
+    for op in ops:
+        name, path = op[0], op[1]
+        target: Any = document
+        if name == "order":
+            for key in path:
+                target = target[key]
+            if set(op[2]) != set(target):
+                raise ValueError("the order names other keys than the object has")
+            items = {key: target[key] for key in op[2]}
+            target.clear()
+            target.update(items)
+            continue
+        *parents, last = path
+        for key in parents:
+            target = target[key]
+        if not isinstance(target, dict) or not isinstance(last, str):
+            raise TypeError(f"path {path!r} does not lead into an object")
+        if name == "set":
+            target[last] = op[2]
+        elif name == "append":
+            target[last].extend(op[2])
+        elif name == "drop":
+            del target[last]
+        else:
+            raise ValueError(f"unknown op {name!r}")
+
+
+# --- the store -----------------------------------------------------------------------------
+
+
+class _Row(NamedTuple):
+    seq: int
+    snapshot: bool
+    phase: str
+    blob: bytes
+
+
+def _utc(moment: datetime, what: str) -> datetime:
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ConfigError(
+            (
+                f"{what} is a naive datetime ({moment.isoformat()}); use timezone-aware "
+                "datetimes, such as datetime.now(UTC)",
+            )
+        )
+    return moment.astimezone(UTC)
+
+
+def _statuses(
+    status: RunStatus | str | Collection[RunStatus | str] | None,
+) -> tuple[RunStatus, ...] | None:
+    if status is None:
+        return None
+    if isinstance(status, str):
+        return (RunStatus(status),)
+    return tuple(RunStatus(item) for item in status)
+
+
+def _system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Store:
+    """What both stores share: deltas, blobs, lifecycle checks. Subclasses keep the rows.
+
+    Every operation is one synchronous function run inside ``_transaction``; the
+    subclass decides how it is run (inline, or in a worker thread under a lock).
+    """
+
+    _where: str
+
+    def __init__(
+        self,
+        *,
+        snapshot_every: int = 50,
+        sealer: Sealer | None = None,
+        clock: Callable[[], datetime] = _system_clock,
+    ) -> None:
+        if snapshot_every < 1:
+            raise ConfigError((f"snapshot_every must be a positive int, got {snapshot_every!r}",))
+        self.snapshot_every = snapshot_every
+        self._sealer = sealer
+        self._clock = clock
+        self._recent: OrderedDict[str, tuple[int, _Seen]] = OrderedDict()
+
+    # -- what subclasses provide (synchronous, inside _transaction) --
+
+    def _transaction(self, *, write: bool) -> AbstractContextManager[object]:
+        raise NotImplementedError
+
+    async def _call(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
+        raise NotImplementedError
+
+    def _get_record(self, run_id: str) -> RunRecord | None:
+        raise NotImplementedError
+
+    def _put_record(self, record: RunRecord) -> None:
+        raise NotImplementedError
+
+    def _put_row(self, run_id: str, row: _Row) -> None:
+        raise NotImplementedError
+
+    def _chain(self, run_id: str) -> list[_Row]:
+        """The run's last full snapshot and every checkpoint after it, in seq order."""
+        raise NotImplementedError
+
+    def _rows(self, run_id: str) -> list[CheckpointEntry]:
+        raise NotImplementedError
+
+    def _select(self, statuses: tuple[RunStatus, ...] | None, agent: str | None) -> list[RunRecord]:
+        raise NotImplementedError
+
+    def _delete_ended(self, before: datetime) -> list[str]:
+        raise NotImplementedError
+
+    # -- the public operations --
+
+    async def save(
+        self,
+        run_id: str,
+        seq: int,
+        document: Mapping[str, Any],
+        *,
+        agent: str,
+        status: RunStatus | str,
+        phase: str,
+        waiting_for: str = "",
+    ) -> RunRecord:
+        """Store checkpoint ``seq`` of the run and update its registry row, atomically.
+
+        ``seq`` must be the run's next (0 for a new run), else ``CheckpointOrderError``;
+        a change of ``status`` must be legal from the run's current one (a new run
+        starts ``running``), else ``IllegalStatusChangeError``. Either way nothing is
+        saved.
+        """
+        target = RunStatus(status)
+        return await self._call(
+            run_id, self._save, run_id, seq, document, agent, target, phase, waiting_for
+        )
+
+    async def load(self, run_id: str) -> tuple[int, Document]:
+        """The run's latest checkpoint as ``(seq, document)``: one snapshot plus its deltas.
+
+        Raises ``UnknownRunError`` for a run never saved, and ``CheckpointCorruptError``
+        (naming the run) for a blob truncated or overwritten or a checkpoint missing.
+        """
+        return await self._call(run_id, self._load, run_id)
+
+    async def history(self, run_id: str) -> list[CheckpointEntry]:
+        """Every stored checkpoint of the run, oldest first, without decoding any."""
+        return await self._call(run_id, self._history, run_id)
+
+    async def record(self, run_id: str) -> RunRecord:
+        """The run's registry row; ``UnknownRunError`` if it has none."""
+        return await self._call(run_id, self._record, run_id)
+
+    async def set_status(
+        self, run_id: str, status: RunStatus | str, *, waiting_for: str = ""
+    ) -> RunRecord:
+        """Move the run to ``status`` through its lifecycle; set what it waits for.
+
+        An illegal change raises ``IllegalStatusChangeError`` and changes nothing.
+        Setting the status it already has only updates ``waiting_for`` and the time.
+        """
+        target = RunStatus(status)
+        return await self._call(run_id, self._set_status, run_id, target, waiting_for)
+
+    async def registry(
+        self,
+        *,
+        status: RunStatus | str | Collection[RunStatus | str] | None = None,
+        agent: str | None = None,
+    ) -> list[RunRecord]:
+        """Registry rows, oldest update first; ``status`` is one status or several."""
+        return await self._call(None, self._read_select, _statuses(status), agent)
+
+    async def needing_attention(self) -> list[RunRecord]:
+        """Runs interrupted, cancelled or failed_resumable, oldest update first."""
+        return await self._call(None, self._read_select, tuple(sorted(ATTENTION)), None)
+
+    async def purge(
+        self, older_than: timedelta = DEFAULT_RETENTION, *, now: datetime | None = None
+    ) -> int:
+        """Remove completed and aborted runs last updated before ``now - older_than``.
+
+        Their checkpoints go with them; runs in any other status are kept however old.
+        ``now`` defaults to the store's clock. Returns how many runs were removed.
+        """
+        moment = _utc(now if now is not None else self._clock(), "now")
+        return await self._call(None, self._purge, moment - older_than)
+
+    # -- the synchronous bodies --
+
+    def _now(self) -> datetime:
+        return _utc(self._clock(), "the checkpointer's clock")
+
+    def _save(
+        self,
+        run_id: str,
+        seq: int,
+        document: Mapping[str, Any],
+        agent: str,
+        status: RunStatus,
+        phase: str,
+        waiting_for: str,
+    ) -> RunRecord:
+        with self._transaction(write=True):
+            record = self._get_record(run_id)
+            expected = 0 if record is None else record.seq + 1
+            if seq != expected:
+                raise CheckpointOrderError(run_id, seq=seq, expected=expected)
+            current = RunStatus.RUNNING if record is None else record.status
+            if status != current:  # building the machine costs more than the whole delta
+                RunLifecycle(run_id, current).move_to(status)
+            snapshot = seq % self.snapshot_every == 0
+            if snapshot or record is None:  # seq 0 is always a snapshot
+                payload: dict[str, Any] = {"kind": "full", "document": document}
+                seen = _seen_of(document)
+            else:
+                previous = self._recent.get(run_id)
+                if previous is None or previous[0] != record.seq:
+                    # Another process saved, or this store forgot the run: rebuild.
+                    previous = (record.seq, _seen_of(self._rebuild(run_id, record)[1]))
+                ops: list[list[Any]] = []
+                seen = _diff(previous[1], document, [], ops)
+                payload = {"kind": "delta", "ops": ops}
+            blob = self._encode(run_id, seq, payload)
+            saved = RunRecord(
+                run_id=run_id,
+                agent=agent,
+                status=status,
+                phase=phase,
+                waiting_for=waiting_for,
+                updated_at=self._now(),
+                seq=seq,
+            )
+            # Everything that can fail is done: the memory store has no rollback.
+            self._put_row(run_id, _Row(seq, snapshot, phase, blob))
+            self._put_record(saved)
+        self._remember(run_id, seq, seen)
+        return saved
+
+    def _remember(self, run_id: str, seq: int, seen: _Seen) -> None:
+        self._recent[run_id] = (seq, seen)
+        self._recent.move_to_end(run_id)
+        while len(self._recent) > _RECENT_RUNS:
+            self._recent.popitem(last=False)
+
+    def _known(self, run_id: str) -> RunRecord:
+        record = self._get_record(run_id)
+        if record is None:
+            raise UnknownRunError(run_id, store=self._where)
+        return record
+
+    def _load(self, run_id: str) -> tuple[int, Document]:
+        with self._transaction(write=False):
+            return self._rebuild(run_id, self._known(run_id))
+
+    def _rebuild(self, run_id: str, record: RunRecord) -> tuple[int, Document]:
+        rows = self._chain(run_id)
+        if not rows or not rows[0].snapshot:
+            raise self._corrupt(run_id, "has no full snapshot to start from", seq=None)
+        document: Document = {}
+        expected = rows[0].seq
+        for row in rows:
+            if row.seq != expected:
+                raise self._corrupt(run_id, "is missing", seq=expected)
+            payload = self._decode(run_id, row)
+            try:
+                if row.snapshot:
+                    document = payload["document"]
+                    if not isinstance(document, dict):
+                        raise TypeError("the document is not an object")
+                else:
+                    _apply(document, payload["ops"])
+            except (LookupError, TypeError, ValueError, AttributeError) as exc:
+                raise self._corrupt(run_id, f"cannot be applied ({exc})", seq=row.seq) from None
+            expected += 1
+        if rows[-1].seq != record.seq:
+            raise self._corrupt(
+                run_id, f"is missing (the registry's last is {record.seq})", seq=rows[-1].seq + 1
+            )
+        return record.seq, document
+
+    def _history(self, run_id: str) -> list[CheckpointEntry]:
+        with self._transaction(write=False):
+            self._known(run_id)
+            return self._rows(run_id)
+
+    def _record(self, run_id: str) -> RunRecord:
+        with self._transaction(write=False):
+            return self._known(run_id)
+
+    def _set_status(self, run_id: str, status: RunStatus, waiting_for: str) -> RunRecord:
+        with self._transaction(write=True):
+            record = self._known(run_id)
+            RunLifecycle(run_id, record.status).move_to(status)
+            changed = record.model_copy(
+                update={"status": status, "waiting_for": waiting_for, "updated_at": self._now()}
+            )
+            self._put_record(changed)
+            return changed
+
+    def _read_select(
+        self, statuses: tuple[RunStatus, ...] | None, agent: str | None
+    ) -> list[RunRecord]:
+        with self._transaction(write=False):
+            return self._select(statuses, agent)
+
+    def _purge(self, before: datetime) -> int:
+        with self._transaction(write=True):
+            removed = self._delete_ended(before)
+        for run_id in removed:
+            self._recent.pop(run_id, None)
+        return len(removed)
+
+    # -- blobs --
+
+    def _encode(self, run_id: str, seq: int, payload: Mapping[str, Any]) -> bytes:
+        plain = dumps(payload).encode("utf-8")
+        sealed = plain if self._sealer is None else self._sealer.seal(plain, aad=_aad(run_id, seq))
+        return hashlib.sha256(sealed).digest() + sealed
+
+    def _decode(self, run_id: str, row: _Row) -> dict[str, Any]:
+        digest, sealed = row.blob[:_DIGEST], row.blob[_DIGEST:]
+        if len(row.blob) <= _DIGEST or hashlib.sha256(sealed).digest() != digest:
+            raise self._corrupt(
+                run_id, "does not match its checksum (truncated or overwritten)", seq=row.seq
+            )
+        if self._sealer is None:
+            plain = sealed
+        else:
+            try:
+                plain = self._sealer.open(sealed, aad=_aad(run_id, row.seq), run_id=run_id)
+            except CheckpointError:
+                raise
+            except Exception as exc:
+                raise self._corrupt(run_id, f"cannot be unsealed ({exc})", seq=row.seq) from exc
+        kind = "full" if row.snapshot else "delta"
+        try:
+            payload = loads(plain)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise self._corrupt(run_id, f"is not JSON ({exc})", seq=row.seq) from None
+        if not isinstance(payload, dict) or payload.get("kind") != kind:
+            raise self._corrupt(run_id, f"is not a {kind} checkpoint", seq=row.seq)
+        return payload
+
+    def _corrupt(self, run_id: str, problem: str, *, seq: int | None) -> CheckpointCorruptError:
+        which = "its checkpoints" if seq is None else f"checkpoint {seq}"
+        return CheckpointCorruptError(
+            f"{which} {problem}. Nothing was loaded and nothing in {self._where} was "
+            "changed; other runs are unaffected. Restore the store from a backup to "
+            "resume this run, or abort it and start it again.",
+            run_id=run_id,
+        )
+
+
+def _aad(run_id: str, seq: int) -> bytes:
+    return f"{run_id}:{seq}".encode()
+
+
+class MemoryCheckpointer(_Store):
+    """Checkpoints in this process's memory: for tests, and runs that need not survive it.
+
+    Same semantics as :class:`SQLiteCheckpointer` (deltas, snapshots, sealer, registry,
+    lifecycle, purge); everything is lost with the process.
+    """
+
+    _where = "the in-memory checkpointer"
+
+    def __init__(
+        self,
+        *,
+        snapshot_every: int = 50,
+        sealer: Sealer | None = None,
+        clock: Callable[[], datetime] = _system_clock,
+    ) -> None:
+        super().__init__(snapshot_every=snapshot_every, sealer=sealer, clock=clock)
+        self._records: dict[str, RunRecord] = {}
+        self._checkpoints: dict[str, list[_Row]] = {}
+
+    def _transaction(self, *, write: bool) -> AbstractContextManager[object]:
+        # Every operation runs to its end without awaiting, so none can interleave.
+        return nullcontext()
+
+    async def _call(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
+        return function(*args)
+
+    def _get_record(self, run_id: str) -> RunRecord | None:
+        return self._records.get(run_id)
+
+    def _put_record(self, record: RunRecord) -> None:
+        self._records[record.run_id] = record
+
+    def _put_row(self, run_id: str, row: _Row) -> None:
+        self._checkpoints.setdefault(run_id, []).append(row)
+
+    def _chain(self, run_id: str) -> list[_Row]:
+        rows = self._checkpoints.get(run_id, [])
+        start = max((i for i in range(len(rows) - 1, -1, -1) if rows[i].snapshot), default=0)
+        return rows[start:]
+
+    def _rows(self, run_id: str) -> list[CheckpointEntry]:
+        return [
+            CheckpointEntry(seq=row.seq, phase=row.phase, snapshot=row.snapshot, size=len(row.blob))
+            for row in self._checkpoints.get(run_id, [])
+        ]
+
+    def _select(self, statuses: tuple[RunStatus, ...] | None, agent: str | None) -> list[RunRecord]:
+        chosen = [
+            record
+            for record in self._records.values()
+            if (statuses is None or record.status in statuses)
+            and (agent is None or record.agent == agent)
+        ]
+        return sorted(chosen, key=lambda record: (record.updated_at, record.run_id))
+
+    def _delete_ended(self, before: datetime) -> list[str]:
+        removed = [
+            run_id
+            for run_id, record in self._records.items()
+            if record.status in ENDINGS and record.updated_at < before
+        ]
+        for run_id in removed:
+            del self._records[run_id]
+            self._checkpoints.pop(run_id, None)
+        return removed
+
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id      TEXT PRIMARY KEY,
+    agent       TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    phase       TEXT NOT NULL,
+    waiting_for TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,  -- ISO 8601 in UTC, one width: sorts as time does
+    seq         INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_at);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    run_id TEXT NOT NULL,
+    seq    INTEGER NOT NULL,
+    kind   TEXT NOT NULL CHECK (kind IN ('full', 'delta')),
+    phase  TEXT NOT NULL,
+    blob   BLOB NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE INDEX IF NOT EXISTS snapshots ON checkpoints (run_id, seq) WHERE kind = 'full';
+"""
+_RECORD_COLUMNS: Final = "run_id, agent, status, phase, waiting_for, updated_at, seq"
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _record_of(row: tuple[Any, ...]) -> RunRecord:
+    run_id, agent, status, phase, waiting_for, updated_at, seq = row
+    return RunRecord(
+        run_id=run_id,
+        agent=agent,
+        status=RunStatus(status),
+        phase=phase,
+        waiting_for=waiting_for,
+        updated_at=datetime.fromisoformat(updated_at),
+        seq=seq,
+    )
+
+
+class SQLiteCheckpointer(_Store):
+    """Checkpoints in one SQLite file (WAL), created with its tables on first use.
+
+    The embedded default. One connection per checkpointer, used by one worker thread
+    at a time; a save is one ``BEGIN IMMEDIATE`` transaction, so two processes on
+    the same file cannot both save the same seq. ``synchronous=NORMAL``: a process
+    crash loses nothing committed; a power cut may lose the last commits, never the
+    file. Call ``aclose()`` (or use ``async with``) when done.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        snapshot_every: int = 50,
+        sealer: Sealer | None = None,
+        clock: Callable[[], datetime] = _system_clock,
+    ) -> None:
+        super().__init__(snapshot_every=snapshot_every, sealer=sealer, clock=clock)
+        self.path = Path(path)
+        self._where = f"the checkpoint store {str(self.path)!r}"
+        self._lock = threading.Lock()
+        self._connection: sqlite3.Connection | None = None
+
+    async def __aenter__(self) -> SQLiteCheckpointer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection; a later operation opens it again."""
+        await anyio.to_thread.run_sync(self._close)
+
+    def _close(self) -> None:
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    async def _call(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
+        def locked() -> _T:
+            with self._lock:
+                try:
+                    return function(*args)
+                except sqlite3.OperationalError:
+                    raise  # locked, busy, disk full: not the data's fault
+                except sqlite3.DatabaseError as exc:
+                    raise CheckpointCorruptError(
+                        f"{self._where} cannot be read ({exc}). Nothing was changed. Restore "
+                        "the file from a backup, or move it aside to start with an empty store.",
+                        run_id=run_id,
+                    ) from exc
+
+        return await anyio.to_thread.run_sync(locked)
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._connection is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            try:
+                connection.execute("PRAGMA busy_timeout = 5000")
+                connection.execute("PRAGMA journal_mode = WAL")
+                connection.execute("PRAGMA synchronous = NORMAL")
+                connection.executescript(_SCHEMA)
+            except BaseException:
+                connection.close()
+                raise
+            self._connection = connection
+        return self._connection
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[object]:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _get_record(self, run_id: str) -> RunRecord | None:
+        row = self._db.execute(
+            f"SELECT {_RECORD_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return None if row is None else _record_of(row)
+
+    def _put_record(self, record: RunRecord) -> None:
+        self._db.execute(
+            f"INSERT OR REPLACE INTO runs ({_RECORD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                record.run_id,
+                record.agent,
+                record.status.value,
+                record.phase,
+                record.waiting_for,
+                _stamp(record.updated_at),
+                record.seq,
+            ),
+        )
+
+    def _put_row(self, run_id: str, row: _Row) -> None:
+        self._db.execute(
+            "INSERT INTO checkpoints (run_id, seq, kind, phase, blob) VALUES (?, ?, ?, ?, ?)",
+            (run_id, row.seq, "full" if row.snapshot else "delta", row.phase, row.blob),
+        )
+
+    def _chain(self, run_id: str) -> list[_Row]:
+        rows = self._db.execute(
+            "SELECT seq, kind, phase, blob FROM checkpoints WHERE run_id = ?1 AND seq >= "
+            "coalesce((SELECT max(seq) FROM checkpoints WHERE run_id = ?1 AND kind = 'full'), 0)"
+            " ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+        return [_Row(seq, kind == "full", phase, bytes(blob)) for seq, kind, phase, blob in rows]
+
+    def _rows(self, run_id: str) -> list[CheckpointEntry]:
+        rows = self._db.execute(
+            "SELECT seq, phase, kind, length(blob) FROM checkpoints WHERE run_id = ? ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+        return [
+            CheckpointEntry(seq=seq, phase=phase, snapshot=kind == "full", size=size)
+            for seq, phase, kind, size in rows
+        ]
+
+    def _select(self, statuses: tuple[RunStatus, ...] | None, agent: str | None) -> list[RunRecord]:
+        where: list[str] = []
+        values: list[str] = []
+        if statuses is not None:
+            where.append(f"status IN ({', '.join('?' * len(statuses))})" if statuses else "0")
+            values.extend(status.value for status in statuses)
+        if agent is not None:
+            where.append("agent = ?")
+            values.append(agent)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self._db.execute(
+            f"SELECT {_RECORD_COLUMNS} FROM runs{clause} ORDER BY updated_at, run_id", values
+        ).fetchall()
+        return [_record_of(row) for row in rows]
+
+    def _delete_ended(self, before: datetime) -> list[str]:
+        endings = tuple(status.value for status in sorted(ENDINGS))
+        removed = [
+            run_id
+            for (run_id,) in self._db.execute(
+                "SELECT run_id FROM runs WHERE status IN (?, ?) AND updated_at < ?",
+                (*endings, _stamp(before)),
+            )
+        ]
+        self._db.executemany("DELETE FROM checkpoints WHERE run_id = ?", [(r,) for r in removed])
+        self._db.executemany("DELETE FROM runs WHERE run_id = ?", [(r,) for r in removed])
+        return removed
+
+
+if TYPE_CHECKING:  # both stores satisfy the protocol, as mypy checks here
+    _memory: type[Checkpointer] = MemoryCheckpointer
+    _sqlite: type[Checkpointer] = SQLiteCheckpointer

@@ -1,0 +1,513 @@
+"""statemachine._codec: every phase round-trips through a JSON document, exactly, or is refused."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+from support import CityArgs, FlightArgs, RecordingSleep, exactly
+
+from agents.research import _scenarios as research
+from agents.travel import _scenarios as travel
+from statemachine import (
+    Agent,
+    Approval,
+    AwaitApproval,
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointMismatchError,
+    CheckpointTamperedError,
+    CustomerResponse,
+    Done,
+    Failed,
+    Idle,
+    LoopState,
+    Message,
+    Observing,
+    OutputGuard,
+    Parsed,
+    Phase,
+    Phases,
+    Planning,
+    Responding,
+    Retrying,
+    SetupError,
+    Spend,
+    ToolCalling,
+    dump_phase,
+    dumps,
+    load_phase,
+    loads,
+    read_tool,
+    write_tool,
+)
+from statemachine._tools import _approve
+
+NOON = datetime(2026, 1, 1, 12, tzinfo=UTC)
+KINDS = {
+    "Idle",
+    "Planning",
+    "AwaitApproval",
+    "ToolCalling",
+    "Observing",
+    "Retrying",
+    "Responding",
+    "Failed",
+    "Done",
+}
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def round_trip(phase: Phase[Any], **agents: Agent[Any]) -> Phase[Any]:
+    """The phase written as JSON text with statemachine's dumps and read back."""
+    given = agents or {phase.agent.name: phase.agent}
+    return load_phase(loads(dumps(dump_phase(phase))), agents=given)
+
+
+def decimals(value: Any, path: str = "$") -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """Every Decimal reachable from ``value`` (tools and agents aside), by path, as digits."""
+    if isinstance(value, Decimal):
+        yield path, value.as_tuple()
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from decimals(getattr(value, name), f"{path}.{name}")
+    elif attrs.has(type(value)):
+        for field in attrs.fields(type(value)):
+            if field.name not in ("agent", "tool", "_left_by"):
+                yield from decimals(getattr(value, field.name), f"{path}.{field.name}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from decimals(item, f"{path}[{key!r}]")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from decimals(item, f"{path}[{index}]")
+
+
+def assert_restored(phase: Phase[Any], **agents: Agent[Any]) -> Phase[Any]:
+    """The round trip gives an equal, unused phase whose Decimals keep their digits."""
+    restored = round_trip(phase, **agents)
+    assert restored == phase
+    assert type(restored) is type(phase)
+    assert restored is not phase
+    assert not restored.left
+    assert restored.agent is phase.agent
+    assert list(decimals(restored)) == list(decimals(phase))
+    assert dumps(dump_phase(restored)) == dumps(dump_phase(phase))
+    return restored
+
+
+async def scenario_states() -> list[Phase[Any]]:
+    sleep = RecordingSleep()
+    states: list[Phase[Any]] = []
+    for outcome in [
+        await travel.prompt_flip(approve=True, sleep=sleep),
+        await travel.prompt_flip(approve=False, sleep=sleep),
+        await travel.flaky_weather(sleep=sleep),
+        await travel.weather_down(sleep=sleep),
+        await travel.budget_stops_before_spending(sleep=sleep),
+    ]:
+        states.extend(outcome.result.states)
+    for lookups_fail in (False, True):
+        handoff = (await travel.handoff(lookups_fail=lookups_fail, sleep=sleep)).handoff
+        states.extend(handoff.researcher.states)
+        booker = getattr(handoff, "booker", None)
+        if booker is not None:
+            states.extend(booker.states)
+    for run in (
+        research.rubric_coverage,
+        research.repeated_queries,
+        research.plateau,
+        research.tight_search_budget,
+        research.cyclic_plan,
+    ):
+        states.extend((await run()).result.states)
+    return states
+
+
+@pytest.fixture(scope="module")
+def shipped_states() -> list[Phase[Any]]:
+    return anyio.run(scenario_states)
+
+
+# --- tools and agents for constructed phases -------------------------------------------
+
+
+@read_tool
+async def weather(args: CityArgs) -> dict[str, object]:
+    """The weather."""
+    return {"city": args.city}
+
+
+@write_tool
+async def book(args: FlightArgs) -> dict[str, object]:
+    """Book a flight."""
+    return {"flight": args.flight, "charged": args.price}
+
+
+class Trip(BaseModel):
+    """A pydantic context."""
+
+    traveller: str
+    limit: Decimal
+
+
+class Receipt(BaseModel):
+    """A pydantic tool output."""
+
+    reference: str
+    charged: Decimal
+
+
+AGENT: Agent[Any] = Agent(name="desk", tools=[weather, book])
+TRIP = Trip(traveller="Ada", limit=Decimal("1000.00"))
+FLIGHT = {"flight": "TP1351", "price": Decimal("800.00")}
+
+
+def approved_call() -> Any:
+    call = book.call(FLIGHT)
+    return _approve(call, Approval.of(call, by="ada@example.com", at=NOON))
+
+
+def constructed() -> list[Phase[Any]]:
+    """Phases built directly, for what the scenarios do not reach."""
+    spent = Spend(tokens=12, cost=Decimal("0.0300"), tool_calls=1, model_calls=2)
+    base: dict[str, Any] = {"agent": AGENT, "ctx": TRIP, "spent": spent, "step": 4}
+    parsed = OutputGuard(CustomerResponse).check_text('{"text": "Booked."}')
+    assert isinstance(parsed, Parsed)
+    loop = LoopState().record(AGENT.governor.action(book.call(FLIGHT), dumps(FLIGHT), "call-1"))
+    return [
+        Idle(agent=AGENT, ctx=None, input="Book me a flight"),
+        Planning(**base, invalid_streak=2, loop=loop),
+        AwaitApproval(**base, call=book.call(FLIGHT), call_id="call-1"),
+        ToolCalling(**base, call=approved_call(), call_id="call-1", attempt=2),
+        ToolCalling(**base, call=weather.call({"city": "Lisbon"}), call_id="call-2"),
+        Observing(
+            **base,
+            call=approved_call(),
+            call_id="call-1",
+            output=Receipt(reference="TRV-1", charged=Decimal("800.00")),
+        ),
+        Observing(
+            **base,
+            call=weather.call({"city": "Lisbon"}),
+            call_id="call-2",
+            output={"$decimal": "not mine", "amounts": [Decimal("8E+2"), Decimal("-0"), 0.1]},
+        ),
+        Retrying(**base, call=approved_call(), call_id="call-1", attempt=1, error="503"),
+        Responding(**base, text="Booked.", verified=parsed),
+        Done(**base, answer="Booked.", verified=parsed, answer_sha256=parsed.sha256),
+        Failed(**base, reason="budget", from_phase="ToolCalling", partial="half"),
+    ]
+
+
+# --- round trips -----------------------------------------------------------------------
+
+
+def test_every_shipped_phase_kind_round_trips_equal(shipped_states: list[Phase[Any]]) -> None:
+    """Every state of the travel, handoff and research runs comes back equal and unused."""
+    assert {state.kind for state in shipped_states} == KINDS
+    for state in shipped_states:
+        assert_restored(state)
+
+
+def test_constructed_phases_round_trip_equal() -> None:
+    """Approved calls, pydantic outputs and contexts, verified answers come back equal."""
+    for phase in constructed():
+        assert_restored(phase)
+
+
+def test_money_keeps_its_digits(shipped_states: list[Phase[Any]]) -> None:
+    """Decimal("800") and Decimal("800.00") stay Decimals with their own exponents."""
+    found = [
+        (path, digits)
+        for state in shipped_states
+        if isinstance(state, Observing)
+        for path, digits in decimals(round_trip(state))
+    ]
+    assert ("$.output['charged']", Decimal("800").as_tuple()) in found
+    observed = constructed()[5]
+    restored = round_trip(observed)
+    assert isinstance(restored, Observing)
+    assert str(restored.output.charged) == "800.00"
+    assert str(restored.call.args.price) == "800.00"  # type: ignore[attr-defined]
+    assert str(restored.spent.cost) == "0.0300"
+
+
+def test_awkward_json_values_in_an_output_come_back_as_they_were() -> None:
+    """8E+2, -0 and 0.1 keep their type and spelling; a user's "$decimal" key stays a key."""
+    restored = round_trip(constructed()[6])
+    assert isinstance(restored, Observing)
+    amounts = restored.output["amounts"]
+    assert [type(a) for a in amounts] == [Decimal, Decimal, float]
+    assert [str(a) for a in amounts] == ["8E+2", "-0", "0.1"]
+    assert restored.output["$decimal"] == "not mine"
+
+
+def test_the_document_is_json_values_with_the_documented_header() -> None:
+    """Version, kind, class path and agent name head the document; calls carry their hash."""
+    phase = constructed()[3]
+    document = loads(dumps(dump_phase(phase)))
+    assert {k: document[k] for k in ("version", "kind", "class", "agent")} == {
+        "version": 1,
+        "kind": "ToolCalling",
+        "class": "statemachine._phases:ToolCalling",
+        "agent": "desk",
+    }
+    call = document["fields"]["call"]
+    assert call["type"] == "approved"
+    assert call["tool"] == "book"
+    assert call["args"] == {"flight": "TP1351", "price": Decimal("800.00")}
+    assert call["approval"]["approved_by"] == "ada@example.com"
+    assert document["fields"]["ctx"] == {
+        "type": "pydantic",
+        "class": "test_codec:Trip",
+        "data": {"traveller": "Ada", "limit": Decimal("1000.00")},
+    }
+
+
+@pytest.mark.anyio
+async def test_a_restored_phase_goes_on_running() -> None:
+    """The single-use cell of the restored phase is fresh: it can take its transition."""
+    idle = Idle(agent=AGENT, ctx=TRIP, input="hello")
+    idle.receive("hello")
+    restored = round_trip(idle)
+    assert isinstance(restored, Idle)
+    planning = restored.receive("hello")
+    assert planning.transcript == (Message(role="user", content="hello"),)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    price=st.decimals(allow_nan=False, allow_infinity=False),
+    cost=st.decimals(allow_nan=False, allow_infinity=False),
+)
+def test_any_decimal_in_money_args_and_spend_round_trips_exactly(
+    price: Decimal, cost: Decimal
+) -> None:
+    """Arbitrary finite amounts keep sign, digits and exponent in the call and the spend."""
+    call = book.call({"flight": "X1", "price": price})
+    phase = AwaitApproval(
+        agent=AGENT, ctx=None, call=call, call_id="call-1", spent=Spend(cost=cost)
+    )
+    restored = round_trip(phase)
+    assert isinstance(restored, AwaitApproval)
+    assert restored.call.args.price.as_tuple() == price.as_tuple()  # type: ignore[attr-defined]
+    assert restored.spent.cost.as_tuple() == cost.as_tuple()
+    assert restored == phase
+
+
+# --- refusals when loading ---------------------------------------------------------------
+
+
+def document_of(phase: Phase[Any]) -> dict[str, Any]:
+    return loads(dumps(dump_phase(phase)))  # type: ignore[no-any-return]
+
+
+def test_an_unknown_agent_is_refused() -> None:
+    """A document names its agent; resuming without that agent says which to pass."""
+    document = document_of(constructed()[0])
+    with pytest.raises(
+        CheckpointMismatchError,
+        match=exactly(
+            "checkpoint of run 'r-1': the checkpoint is of agent 'desk', which was not given "
+            "(agents given: 'other'); pass that agent in agents= to resume it"
+        ),
+    ) as raised:
+        load_phase(document, agents={"other": AGENT}, run_id="r-1")
+    assert raised.value.run_id == "r-1"
+
+
+def test_a_phase_class_the_agent_does_not_use_is_refused() -> None:
+    """A document written by a Planning subclass does not load into plain Planning."""
+
+    class Elsewhere(Planning[Any]):
+        pass
+
+    other = Agent(name="desk", tools=[weather, book], phases=Phases(planning=Elsewhere))
+    document = document_of(constructed()[1])
+    with pytest.raises(
+        CheckpointMismatchError,
+        match=exactly(
+            "checkpoint: the checkpoint's Planning phase is statemachine._phases:Planning, but "
+            "agent 'desk' runs Planning as test_codec:test_a_phase_class_the_agent_does_not_"
+            "use_is_refused.<locals>.Elsewhere; resume it with an agent whose Phases names "
+            "statemachine._phases:Planning"
+        ),
+    ):
+        load_phase(document, agents={"desk": other})
+
+
+def test_an_unknown_kind_is_refused() -> None:
+    """A kind that is not one of the nine phases is refused."""
+    document = document_of(constructed()[0]) | {"kind": "Sleeping"}
+    with pytest.raises(CheckpointMismatchError, match="phase 'Sleeping', which is not a phase"):
+        load_phase(document, agents={"desk": AGENT})
+
+
+def test_an_older_schema_version_is_refused_as_older() -> None:
+    """Version 0 is from an older schema, and the error says so and what to do."""
+    document = document_of(constructed()[0]) | {"version": 0}
+    with pytest.raises(
+        CheckpointMismatchError,
+        match=exactly(
+            "checkpoint: the phase document is from an older schema (version 0) and this "
+            "library reads version 1; resume it with the statemachine release that wrote it, "
+            "or migrate it"
+        ),
+    ):
+        load_phase(document, agents={"desk": AGENT})
+
+
+def test_a_newer_schema_version_is_refused_as_newer() -> None:
+    """Version 2 asks for an upgrade."""
+    document = document_of(constructed()[0]) | {"version": 2}
+    with pytest.raises(CheckpointMismatchError, match=r"newer schema .* upgrade statemachine"):
+        load_phase(document, agents={"desk": AGENT})
+
+
+def test_a_tool_the_agent_no_longer_has_is_refused() -> None:
+    """The call names a tool; an agent without it cannot resume the run."""
+    document = document_of(constructed()[2])
+    with pytest.raises(
+        CheckpointMismatchError,
+        match=exactly(
+            "checkpoint: the checkpoint holds a call of tool 'book', which agent 'desk' no "
+            "longer has (its tools: weather); resume it with an agent that has the tool, or "
+            "abort the run"
+        ),
+    ):
+        load_phase(document, agents={"desk": Agent(name="desk", tools=[weather])})
+
+
+def test_arguments_that_do_not_match_their_hash_are_refused() -> None:
+    """Changing the price in a stored call is tampering: the recorded hash no longer fits."""
+    document = document_of(constructed()[3])
+    recorded = document["fields"]["call"]["args_hash"]
+    document["fields"]["call"]["args"]["price"] = Decimal("1.00")
+    now = book.call({"flight": "TP1351", "price": Decimal("1.00")}).args_hash
+    with pytest.raises(
+        CheckpointTamperedError,
+        match=exactly(
+            f"checkpoint: the arguments of the 'book' call do not match their recorded hash "
+            f"(recorded {recorded}, now {now}): the checkpoint was altered, or the tool's "
+            "arguments model reads them differently now. Do not resume it; restore it from a "
+            "trusted copy"
+        ),
+    ):
+        load_phase(document, agents={"desk": AGENT})
+
+
+def test_an_approval_moved_to_another_call_is_refused() -> None:
+    """A rehashed call with the old approval: the approval names another call."""
+    document = document_of(constructed()[3])
+    other = book.call({"flight": "TP1351", "price": Decimal("1.00")})
+    document["fields"]["call"]["args"]["price"] = Decimal("1.00")
+    document["fields"]["call"]["args_hash"] = other.args_hash
+    with pytest.raises(CheckpointTamperedError, match="the approval in the checkpoint is for"):
+        load_phase(document, agents={"desk": AGENT})
+
+
+def test_a_verified_answer_whose_bytes_changed_is_refused() -> None:
+    """The answer's bytes must match their SHA-256."""
+    document = document_of(constructed()[9])
+    recorded = document["fields"]["verified"]["sha256"]
+    document["fields"]["verified"]["data"] = '{"text":"Refunded."}'
+    actual = hashlib.sha256(b'{"text":"Refunded."}').hexdigest()
+    with pytest.raises(
+        CheckpointTamperedError,
+        match=exactly(
+            f"checkpoint: the verified answer's bytes do not match their SHA-256 (recorded "
+            f"{recorded}, now {actual}): the checkpoint was altered. Do not resume it; "
+            "restore it from a trusted copy"
+        ),
+    ):
+        load_phase(document, agents={"desk": AGENT})
+
+
+def test_a_read_call_of_a_tool_now_declared_write_is_refused() -> None:
+    """A call cannot change its effect between writing and resuming."""
+    document = document_of(constructed()[4])
+
+    @write_tool(name="weather")
+    async def weather_write(args: CityArgs) -> None:
+        """Now a write."""
+
+    agent: Agent[Any] = Agent(name="desk", tools=[weather_write])
+    with pytest.raises(CheckpointMismatchError, match="now declares 'weather' a write tool"):
+        load_phase(document, agents={"desk": agent})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.pop("version"), "the document has no version number"),
+        (lambda d: d.update(fields=[]), "the document has no fields object"),
+        (lambda d: d["fields"].pop("call_id"), "the ToolCalling phase lacks its field 'call_id'"),
+        (lambda d: d["fields"].update(step="4"), "field 'step' cannot be read"),
+        (lambda d: d["fields"]["spent"].update(cost="lots"), "field 'spent' cannot be read"),
+    ],
+)
+def test_a_malformed_document_is_corrupt(change: Any, message: str) -> None:
+    """Missing or mistyped parts are reported as a damaged checkpoint, never a crash."""
+    document = copy.deepcopy(document_of(constructed()[4]))
+    change(document)
+    with pytest.raises(CheckpointCorruptError, match=message) as raised:
+        load_phase(document, agents={"desk": AGENT})
+    assert str(raised.value).endswith("restore it from a trusted copy")
+    assert isinstance(raised.value, CheckpointError)
+    assert isinstance(raised.value, ValueError)
+
+
+def test_a_field_the_class_does_not_have_is_refused() -> None:
+    """A document from another version of the phase class does not load silently."""
+    document = document_of(constructed()[0])
+    document["fields"]["mood"] = "happy"
+    with pytest.raises(CheckpointMismatchError, match=r"field\(s\) mood that Idle does not"):
+        load_phase(document, agents={"desk": AGENT})
+
+
+# --- refusals when dumping ---------------------------------------------------------------
+
+
+def test_a_context_of_another_type_is_refused_when_dumped() -> None:
+    """Only pydantic, attrs and None contexts can be checkpointed; the error says so."""
+    phase = Idle(agent=AGENT, ctx={"traveller": "Ada"}, input="hi")
+    with pytest.raises(
+        SetupError,
+        match=exactly(
+            "a checkpoint cannot hold a context of type dict; contexts that can be "
+            "checkpointed are pydantic models, attrs classes and None"
+        ),
+    ):
+        dump_phase(phase)
+
+
+def test_a_context_class_defined_in_a_function_is_refused_when_dumped() -> None:
+    """A class that cannot be imported back is refused at write time, not at resume."""
+
+    class Local(BaseModel):
+        name: str
+
+    with pytest.raises(SetupError, match=r"Define the class at module level$"):
+        dump_phase(Idle(agent=AGENT, ctx=Local(name="x"), input="hi"))
+
+
+def test_an_output_that_would_not_come_back_equal_is_refused_when_dumped() -> None:
+    """A set is not JSON: the output would come back as a list, so it is refused."""
+    phase = Observing(
+        agent=AGENT, ctx=None, call=weather.call({"city": "x"}), call_id="c", output={1, 2}
+    )
+    with pytest.raises(SetupError, match="a tool output of type set cannot be checkpointed"):
+        dump_phase(phase)

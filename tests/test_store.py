@@ -1,0 +1,467 @@
+"""Checkpoint stores: deltas and snapshots, the registry, lifecycle, purge, corruption, sealing.
+
+The behaviour suite runs against both the in-memory and the SQLite store.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import exactly
+
+from statemachine import (
+    CheckpointCipher,
+    CheckpointCorruptError,
+    Checkpointer,
+    CheckpointOrderError,
+    IllegalStatusChangeError,
+    MemoryCheckpointer,
+    RunStatus,
+    SQLiteCheckpointer,
+    UnknownRunError,
+    generate_key,
+)
+
+pytestmark = pytest.mark.anyio
+
+START = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+class WallClock:
+    """A wall clock that moves only when the test advances it."""
+
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+class ToySealer:
+    """A reversible stand-in for encryption that records every aad it is given."""
+
+    def __init__(self) -> None:
+        self.sealed: list[bytes] = []
+        self.opened: list[bytes] = []
+
+    def seal(self, plaintext: bytes, *, aad: bytes) -> bytes:
+        self.sealed.append(aad)
+        return aad + b"|" + bytes(byte ^ 0x5A for byte in plaintext)
+
+    def open(self, blob: bytes, *, aad: bytes, run_id: str | None = None) -> bytes:
+        self.opened.append(aad)
+        head, _, body = blob.partition(b"|")
+        assert head == aad, "a blob opened under another aad"
+        return bytes(byte ^ 0x5A for byte in body)
+
+
+Factory = Callable[..., Any]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Factory]:
+    """Builds stores of the kind under test; SQLite ones live in tmp_path and are closed."""
+    opened: list[SQLiteCheckpointer] = []
+
+    def make(**options: Any) -> Any:
+        if request.param == "memory":
+            return MemoryCheckpointer(**options)
+        store = SQLiteCheckpointer(tmp_path / "runs" / "checkpoints.db", **options)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        await store.aclose()
+
+
+MESSAGES = [
+    {"role": "user" if i % 2 else "assistant", "content": f"message {i:06d}"} for i in range(1000)
+]
+
+
+def document(step: int) -> dict[str, Any]:
+    """A phase-like document whose transcript grows by one message per step."""
+    return {
+        "version": 1,
+        "kind": "Planning",
+        "fields": {
+            "transcript": MESSAGES[: step + 1],
+            "step": step,
+            "spent": Decimal("0.25") * step,
+        },
+    }
+
+
+async def save_run(
+    store: Checkpointer, run_id: str, steps: int, *, agent: str = "travel", first: int = 0
+) -> None:
+    for seq in range(first, first + steps):
+        await store.save(
+            run_id, seq, document(seq), agent=agent, status="running", phase="Planning"
+        )
+
+
+# --- deltas and snapshots ------------------------------------------------------------------
+
+
+async def test_a_growing_run_round_trips_over_1000_saves(make_store: Factory) -> None:
+    """After each of 1,000 saves (keys added, dropped, reordered, lists cut) load is the last."""
+    store = make_store()
+    last: dict[str, Any] = {}
+    for seq in range(1000):
+        doc = document(seq)
+        if seq % 7 == 3:
+            doc["fields"]["note"] = f"note {seq}"  # a key that comes and goes
+        if seq % 11 == 5:
+            doc["fields"]["transcript"] = doc["fields"]["transcript"][:2]  # a list cut short
+        if seq % 13 == 0:
+            doc = {"fields": doc["fields"], "kind": doc["kind"], "version": 1}  # reordered
+        if seq % 17 == 0:
+            doc["fields"] = "not an object this time"
+        await store.save("r1", seq, doc, agent="travel", status="running", phase="Planning")
+        last = doc
+        if seq % 97 == 0 or seq in (1, 49, 50, 51):
+            assert await store.load("r1") == (seq, doc)
+    seq, loaded = await store.load("r1")
+    assert (seq, loaded) == (999, last)
+    assert list(loaded) == list(last)
+    assert list(loaded["fields"]) == list(last["fields"])
+
+
+async def test_bytes_per_transition_stay_flat_and_load_reads_few(make_store: Factory) -> None:
+    """A late delta costs what an early one did; loading opens one snapshot and its deltas.
+
+    Checkpoints 100 and 900 are snapshots (every 50th), so 101 and 901 are compared;
+    loading seq 920 opens snapshot 900 and deltas 901..920, nothing older.
+    """
+    sealer = ToySealer()
+    store = make_store(sealer=sealer)
+    await save_run(store, "r1", 921)
+    sizes = {entry.seq: entry for entry in await store.history("r1")}
+    early, late = sizes[101], sizes[901]
+    assert [sizes[seq].snapshot for seq in (0, 100, 101, 900, 901)] == [
+        True,
+        True,
+        False,
+        True,
+        False,
+    ]
+    assert abs(late.size - early.size) <= 8
+    assert late.size * 100 < sizes[900].size
+    sealer.opened.clear()
+    assert (await store.load("r1"))[0] == 920
+    assert sealer.opened == [f"r1:{seq}".encode() for seq in range(900, 921)]
+    assert len(sealer.opened) - 1 < store.snapshot_every
+
+
+async def test_a_store_reopened_rebuilds_and_continues_with_deltas(make_store: Factory) -> None:
+    """A store that has not seen the run (a restart) still saves exact deltas after it."""
+    first = make_store(snapshot_every=10)
+    await save_run(first, "r1", 15)
+    again = make_store(snapshot_every=10) if isinstance(first, SQLiteCheckpointer) else first
+    await save_run(again, "r1", 3, first=15)
+    assert await again.load("r1") == (17, document(17))
+    assert [entry.snapshot for entry in await again.history("r1")][9:] == [False] + [True] + [
+        False
+    ] * 7
+
+
+async def test_decimal_digits_survive_snapshots_and_deltas(make_store: Factory) -> None:
+    """Decimal("800.00") keeps its digits; 800.0 -> 800.00 and 1 -> True are changes."""
+    store = make_store()
+    docs = [
+        {"price": Decimal("800.00"), "flag": 1, "fields": {"cost": Decimal("800.0")}},
+        {"price": Decimal("800.00"), "flag": True, "fields": {"cost": Decimal("800.00")}},
+        {"price": Decimal("800.000"), "flag": True, "fields": {"cost": Decimal("0.10")}},
+    ]
+    for seq, doc in enumerate(docs):
+        await store.save("r1", seq, doc, agent="travel", status="running", phase="Planning")
+        _, loaded = await store.load("r1")
+        assert str(loaded["price"]) == str(doc["price"])
+        assert loaded["flag"] is doc["flag"]
+        assert str(loaded["fields"]["cost"]) == str(doc["fields"]["cost"])
+
+
+# --- order, registry, lifecycle ------------------------------------------------------------
+
+
+async def test_a_seq_that_is_not_the_next_is_refused(make_store: Factory) -> None:
+    """Gaps, repeats and a new run not starting at 0 are refused, and nothing is saved."""
+    store = make_store()
+    with pytest.raises(CheckpointOrderError) as caught:
+        await store.save("r1", 1, document(1), agent="travel", status="running", phase="Idle")
+    assert (caught.value.seq, caught.value.expected) == (1, 0)
+    await save_run(store, "r1", 2)
+    for seq in (3, 1, 0):
+        with pytest.raises(
+            CheckpointOrderError,
+            match=exactly(
+                f"checkpoint {seq} of run 'r1' refused: the run's next checkpoint is 2, and "
+                "nothing was saved. Save one checkpoint per transition, in order; a seq already "
+                "saved means two processes are driving the same run."
+            ),
+        ):
+            await store.save("r1", seq, {"x": 1}, agent="travel", status="running", phase="X")
+    assert await store.load("r1") == (1, document(1))
+    assert [entry.seq for entry in await store.history("r1")] == [0, 1]
+
+
+async def test_the_registry_row_follows_the_saves(make_store: Factory) -> None:
+    """One row per run: agent, status, phase, what it waits for, when, and its last seq."""
+    clock = WallClock()
+    store = make_store(clock=clock)
+    await save_run(store, "r1", 2)
+    clock.advance(minutes=5)
+    record = await store.save(
+        "r1",
+        2,
+        document(2),
+        agent="travel",
+        status="interrupted",
+        phase="AwaitApproval",
+        waiting_for="approval of book_flight TP1351 ($800.00)",
+    )
+    assert record == await store.record("r1")
+    assert record.model_dump() == {
+        "run_id": "r1",
+        "agent": "travel",
+        "status": RunStatus.INTERRUPTED,
+        "phase": "AwaitApproval",
+        "waiting_for": "approval of book_flight TP1351 ($800.00)",
+        "updated_at": START + timedelta(minutes=5),
+        "seq": 2,
+    }
+    assert [(e.seq, e.phase) for e in await store.history("r1")] == [
+        (0, "Planning"),
+        (1, "Planning"),
+        (2, "AwaitApproval"),
+    ]
+
+
+async def test_needing_attention_lists_only_the_runs_a_person_must_see(
+    make_store: Factory,
+) -> None:
+    """Interrupted, failed_resumable and cancelled runs, oldest first; the others never."""
+    clock = WallClock()
+    store = make_store(clock=clock)
+    statuses = ["running", "failed_resumable", "completed", "interrupted", "cancelled", "aborted"]
+    for index, status in enumerate(statuses):
+        clock.advance(minutes=1)
+        agent = "support" if index % 2 else "travel"
+        await store.save(f"r{index}", 0, {"n": index}, agent=agent, status=status, phase="P")
+    assert [(r.run_id, r.status) for r in await store.needing_attention()] == [
+        ("r1", "failed_resumable"),
+        ("r3", "interrupted"),
+        ("r4", "cancelled"),
+    ]
+    assert [r.run_id for r in await store.registry()] == [f"r{i}" for i in range(6)]
+    assert [r.run_id for r in await store.registry(agent="support")] == ["r1", "r3", "r5"]
+    assert [r.run_id for r in await store.registry(status="completed")] == ["r2"]
+    assert [r.run_id for r in await store.registry(status=["aborted", "running"])] == [
+        "r0",
+        "r5",
+    ]
+    assert await store.registry(status=[]) == []
+
+
+async def test_status_changes_go_through_the_lifecycle(make_store: Factory) -> None:
+    """Legal changes update the row; illegal ones are refused and change nothing."""
+    clock = WallClock()
+    store = make_store(clock=clock)
+    await save_run(store, "r1", 1)
+    clock.advance(hours=1)
+    paused = await store.set_status("r1", "interrupted", waiting_for="a refund approval")
+    assert (paused.status, paused.waiting_for, paused.updated_at) == (
+        "interrupted",
+        "a refund approval",
+        START + timedelta(hours=1),
+    )
+    with pytest.raises(IllegalStatusChangeError) as caught:
+        await store.set_status("r1", RunStatus.COMPLETED)
+    assert (caught.value.run_id, caught.value.current, caught.value.target) == (
+        "r1",
+        "interrupted",
+        "completed",
+    )
+    assert await store.record("r1") == paused
+    await store.set_status("r1", "running")
+    await store.set_status("r1", "completed")
+    with pytest.raises(IllegalStatusChangeError, match="An ending never changes"):
+        await store.set_status("r1", "running")
+    with pytest.raises(IllegalStatusChangeError):
+        await store.save("r1", 1, {"x": 1}, agent="travel", status="running", phase="P")
+    assert (await store.record("r1")).status == "completed"
+    assert [entry.seq for entry in await store.history("r1")] == [0]
+
+
+async def test_an_unknown_run_is_named(make_store: Factory) -> None:
+    """Loading, reading or moving a run never saved says so, naming it."""
+    store = make_store()
+    for call in (store.load, store.history, store.record):
+        with pytest.raises(UnknownRunError, match="run 'nope' has no checkpoint in the "):
+            await call("nope")
+    with pytest.raises(UnknownRunError):
+        await store.set_status("nope", "aborted")
+
+
+async def test_purge_removes_only_ended_runs_past_retention(make_store: Factory) -> None:
+    """Completed 31 days ago goes with its checkpoints; 29 days, or interrupted 90, stay."""
+    clock = WallClock()
+    store = make_store(clock=clock)
+    plan = [
+        ("old-done", "completed", 31),
+        ("old-aborted", "aborted", 45),
+        ("recent-done", "completed", 29),
+        ("old-paused", "interrupted", 90),
+        ("old-running", "running", 90),
+    ]
+    today = START + timedelta(days=100)
+    for run_id, status, age in plan:
+        clock.now = today - timedelta(days=age)
+        await save_run(store, run_id, 2)
+        await store.set_status(run_id, status)
+    clock.now = today
+    assert await store.purge() == 2
+    assert {r.run_id for r in await store.registry()} == {
+        "recent-done",
+        "old-paused",
+        "old-running",
+    }
+    for gone in ("old-done", "old-aborted"):
+        with pytest.raises(UnknownRunError):
+            await store.load(gone)
+        with pytest.raises(UnknownRunError):
+            await store.history(gone)
+    assert (await store.load("recent-done"))[0] == 1
+    assert await store.purge(timedelta(days=28), now=today) == 1
+    assert await store.purge(now=today) == 0
+
+
+# --- sealing -------------------------------------------------------------------------------
+
+
+async def test_every_blob_goes_through_the_sealer_with_its_run_and_seq(
+    make_store: Factory,
+) -> None:
+    """seal sees every blob with aad run_id:seq; open gets the same aad back."""
+    sealer = ToySealer()
+    store = make_store(sealer=sealer, snapshot_every=3)
+    await save_run(store, "trip-9", 5)
+    assert sealer.sealed == [f"trip-9:{seq}".encode() for seq in range(5)]
+    assert await store.load("trip-9") == (4, document(4))
+    assert sealer.opened == [b"trip-9:3", b"trip-9:4"]
+
+
+async def test_the_aes_gcm_cipher_plugs_in(make_store: Factory) -> None:
+    """The library's CheckpointCipher is a Sealer: runs round-trip through it."""
+    cipher = CheckpointCipher({"k1": generate_key()}, current="k1")
+    store = make_store(sealer=cipher, snapshot_every=4)
+    await save_run(store, "r1", 6)
+    assert await store.load("r1") == (5, document(5))
+
+
+# --- SQLite: the file, corruption ------------------------------------------------------------
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+async def test_sqlite_creates_its_file_on_first_use_in_wal_mode(tmp_path: Path) -> None:
+    """No file until the first operation; then one file, WAL, both tables."""
+    path = tmp_path / "deep" / "dir" / "runs.db"
+    async with SQLiteCheckpointer(path) as store:
+        assert not path.exists()
+        await save_run(store, "r1", 1)
+        assert path.exists()
+    with raw(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+    db.close()
+    assert {"runs", "checkpoints"} <= tables
+
+
+async def corrupted_store(tmp_path: Path, damage: str) -> tuple[SQLiteCheckpointer, Path]:
+    path = tmp_path / "runs.db"
+    store = SQLiteCheckpointer(path, snapshot_every=10)
+    await save_run(store, "victim", 15)
+    await save_run(store, "bystander", 15)
+    await store.aclose()
+    db = raw(path)
+    if damage == "flip":
+        # Flip one byte of delta 12 in the file itself, as a failing disk would.
+        db.close()
+        data = bytearray(path.read_bytes())
+        at = data.index(b"message 000012")
+        data[at + len("message 0000")] ^= 0x01
+        path.write_bytes(bytes(data))
+    elif damage == "truncate":
+        db.execute(
+            "UPDATE checkpoints SET blob = substr(blob, 1, length(blob) / 2) "
+            "WHERE run_id = 'victim' AND seq = 12"
+        )
+    elif damage == "gap":
+        db.execute("DELETE FROM checkpoints WHERE run_id = 'victim' AND seq = 12")
+    db.close()
+    return SQLiteCheckpointer(path, snapshot_every=10), path
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        ("flip", "checkpoint 12 does not match its checksum (truncated or overwritten)"),
+        ("truncate", "checkpoint 12 does not match its checksum (truncated or overwritten)"),
+        ("gap", "checkpoint 12 is missing"),
+    ],
+)
+async def test_a_damaged_checkpoint_is_refused_naming_the_run(
+    tmp_path: Path, damage: str, problem: str
+) -> None:
+    """The damaged run is refused with what to do; other runs load; nothing is changed."""
+    store, path = await corrupted_store(tmp_path, damage)
+    before = path.read_bytes()
+    async with store:
+        with pytest.raises(
+            CheckpointCorruptError,
+            match=exactly(
+                f"checkpoint of run 'victim': {problem}. Nothing was loaded and nothing in "
+                f"the checkpoint store {str(path)!r} was changed; other runs are unaffected. "
+                "Restore the store from a backup to resume this run, or abort it and start it "
+                "again."
+            ),
+        ) as caught:
+            await store.load("victim")
+        assert caught.value.run_id == "victim"
+        assert await store.load("bystander") == (14, document(14))
+        with pytest.raises(CheckpointCorruptError):
+            await store.save("victim", 15, {}, agent="travel", status="running", phase="P")
+        assert (await store.record("victim")).seq == 14
+        await store.set_status("victim", "aborted")  # the way out the message gives
+    assert path.read_bytes()[:100] == before[:100]
+
+
+async def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
+    """A checkpoint file overwritten with garbage is refused, naming the run asked for."""
+    path = tmp_path / "runs.db"
+    path.write_bytes(b"this is not a database" * 100)
+    async with SQLiteCheckpointer(path) as store:
+        with pytest.raises(
+            CheckpointCorruptError,
+            match=exactly(
+                f"checkpoint of run 'r1': the checkpoint store {str(path)!r} cannot be read "
+                "(file is not a database). Nothing was changed. Restore the file from a "
+                "backup, or move it aside to start with an empty store."
+            ),
+        ):
+            await store.load("r1")
+    assert path.read_bytes() == b"this is not a database" * 100
