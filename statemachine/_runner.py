@@ -9,17 +9,20 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import date
 from functools import partial
-from typing import Generic, Literal, TypeVar, final
+from typing import Any, Generic, Literal, TypeVar, cast, final
 
 import anyio
 import attrs
 from opentelemetry import metrics
 
 from ._approval import ApprovalGate
-from ._errors import RunPausedError
+from ._codec import dump_phase, load_phase
+from ._errors import RunPausedError, SetupError
 from ._governor import VerdictRecord
+from ._lifecycle import RunStatus
 from ._model import Model
 from ._phases import Active, Agent, Done, Failed, Phase, Planning, Runtime
+from ._store import Checkpointer, RunRecord
 
 __all__ = ["RunResult", "Runner"]
 
@@ -92,6 +95,7 @@ class Runner(Generic[C]):
 
     __slots__ = (
         "_agent",
+        "_checkpointer",
         "_clock",
         "_fallbacks",
         "_gate",
@@ -114,6 +118,7 @@ class Runner(Generic[C]):
         on_transition: OnTransition[C] | None = None,
         today: Callable[[], date] = date.today,
         fallbacks: metrics.Counter | None = None,
+        checkpointer: Checkpointer | None = None,
     ) -> None:
         if agent.answer_guard is not None:
             # At start-up: a constrained guard refuses a backend that cannot enforce it.
@@ -127,16 +132,22 @@ class Runner(Generic[C]):
         self._on_transition = on_transition
         self._today = today
         self._fallbacks = fallbacks
+        self._checkpointer = checkpointer
 
     async def run(self, ctx: C, text: str, *, run_id: str | None = None) -> RunResult[C]:
         """Run the agent on the customer's ``text`` until it answers, fails or pauses."""
         return await self.drive(self._agent.start(ctx, text), run_id=run_id)
 
-    async def drive(self, state: Phase[C], *, run_id: str | None = None) -> RunResult[C]:
+    async def drive(
+        self, state: Phase[C], *, run_id: str | None = None, _seq: int | None = None
+    ) -> RunResult[C]:
         """Advance ``state`` until the run answers, fails, or pauses for a person.
 
         To go on after a pause, pass ``paused.resume(note)``: a paused phase itself
-        is refused, so that nobody resumes a run by accident.
+        is refused, so that nobody resumes a run by accident. With a checkpointer,
+        ``state`` is saved first (a new run) and every phase after it is saved as it
+        is reached; a phase that raises leaves the run ``failed_resumable`` and a
+        cancelled run ``cancelled``, both at the last phase saved.
         """
         if isinstance(state, Planning) and state.loop.paused:
             raise RunPausedError(state.loop.paused)
@@ -151,25 +162,127 @@ class Runner(Generic[C]):
             fallbacks=self._fallbacks,
         )
         states: list[Phase[C]] = [state]
-        if isinstance(state, Active):
-            # A phase validates its input before it starts: entering from outside (a
-            # new run, a resumed one) is where a context can arrive unchecked.
-            problems = state.input_problems()
-            if problems:
-                state = state.reject_input(problems)
+        saver = _Saver(self._checkpointer, rt.run_id, self._agent.name, _seq)
+        await saver.save(state, first=_seq is None)
+        try:
+            if isinstance(state, Active):
+                # A phase validates its input before it starts: entering from outside
+                # (a new run, a resumed one) is where a context can arrive unchecked.
+                problems = state.input_problems()
+                if problems:
+                    state = state.reject_input(problems)
+                    states.append(state)
+                    await saver.save(state)
+            while isinstance(state, Active):
+                before = state
+                state = await state.advance(rt)
                 states.append(state)
-        while isinstance(state, Active):
-            before = state
-            state = await state.advance(rt)
-            states.append(state)
-            if self._on_transition is not None:
-                self._on_transition(before, state)
-            if isinstance(state, Planning) and state.loop.paused:
-                return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+                await saver.save(state)
+                if self._on_transition is not None:
+                    self._on_transition(before, state)
+                if isinstance(state, Planning) and state.loop.paused:
+                    return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await saver.mark(RunStatus.CANCELLED)
+            raise
+        except Exception:
+            await saver.mark(RunStatus.FAILED_RESUMABLE)
+            raise
         if not isinstance(state, Done | Failed):  # pragma: no cover - Phase has no third kind
             raise TypeError(f"{type(state).__name__} is neither active nor terminal")
         return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
 
+    async def resume(self, run_id: str, *, note: str = "") -> RunResult[C]:
+        """Go on with a saved run from its last checkpoint.
+
+        Only the phase that did not finish runs again; the step count, the budget
+        spent and the governor's memory continue from the checkpoint. A run paused
+        for a person needs ``note`` (who let it go on, and why). A completed or
+        aborted run is refused (:class:`IllegalStatusChangeError`).
+        """
+        checkpointer = self._require_checkpointer("resume")
+        seq, document = await checkpointer.load(run_id)
+        loaded = load_phase(document, agents={self._agent.name: self._agent}, run_id=run_id)
+        state = cast("Phase[C]", loaded)
+        await checkpointer.set_status(run_id, RunStatus.RUNNING)
+        if isinstance(state, Planning) and state.loop.paused:
+            if not note:
+                raise RunPausedError(state.loop.paused)
+            state = state.resume(note)
+            seq += 1
+            await checkpointer.save(
+                run_id,
+                seq,
+                dump_phase(state),
+                agent=self._agent.name,
+                status=RunStatus.RUNNING,
+                phase=state.kind,
+            )
+        return await self.drive(state, run_id=run_id, _seq=seq)
+
+    async def abort(self, run_id: str) -> RunRecord:
+        """Decide not to go on with a saved run: nothing is undone, the record stays."""
+        checkpointer = self._require_checkpointer("abort")
+        return await checkpointer.set_status(run_id, RunStatus.ABORTED)
+
+    def _require_checkpointer(self, what: str) -> Checkpointer:
+        if self._checkpointer is None:
+            raise SetupError(
+                f"Runner.{what}() needs saved runs: construct the Runner with "
+                "checkpointer=SQLiteCheckpointer(path) (or MemoryCheckpointer())"
+            )
+        return self._checkpointer
+
     def run_sync(self, ctx: C, text: str, *, run_id: str | None = None) -> RunResult[C]:
         """:meth:`run` from synchronous code."""
         return anyio.run(partial(self.run, ctx, text, run_id=run_id))
+
+
+def _status(state: Phase[Any]) -> tuple[RunStatus, str]:
+    if isinstance(state, Done | Failed):
+        # A Failed run ended on purpose (a budget, a cap, a refusal): it is complete.
+        return RunStatus.COMPLETED, ""
+    if isinstance(state, Planning) and state.loop.paused:
+        return RunStatus.INTERRUPTED, state.loop.paused
+    return RunStatus.RUNNING, ""
+
+
+class _Saver:
+    """Saves each phase of one run as the next checkpoint (when there is a checkpointer).
+
+    ``seq`` is the checkpoint the run's current phase already has (a resumed run), or
+    ``None`` for a new run, whose first phase is saved as checkpoint 0.
+    """
+
+    def __init__(
+        self, checkpointer: Checkpointer | None, run_id: str, agent: str, seq: int | None
+    ) -> None:
+        self._checkpointer = checkpointer
+        self._run_id = run_id
+        self._agent = agent
+        self._seq = seq
+
+    async def save(self, state: Phase[Any], *, first: bool = False) -> None:
+        if self._checkpointer is None:
+            return
+        if first:
+            if self._seq is not None:
+                return  # resumed: this phase is the checkpoint it was loaded from
+            self._seq = 0
+        else:
+            self._seq = 0 if self._seq is None else self._seq + 1
+        status, waiting = _status(state)
+        await self._checkpointer.save(
+            self._run_id,
+            self._seq,
+            dump_phase(state),
+            agent=self._agent,
+            status=status,
+            phase=state.kind,
+            waiting_for=waiting,
+        )
+
+    async def mark(self, status: RunStatus) -> None:
+        if self._checkpointer is not None and self._seq is not None:
+            await self._checkpointer.set_status(self._run_id, status)

@@ -16,11 +16,13 @@ from ._approval import Approval, ApprovalRequest, Denial
 from ._errors import ScriptExhaustedError
 from ._model import ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import to_money
+from ._store import MemoryCheckpointer
 
 __all__ = [
     "AutoApproveGate",
     "AutoDenyGate",
     "FunctionModel",
+    "MemoryCheckpointer",
     "ScriptedGate",
     "ScriptedModel",
     "reply",

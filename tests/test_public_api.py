@@ -134,6 +134,7 @@ TESTING = {
     "AutoApproveGate",
     "AutoDenyGate",
     "FunctionModel",
+    "MemoryCheckpointer",
     "ScriptedGate",
     "ScriptedModel",
     "reply",

@@ -1,0 +1,224 @@
+"""Runs saved after every transition, and stop, resume and abort from the checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from pydantic import BaseModel
+from support import CityArgs
+
+from statemachine import (
+    Agent,
+    Budget,
+    CheckpointCipher,
+    Checkpointer,
+    Decision,
+    Done,
+    IllegalStatusChangeError,
+    LoopGovernor,
+    MemoryCheckpointer,
+    ModelReply,
+    ModelRequest,
+    Money,
+    Runner,
+    RunStatus,
+    SQLiteCheckpointer,
+    Verdict,
+    generate_key,
+    load_phase,
+    read_tool,
+)
+from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
+
+pytestmark = pytest.mark.anyio
+
+
+class PriceArgs(BaseModel):
+    item: str
+    price: Money
+
+
+class Shop:
+    """Read tools that count their real calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+        @read_tool
+        async def weather(args: CityArgs) -> dict[str, str]:
+            self.calls.append(args.city)
+            return {"city": args.city, "sky": "sunny"}
+
+        @read_tool
+        async def quote(args: PriceArgs) -> dict[str, Any]:
+            self.calls.append(args.item)
+            return {"item": args.item, "price": args.price}
+
+        self.tools = (weather, quote)
+
+    def agent(self, **options: Any) -> Agent[None]:
+        return Agent[None](name="shop", tools=self.tools, **options)
+
+
+@pytest.fixture(params=["memory", "sqlite", "sqlite-encrypted"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Checkpointer]:
+    """Each test runs against memory, SQLite, and SQLite with encrypted checkpoints."""
+    if request.param == "memory":
+        yield MemoryCheckpointer()
+        return
+    sealer = (
+        CheckpointCipher({"k1": generate_key()}, "k1") if "encrypted" in request.param else None
+    )
+    async with SQLiteCheckpointer(tmp_path / "runs.sqlite3", sealer=sealer) as sqlite:
+        yield sqlite
+
+
+def saving(agent: Agent[None], model: Any, store: Checkpointer) -> Runner[None]:
+    """A runner that saves every phase to ``store`` and denies every approval."""
+    return Runner(agent, model=model, gate=AutoDenyGate(), checkpointer=store)
+
+
+SCRIPT = [
+    tool_call("weather", {"city": "Oslo"}, tokens=10, cost="0.01"),
+    tool_call("quote", {"item": "umbrella", "price": 137.32}, tokens=10, cost="0.01"),
+    reply("Sunny; an umbrella costs $137.32.", tokens=5, cost="0.01"),
+]
+
+
+async def test_every_phase_of_a_run_is_saved_and_the_last_one_loads_back(
+    store: Checkpointer,
+) -> None:
+    """One checkpoint per phase; the latest is the final phase, exactly, money included."""
+    shop = Shop()
+    runner = saving(shop.agent(), ScriptedModel(SCRIPT), store)
+    result = await runner.run(None, "Weather and umbrella?", run_id="run-1")
+    assert isinstance(result.final, Done)
+    history = await store.history("run-1")
+    assert [entry.seq for entry in history] == list(range(len(result.states)))
+    assert [entry.phase for entry in history] == list(result.history)
+    seq, document = await store.load("run-1")
+    restored = load_phase(document, agents={"shop": shop.agent()}, run_id="run-1")
+    assert restored == result.final
+    assert restored.spent.cost == Decimal("0.03")
+    record = await store.record("run-1")
+    assert (record.status, record.phase, record.seq) == (RunStatus.COMPLETED, "Done", seq)
+
+
+class Crashing:
+    """A model that answers from a script but raises on one turn, like a crash mid-run."""
+
+    def __init__(self, turns: list[ModelReply], crash_on: int) -> None:
+        self.turns = turns
+        self.crash_on = crash_on
+        self.asked = 0
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.asked += 1
+        if self.asked == self.crash_on:
+            raise RuntimeError("the process died here")
+        return self.turns[self.asked - 1]
+
+
+async def test_a_phase_that_raises_leaves_a_resumable_run_that_continues_where_it_was(
+    store: Checkpointer,
+) -> None:
+    """Resume re-runs only the phase that did not finish: no tool runs twice, spend goes on."""
+    shop = Shop()
+    crashing = Crashing(SCRIPT, crash_on=3)
+    runner = saving(shop.agent(), crashing, store)
+    with pytest.raises(RuntimeError, match="the process died here"):
+        await runner.run(None, "Weather and umbrella?", run_id="run-2")
+    record = await store.record("run-2")
+    assert (record.status, record.phase) == (RunStatus.FAILED_RESUMABLE, "Planning")
+    assert shop.calls == ["Oslo", "umbrella"]
+    # A new process: a new runner, a model that picks up with the last turn only.
+    again = saving(shop.agent(), ScriptedModel(SCRIPT[2:]), store)
+    result = await again.resume("run-2")
+    assert isinstance(result.final, Done)
+    assert shop.calls == ["Oslo", "umbrella"]
+    assert result.final.spent.tool_calls == 2
+    assert result.final.spent.model_calls == 3
+    assert result.final.spent.cost == Decimal("0.03")
+    assert result.states[0].step == record.seq
+    assert (await store.record("run-2")).status == RunStatus.COMPLETED
+
+
+class Slow:
+    """A model that never answers in time: the run is stopped while it waits."""
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        await anyio.sleep(10)
+        raise AssertionError("not reached")
+
+
+async def test_a_stopped_run_is_cancelled_at_once_and_resumes_later(store: Checkpointer) -> None:
+    """Stop cancels the run, keeps every checkpoint, and resume finishes it."""
+    shop = Shop()
+    runner = saving(shop.agent(), Slow(), store)
+    with anyio.move_on_after(0.1):
+        await runner.run(None, "Weather?", run_id="run-3")
+    record = await store.record("run-3")
+    assert (record.status, record.phase) == (RunStatus.CANCELLED, "Planning")
+    again = saving(shop.agent(), ScriptedModel([reply("Sunny.")]), store)
+    result = await again.resume("run-3")
+    assert isinstance(result.final, Done)
+    assert result.history == ("Planning", "Responding", "Done")
+
+
+def pause_first(loop: Any, ctx: Any) -> Decision:
+    if not any(flag.startswith("resumed") for flag in loop.flags):
+        return Decision(Verdict.PAUSE, "a person must look at this first", check="review")
+    return Decision(Verdict.CONTINUE)
+
+
+async def test_a_paused_run_waits_as_interrupted_and_needs_a_person_to_resume(
+    store: Checkpointer,
+) -> None:
+    """Paused runs are listed as needing attention and go on only with a person's note."""
+    shop = Shop()
+    agent = shop.agent(governor=LoopGovernor(checks=(pause_first,)))
+    runner = saving(agent, ScriptedModel([]), store)
+    result = await runner.run(None, "Weather?", run_id="run-4")
+    assert result.status == "paused"
+    record = await store.record("run-4")
+    assert (record.status, record.waiting_for) == (
+        RunStatus.INTERRUPTED,
+        "a person must look at this first",
+    )
+    assert [r.run_id for r in await store.needing_attention()] == ["run-4"]
+    again = saving(agent, ScriptedModel([reply("Sunny.")]), store)
+    result = await again.resume("run-4", note="ok by ana")
+    assert isinstance(result.final, Done)
+    assert "resumed: ok by ana" in result.final.loop.flags
+
+
+async def test_an_aborted_run_keeps_its_record_and_cannot_be_resumed(store: Checkpointer) -> None:
+    """Abort is a decision not to go on: the record stays, and resume is refused."""
+    shop = Shop()
+    runner = saving(shop.agent(), Slow(), store)
+    with anyio.move_on_after(0.1):
+        await runner.run(None, "Weather?", run_id="run-5")
+    record = await runner.abort("run-5")
+    assert record.status == RunStatus.ABORTED
+    with pytest.raises(IllegalStatusChangeError):
+        await runner.resume("run-5")
+    assert [entry.seq for entry in await store.history("run-5")] == [0, 1]
+
+
+async def test_the_budget_continues_across_a_resume(store: Checkpointer) -> None:
+    """Spend is part of the state: after a resume the cost budget still counts what was spent."""
+    shop = Shop()
+    agent = shop.agent(budget=Budget(cost=Decimal("0.02")))
+    crashing = Crashing(SCRIPT, crash_on=2)
+    runner = saving(agent, crashing, store)
+    with pytest.raises(RuntimeError):
+        await runner.run(None, "Weather and umbrella?", run_id="run-6")
+    again = saving(agent, ScriptedModel(SCRIPT[1:]), store)
+    result = await again.resume("run-6")
+    assert result.status == "failed"
+    assert result.final.reason.startswith("cost budget: ")
