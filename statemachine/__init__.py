@@ -6,7 +6,7 @@ next phase, so mypy rejects illegal transitions: a write tool reaches
 out. Retries, budgets and approval are owned by the phases, never by the model.
 """
 
-from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial
+from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending
 from ._budget import Budget, Spend
 from ._codec import dump_phase, load_phase
 from ._crypto import CheckpointCipher, generate_key
@@ -21,6 +21,7 @@ from ._errors import (
     CheckpointOrderError,
     CheckpointTamperedError,
     ConfigError,
+    EffectUncertainError,
     EstimateExceededError,
     IllegalStatusChangeError,
     ModelRequestError,
@@ -97,6 +98,7 @@ from ._runner import Runner, RunResult
 from ._store import (
     CheckpointEntry,
     Checkpointer,
+    EffectRecord,
     MemoryCheckpointer,
     RunRecord,
     Sealer,
@@ -110,6 +112,8 @@ from ._tools import (
     ToolRegistry,
     WriteCall,
     WriteTool,
+    current_idempotency_key,
+    idempotency_key,
     read_tool,
     write_tool,
 )
@@ -145,6 +149,8 @@ __all__ = (
     "Denial",
     "Diagnostic",
     "Done",
+    "EffectRecord",
+    "EffectUncertainError",
     "EstimateExceededError",
     "Failed",
     "GuardMode",
@@ -174,6 +180,7 @@ __all__ = (
     "Parsed",
     "PatchAccepted",
     "PatchRejected",
+    "Pending",
     "Phase",
     "PhaseReusedError",
     "Phases",
@@ -221,9 +228,11 @@ __all__ = (
     "apply_patch",
     "canonical",
     "canonical_hash",
+    "current_idempotency_key",
     "dump_phase",
     "dumps",
     "generate_key",
+    "idempotency_key",
     "load_phase",
     "loads",
     "read_tool",

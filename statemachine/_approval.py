@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._tools import WriteCall
 
-__all__ = ["Approval", "ApprovalGate", "ApprovalRequest", "Denial"]
+__all__ = ["Approval", "ApprovalGate", "ApprovalRequest", "Denial", "Pending"]
 
 
 class ApprovalRequest(BaseModel):
@@ -91,10 +91,21 @@ class Denial(BaseModel):
     denied_by: str = "unknown"
 
 
+class Pending(BaseModel):
+    """No decision yet: the person was asked and will answer later.
+
+    The run stops, interrupted, until it is resumed with the person's decision.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reason: str = Field(default="waiting for a person's decision", min_length=1)
+
+
 @runtime_checkable
 class ApprovalGate(Protocol):
-    """Asks a person about one write call and answers ``Approval`` or ``Denial``."""
+    """Asks a person about one write call: ``Approval``, ``Denial``, or ``Pending``."""
 
-    async def decide(self, request: ApprovalRequest) -> Approval | Denial:
+    async def decide(self, request: ApprovalRequest) -> Approval | Denial | Pending:
         """The person's decision about ``request``."""
         ...

@@ -42,10 +42,11 @@ from opentelemetry import metrics
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import _json
-from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial
+from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending
 from ._budget import Budget, Spend
 from ._errors import (
     ApprovalMismatchError,
+    EffectUncertainError,
     ModelRequestError,
     ModelResponseError,
     ModelUnavailableError,
@@ -72,7 +73,9 @@ from ._guard import (
 )
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest
 from ._retry import RetryPolicy
+from ._store import Checkpointer
 from ._tools import (
+    _IDEMPOTENCY_KEY,
     ApprovedCall,
     InvalidCall,
     ReadCall,
@@ -81,6 +84,7 @@ from ._tools import (
     WriteCall,
     WriteTool,
     _approve,
+    idempotency_key,
 )
 
 __all__ = [
@@ -111,6 +115,8 @@ class Runtime:
 
     It is passed to every ``advance`` and never checkpointed. ``clock`` returns
     seconds (monotonic); ``sleep`` waits (tests pass one that only records).
+    ``ledger`` records every write call's intent and result (the runner passes its
+    checkpointer); ``None``: write calls are not recorded and never replayed.
     """
 
     run_id: str
@@ -122,6 +128,7 @@ class Runtime:
     today: Callable[[], date] = date.today
     # The validation-fallback counter; None: the global OpenTelemetry meter's.
     fallbacks: metrics.Counter | None = None
+    ledger: Checkpointer | None = None
     started: float = attrs.field()
 
     @started.default
@@ -623,6 +630,8 @@ class AwaitApproval(Active[C]):
 
     call: WriteCall
     call_id: str
+    # Why the run waits here (the gate answered Pending); empty while it is asking.
+    waiting: str = ""
 
     def request(self, run_id: str) -> ApprovalRequest:
         """What the person is asked."""
@@ -657,10 +666,26 @@ class AwaitApproval(Active[C]):
             loop=self.loop.settle(self.call_id, "refused", reason),
         )
 
-    async def advance(self, rt: Runtime) -> ToolCalling[C] | Planning[C]:
-        """Ask the gate, then approve or deny."""
+    def wait(self, reason: str) -> AwaitApproval[C]:
+        """No decision yet: the run stops here until a person's decision resumes it.
+
+        On resume this phase is run again in full (it asks the gate again), which is
+        why it does nothing but ask.
+        """
+        self._leave("wait")
+        return self._next(
+            self.agent.phases.await_approval,
+            call=self.call,
+            call_id=self.call_id,
+            waiting=reason,
+        )
+
+    async def advance(self, rt: Runtime) -> ToolCalling[C] | Planning[C] | AwaitApproval[C]:
+        """Ask the gate, then approve, deny, or wait for the person's decision."""
         decision = await rt.gate.decide(self.request(rt.run_id))
         match decision:
+            case Pending():
+                return self.wait(decision.reason)
             case Approval():
                 if decision.key != self.call.key:
                     return self.deny(
@@ -701,11 +726,30 @@ class ToolCalling(Active[C]):
         The budget is checked before the call; a call that would cross it does not
         run. A timeout cancels the call. A failure goes to ``Retrying`` when the
         tool's retry policy retries that kind of error, else to ``Failed``.
+
+        A write call runs with its :func:`idempotency_key` as
+        :func:`current_idempotency_key`. With a ledger (``rt.ledger``) its intent is
+        recorded before the call and its result after. A key already committed is
+        not called again: its recorded result is observed (see ``_replayed``). A key
+        with an intent and no result (the run stopped mid-call) is sent again with
+        the same key only to an ``idempotent`` tool; otherwise
+        :class:`EffectUncertainError` is raised and the runner leaves the run
+        ``interrupted`` for a person.
         """
         self._leave("execute")
         agent = self.agent
         tool = self.call.tool
         price = tool.price(self.call.args)
+        write = isinstance(self.call, ApprovedCall)
+        args_hash = self.call.call.args_hash if isinstance(self.call, ApprovedCall) else ""
+        key = idempotency_key(rt.run_id, tool.name, args_hash) if write else None
+        ledger = rt.ledger if write else None
+        if ledger is not None and key is not None:
+            recorded = await ledger.effect(key)
+            if recorded is not None and recorded.status == "committed":
+                return self._replayed(recorded.result, price)
+            if recorded is not None and not (isinstance(tool, WriteTool) and tool.idempotent):
+                raise EffectUncertainError(rt.run_id, tool=tool.name, key=key)
         refusal = agent.budget.refuse(
             self.spent,
             elapsed=rt.elapsed(),
@@ -715,9 +759,12 @@ class ToolCalling(Active[C]):
         )
         if refusal is not None:
             return self._fail_call(refusal)
+        if ledger is not None and key is not None:
+            await ledger.record_intent(key, run_id=rt.run_id, tool=tool.name, args_hash=args_hash)
         spent = self.spent.add(tool_calls=1)
         remaining = rt.remaining(agent.budget)
         timeout = tool.timeout if remaining is None else min(tool.timeout, remaining)
+        token = _IDEMPOTENCY_KEY.set(key)
         try:
             with anyio.fail_after(timeout):
                 output = await tool.fn(self.call.args)
@@ -734,12 +781,34 @@ class ToolCalling(Active[C]):
             if isinstance(tool, WriteTool) and not tool.idempotent:
                 return self._write_failed(tool.name, error, spent, price)
             return self._fail_call(f"{tool.name} failed: {_describe_error(error)}", spent=spent)
+        finally:
+            _IDEMPOTENCY_KEY.reset(token)
+        if ledger is not None and key is not None:
+            await ledger.record_result(key, _json.to_plain(output))
         return self._next(
             agent.phases.observing,
             call=self.call,
             call_id=self.call_id,
             output=output,
             spent=spent.add(cost=price),
+        )
+
+    def _replayed(self, result: Any, price: Decimal) -> Observing[C]:
+        """Observe a committed effect's recorded result; the tool is not called.
+
+        The call is counted (one tool call, its price) without a budget check: the
+        phase being replayed was saved before the call was counted (that happens on
+        the way to ``Observing``, which was not saved), so the money it moved is
+        counted now, once, and the next step's budget check sees it. The output is
+        the recorded plain JSON (a pydantic output comes back as its dict), which
+        the model is shown exactly as before.
+        """
+        return self._next(
+            self.agent.phases.observing,
+            call=self.call,
+            call_id=self.call_id,
+            output=result,
+            spent=self.spent.add(tool_calls=1, cost=price),
         )
 
     def _write_failed(

@@ -15,13 +15,13 @@ import anyio
 import attrs
 from opentelemetry import metrics
 
-from ._approval import ApprovalGate
+from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending
 from ._codec import dump_phase, load_phase
-from ._errors import RunPausedError, SetupError
+from ._errors import EffectUncertainError, RunPausedError, SetupError
 from ._governor import VerdictRecord
 from ._lifecycle import RunStatus
 from ._model import Model
-from ._phases import Active, Agent, Done, Failed, Phase, Planning, Runtime
+from ._phases import Active, Agent, AwaitApproval, Done, Failed, Phase, Planning, Runtime
 from ._store import Checkpointer, RunRecord
 
 __all__ = ["RunResult", "Runner"]
@@ -37,7 +37,7 @@ class RunResult(Generic[C]):
     """How a run ended (or where it waits for a person), and every phase it went through."""
 
     run_id: str
-    final: Done[C] | Failed[C] | Planning[C]
+    final: Phase[C]
     states: tuple[Phase[C], ...] = attrs.field(repr=False)
 
     @property
@@ -46,15 +46,17 @@ class RunResult(Generic[C]):
         return isinstance(self.final, Done)
 
     @property
-    def status(self) -> Literal["done", "failed", "paused"]:
-        """``done``, ``failed``, or ``paused`` (waiting for a person)."""
+    def status(self) -> Literal["done", "failed", "paused", "stopped"]:
+        """``done``, ``failed``, ``paused`` (waiting for a person) or ``stopped``."""
         match self.final:
             case Done():
                 return "done"
             case Failed():
                 return "failed"
-            case _:
+            case _ if _waits_for_a_person(self.final):
                 return "paused"
+            case _:
+                return "stopped"
 
     @property
     def verdicts(self) -> tuple[VerdictRecord, ...]:
@@ -101,6 +103,7 @@ class Runner(Generic[C]):
         "_gate",
         "_model",
         "_on_transition",
+        "_running",
         "_seed",
         "_sleep",
         "_today",
@@ -133,13 +136,19 @@ class Runner(Generic[C]):
         self._today = today
         self._fallbacks = fallbacks
         self._checkpointer = checkpointer
+        self._running: dict[str, anyio.CancelScope] = {}
 
     async def run(self, ctx: C, text: str, *, run_id: str | None = None) -> RunResult[C]:
         """Run the agent on the customer's ``text`` until it answers, fails or pauses."""
         return await self.drive(self._agent.start(ctx, text), run_id=run_id)
 
     async def drive(
-        self, state: Phase[C], *, run_id: str | None = None, _seq: int | None = None
+        self,
+        state: Phase[C],
+        *,
+        run_id: str | None = None,
+        gate: ApprovalGate | None = None,
+        _seq: int | None = None,
     ) -> RunResult[C]:
         """Advance ``state`` until the run answers, fails, or pauses for a person.
 
@@ -147,19 +156,23 @@ class Runner(Generic[C]):
         is refused, so that nobody resumes a run by accident. With a checkpointer,
         ``state`` is saved first (a new run) and every phase after it is saved as it
         is reached; a phase that raises leaves the run ``failed_resumable`` and a
-        cancelled run ``cancelled``, both at the last phase saved.
+        cancelled run ``cancelled``, both at the last phase saved. The checkpointer
+        is also the side-effect ledger: a write call that may have gone through
+        before a crash raises :class:`EffectUncertainError` and leaves the run
+        ``interrupted``, waiting for a person (see the error's message).
         """
         if isinstance(state, Planning) and state.loop.paused:
             raise RunPausedError(state.loop.paused)
         rt = Runtime(
             run_id=run_id or uuid.uuid4().hex,
             model=self._model,
-            gate=self._gate,
+            gate=self._gate if gate is None else gate,
             clock=self._clock,
             sleep=self._sleep,
             rng=random.Random(self._seed),
             today=self._today,
             fallbacks=self._fallbacks,
+            ledger=self._checkpointer,
         )
         states: list[Phase[C]] = [state]
         saver = _Saver(self._checkpointer, rt.run_id, self._agent.name, _seq)
@@ -173,38 +186,63 @@ class Runner(Generic[C]):
                     state = state.reject_input(problems)
                     states.append(state)
                     await saver.save(state)
-            while isinstance(state, Active):
-                before = state
-                state = await state.advance(rt)
-                states.append(state)
-                await saver.save(state)
-                if self._on_transition is not None:
-                    self._on_transition(before, state)
-                if isinstance(state, Planning) and state.loop.paused:
-                    return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+            with anyio.CancelScope() as scope:
+                self._running[rt.run_id] = scope
+                while isinstance(state, Active):
+                    before = state
+                    state = await state.advance(rt)
+                    states.append(state)
+                    await saver.save(state)
+                    if self._on_transition is not None:
+                        self._on_transition(before, state)
+                    if _waits_for_a_person(state):
+                        return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+            if scope.cancelled_caught:  # stop(): the last phase saved is where it stopped
+                with anyio.CancelScope(shield=True):
+                    await saver.mark(RunStatus.CANCELLED)
+                return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await saver.mark(RunStatus.CANCELLED)
             raise
+        except EffectUncertainError as error:
+            # Not a failure to retry: a person must check with the service first. It is
+            # raised (not returned) so nobody can mistake it for a finished run.
+            await saver.mark(RunStatus.INTERRUPTED, waiting_for=error.waiting_for)
+            raise
         except Exception:
             await saver.mark(RunStatus.FAILED_RESUMABLE)
             raise
+        finally:
+            self._running.pop(rt.run_id, None)
         if not isinstance(state, Done | Failed):  # pragma: no cover - Phase has no third kind
             raise TypeError(f"{type(state).__name__} is neither active nor terminal")
         return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
 
-    async def resume(self, run_id: str, *, note: str = "") -> RunResult[C]:
+    async def resume(
+        self, run_id: str, *, note: str = "", decision: Approval | Denial | None = None
+    ) -> RunResult[C]:
         """Go on with a saved run from its last checkpoint.
 
         Only the phase that did not finish runs again; the step count, the budget
         spent and the governor's memory continue from the checkpoint. A run paused
-        for a person needs ``note`` (who let it go on, and why). A completed or
-        aborted run is refused (:class:`IllegalStatusChangeError`).
+        for a person needs ``note`` (who let it go on, and why); a run waiting for
+        an approval is given the person's ``decision`` (the waiting phase runs again
+        in full and gets it as the gate's answer). A completed or aborted run is
+        refused (:class:`IllegalStatusChangeError`).
         """
         checkpointer = self._require_checkpointer("resume")
         seq, document = await checkpointer.load(run_id)
         loaded = load_phase(document, agents={self._agent.name: self._agent}, run_id=run_id)
         state = cast("Phase[C]", loaded)
+        gate: ApprovalGate | None = None
+        if decision is not None:
+            if not isinstance(state, AwaitApproval):
+                raise SetupError(
+                    f"run {run_id} is not waiting for an approval (it is at {state.kind}); "
+                    "resume it without a decision"
+                )
+            gate = _Decided(decision)
         await checkpointer.set_status(run_id, RunStatus.RUNNING)
         if isinstance(state, Planning) and state.loop.paused:
             if not note:
@@ -219,7 +257,21 @@ class Runner(Generic[C]):
                 status=RunStatus.RUNNING,
                 phase=state.kind,
             )
-        return await self.drive(state, run_id=run_id, _seq=seq)
+        return await self.drive(state, run_id=run_id, gate=gate, _seq=seq)
+
+    def stop(self, run_id: str) -> bool:
+        """Stop a run this runner is driving, at once: its current phase is cancelled.
+
+        Every checkpoint stays; the run's ``drive``/``run`` returns a result with
+        status ``stopped`` whose ``final`` is the last phase reached (saved), and a
+        saved run is marked ``cancelled`` so it can be resumed. False when the run is
+        not being driven here.
+        """
+        scope = self._running.get(run_id)
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
 
     async def abort(self, run_id: str) -> RunRecord:
         """Decide not to go on with a saved run: nothing is undone, the record stays."""
@@ -239,12 +291,20 @@ class Runner(Generic[C]):
         return anyio.run(partial(self.run, ctx, text, run_id=run_id))
 
 
+def _waits_for_a_person(state: Phase[Any]) -> bool:
+    return (isinstance(state, Planning) and bool(state.loop.paused)) or (
+        isinstance(state, AwaitApproval) and bool(state.waiting)
+    )
+
+
 def _status(state: Phase[Any]) -> tuple[RunStatus, str]:
     if isinstance(state, Done | Failed):
         # A Failed run ended on purpose (a budget, a cap, a refusal): it is complete.
         return RunStatus.COMPLETED, ""
     if isinstance(state, Planning) and state.loop.paused:
         return RunStatus.INTERRUPTED, state.loop.paused
+    if isinstance(state, AwaitApproval) and state.waiting:
+        return RunStatus.INTERRUPTED, f"approval of {state.call.describe()}"
     return RunStatus.RUNNING, ""
 
 
@@ -259,6 +319,7 @@ class _Saver:
         self, checkpointer: Checkpointer | None, run_id: str, agent: str, seq: int | None
     ) -> None:
         self._checkpointer = checkpointer
+        self._running: dict[str, anyio.CancelScope] = {}
         self._run_id = run_id
         self._agent = agent
         self._seq = seq
@@ -283,6 +344,16 @@ class _Saver:
             waiting_for=waiting,
         )
 
-    async def mark(self, status: RunStatus) -> None:
+    async def mark(self, status: RunStatus, *, waiting_for: str = "") -> None:
         if self._checkpointer is not None and self._seq is not None:
-            await self._checkpointer.set_status(self._run_id, status)
+            await self._checkpointer.set_status(self._run_id, status, waiting_for=waiting_for)
+
+
+class _Decided:
+    """The gate of a resumed run: the person's decision, given once."""
+
+    def __init__(self, decision: Approval | Denial) -> None:
+        self._decision = decision
+
+    async def decide(self, request: ApprovalRequest) -> Approval | Denial | Pending:
+        return self._decision

@@ -14,10 +14,14 @@ from support import CityArgs
 
 from statemachine import (
     Agent,
+    Approval,
+    ApprovalRequest,
+    AwaitApproval,
     Budget,
     CheckpointCipher,
     Checkpointer,
     Decision,
+    Denial,
     Done,
     IllegalStatusChangeError,
     LoopGovernor,
@@ -25,6 +29,7 @@ from statemachine import (
     ModelReply,
     ModelRequest,
     Money,
+    Pending,
     Runner,
     RunStatus,
     SQLiteCheckpointer,
@@ -32,6 +37,7 @@ from statemachine import (
     generate_key,
     load_phase,
     read_tool,
+    write_tool,
 )
 from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
 
@@ -222,3 +228,123 @@ async def test_the_budget_continues_across_a_resume(store: Checkpointer) -> None
     result = await again.resume("run-6")
     assert result.status == "failed"
     assert result.final.reason.startswith("cost budget: ")
+
+
+class LaterGate:
+    """A gate whose person answers later: every request is Pending."""
+
+    def __init__(self) -> None:
+        self.requests: list[ApprovalRequest] = []
+
+    async def decide(self, request: ApprovalRequest) -> Approval | Denial | Pending:
+        self.requests.append(request)
+        return Pending(reason="sent to the refunds desk")
+
+
+class RefundArgs(BaseModel):
+    order_id: int
+    amount: Money
+
+
+class Payments:
+    """A write tool that records every refund it pays."""
+
+    def __init__(self) -> None:
+        self.paid: list[Decimal] = []
+
+        @write_tool(cost=lambda args: args.amount)
+        async def refund(args: RefundArgs) -> dict[str, Any]:
+            self.paid.append(args.amount)
+            return {"refunded": args.amount, "order_id": args.order_id}
+
+        self.agent = Agent[None](name="refunds", tools=[refund])
+
+
+REFUND = [tool_call("refund", '{"order_id": 17, "amount": 137.32}'), reply("Refunded $137.32.")]
+
+
+async def test_a_run_waiting_for_approval_stops_and_resumes_with_the_persons_decision(
+    store: Checkpointer,
+) -> None:
+    """No decision yet: the run waits, interrupted; resumed with an approval it pays once."""
+    payments = Payments()
+    runner = Runner(
+        payments.agent, model=ScriptedModel(REFUND[:1]), gate=LaterGate(), checkpointer=store
+    )
+    result = await runner.run(None, "Refund order 17", run_id="run-7")
+    assert result.status == "paused"
+    assert isinstance(result.final, AwaitApproval)
+    record = await store.record("run-7")
+    assert record.status == RunStatus.INTERRUPTED
+    assert record.waiting_for == 'approval of refund({"amount":137.32,"order_id":17})'
+    assert payments.paid == []
+    waiting = result.final
+    approval = Approval.of(waiting.call, by="ana@shop.example")
+    again = Runner(
+        payments.agent, model=ScriptedModel(REFUND[1:]), gate=LaterGate(), checkpointer=store
+    )
+    resumed = await again.resume("run-7", decision=approval)
+    assert isinstance(resumed.final, Done)
+    assert resumed.history[:3] == ("AwaitApproval", "ToolCalling", "Observing")
+    assert payments.paid == [Decimal("137.32")]
+
+
+async def test_a_waiting_run_resumed_with_a_denial_pays_nothing(store: Checkpointer) -> None:
+    """Denied at resume: the model is told, nothing is paid."""
+    payments = Payments()
+    first = Runner(
+        payments.agent, model=ScriptedModel(REFUND[:1]), gate=LaterGate(), checkpointer=store
+    )
+    await first.run(None, "Refund order 17", run_id="run-8")
+    again = Runner(
+        payments.agent,
+        model=ScriptedModel([reply("The refund was not approved.")]),
+        gate=LaterGate(),
+        checkpointer=store,
+    )
+    resumed = await again.resume("run-8", decision=Denial(reason="no receipt", denied_by="ana"))
+    assert isinstance(resumed.final, Done)
+    assert resumed.history[:2] == ("AwaitApproval", "Planning")
+    assert payments.paid == []
+
+
+async def test_each_turn_is_its_own_run_so_a_waiting_turn_blocks_nothing(
+    store: Checkpointer,
+) -> None:
+    """Turn 1 waits for a refund approval; turn 2 of the same customer runs to the end."""
+    payments = Payments()
+    waiting = Runner(
+        payments.agent, model=ScriptedModel(REFUND[:1]), gate=LaterGate(), checkpointer=store
+    )
+    await waiting.run(None, "Refund order 17", run_id="thread-1:turn-1")
+    answering = Runner(
+        payments.agent,
+        model=ScriptedModel([reply("Your order ships Monday.")]),
+        gate=LaterGate(),
+        checkpointer=store,
+    )
+    result = await answering.run(None, "When does it ship?", run_id="thread-1:turn-2")
+    assert isinstance(result.final, Done)
+    assert [r.run_id for r in await store.needing_attention()] == ["thread-1:turn-1"]
+
+
+async def test_stop_cancels_a_run_at_once_and_keeps_where_it_got(store: Checkpointer) -> None:
+    """stop() cancels the phase under way; the result says stopped and the run resumes later."""
+    shop = Shop()
+    runner = saving(shop.agent(), Slow(), store)
+    async with anyio.create_task_group() as group:
+        results: list[Any] = []
+
+        async def drive() -> None:
+            results.append(await runner.run(None, "Weather?", run_id="run-9"))
+
+        group.start_soon(drive)
+        await anyio.sleep(0.05)
+        assert runner.stop("run-9") is True
+    (result,) = results
+    assert result.status == "stopped"
+    assert result.final.kind == "Planning"
+    assert (await store.record("run-9")).status == RunStatus.CANCELLED
+    assert runner.stop("run-9") is False
+    again = saving(shop.agent(), ScriptedModel([reply("Sunny.")]), store)
+    assert isinstance((await again.resume("run-9")).final, Done)

@@ -185,7 +185,7 @@ def successors(cls: type[Any]) -> set[type[Any]]:
 GRAPH: dict[type[Any], set[type[Any]]] = {
     Idle: {Planning},
     Planning: {ToolCalling, AwaitApproval, Responding, Planning, Failed},
-    AwaitApproval: {ToolCalling, Planning},
+    AwaitApproval: {ToolCalling, Planning, AwaitApproval},
     ToolCalling: {Observing, Retrying, Failed},
     Observing: {Planning},
     Retrying: {ToolCalling, Failed},

@@ -41,6 +41,8 @@ PUBLIC = {
     "Denial",
     "Diagnostic",
     "Done",
+    "EffectRecord",
+    "EffectUncertainError",
     "EstimateExceededError",
     "Failed",
     "GuardMode",
@@ -70,6 +72,7 @@ PUBLIC = {
     "Parsed",
     "PatchAccepted",
     "PatchRejected",
+    "Pending",
     "Phase",
     "PhaseReusedError",
     "Phases",
@@ -117,9 +120,11 @@ PUBLIC = {
     "apply_patch",
     "canonical",
     "canonical_hash",
+    "current_idempotency_key",
     "dump_phase",
     "dumps",
     "generate_key",
+    "idempotency_key",
     "load_phase",
     "loads",
     "read_tool",
@@ -204,7 +209,7 @@ def test_the_docstring_tree_lists_every_error_class() -> None:
     """Every exception class in _errors is drawn in its docstring, and nothing else is."""
     drawn = {name for _, name, _ in documented_tree()}
     assert drawn == error_classes()
-    assert len(drawn) == 27
+    assert len(drawn) == 28
 
 
 def test_every_error_subclasses_the_root_and_its_documented_builtin() -> None:

@@ -187,7 +187,7 @@ async def run_with_the_runner() -> RunResult[ShopCtx]:
     )
     runner = Runner(shop_agent(), model=model, gate=AutoApproveGate())
     result = await runner.run(ShopCtx(customer="Ada"), "I'd like a blue mug.")
-    final: Done[ShopCtx] | Failed[ShopCtx] | Planning[ShopCtx] = result.final
+    final: Phase[ShopCtx] = result.final
     return result
 
 
