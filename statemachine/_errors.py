@@ -12,6 +12,7 @@ clauses keep working::
     ├── UnapprovedWriteError (RuntimeError) a write call reached execution without approval
     ├── PhaseReusedError (RuntimeError)    a phase object transitioned a second time
     ├── RunPausedError (RuntimeError)      a paused run driven without a person's resume
+    ├── EffectUncertainError (RuntimeError) a write may have gone through: a person must check
     ├── ToolError (RuntimeError)           raised by a tool: its service failed (503, ...)
     ├── BudgetExceededError (RuntimeError) a reservation does not fit in what the budget has left
     ├── EstimateExceededError (ValueError) a reservation committed more than its estimate
@@ -54,6 +55,7 @@ __all__ = [
     "CheckpointOrderError",
     "CheckpointTamperedError",
     "ConfigError",
+    "EffectUncertainError",
     "EstimateExceededError",
     "IllegalStatusChangeError",
     "ModelRequestError",
@@ -243,6 +245,33 @@ class RunPausedError(StatemachineError, RuntimeError):
             f"this run is paused for a person ({reason}); call resume(note) on the paused "
             "phase and drive the phase it returns"
         )
+
+
+class EffectUncertainError(StatemachineError, RuntimeError):
+    """A write call has an intent and no result in the ledger, and its tool is not idempotent.
+
+    The run stopped before the call mid-way (a crash, a stop): the service may or
+    may not have acted, and calling again might act twice. The runner leaves the run
+    ``interrupted``, waiting for a person. ``.run_id``, ``.tool`` and ``.key`` (the
+    idempotency key) name the effect.
+    """
+
+    def __init__(self, run_id: str, *, tool: str, key: str) -> None:
+        self.run_id = run_id
+        self.tool = tool
+        self.key = key
+        super().__init__(
+            f"run {run_id!r} stopped while {tool} was running (idempotency key {key}); it "
+            f"may or may not have gone through, and {tool} is not idempotent, so it is not "
+            "sent again. A person must check with its service whether it went through: if "
+            "it did, record its result (checkpointer.record_result(key, result)); if not, "
+            "discard the intent (checkpointer.discard_intent(key)). Then resume the run."
+        )
+
+    @property
+    def waiting_for(self) -> str:
+        """What the interrupted run waits for, as its registry row says it."""
+        return f"a person to check whether {self.tool} went through (effect {self.key})"
 
 
 class ConfigError(SetupError, ValueError):

@@ -24,6 +24,12 @@ The registry (one row per run: agent, status, phase, what it waits for, when it 
 last updated, its last seq) is kept beside the checkpoints and answers "which runs
 need attention?" without decoding any checkpoint. Status changes go through
 :class:`RunLifecycle`.
+
+The side-effect ledger (one :class:`EffectRecord` per idempotency key) is kept
+beside them too: a write tool's intent is recorded before the call and its result
+after, so a replay never runs a committed effect twice. A result is stored as a
+blob like a checkpoint (checksum, sealer, associated data
+``b"effect:<run_id>:<key>"``); SQLite writes the ledger with ``synchronous=FULL``.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, TypeVar
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict
@@ -57,6 +63,7 @@ __all__ = [
     "DEFAULT_RETENTION",
     "CheckpointEntry",
     "Checkpointer",
+    "EffectRecord",
     "MemoryCheckpointer",
     "RunRecord",
     "SQLiteCheckpointer",
@@ -93,6 +100,25 @@ class CheckpointEntry(BaseModel):
     phase: str
     snapshot: bool
     size: int
+
+
+class EffectRecord(BaseModel):
+    """One write-tool call in the side-effect ledger, under its idempotency key.
+
+    ``status`` is ``intent`` (recorded before the call: it may or may not have gone
+    through) or ``committed`` (the call returned ``result``, a JSON-able value whose
+    non-integer numbers are exact ``Decimal``).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    run_id: str
+    tool: str
+    args_hash: str
+    status: Literal["intent", "committed"]
+    result: Any = None
+    updated_at: datetime
 
 
 class Sealer(Protocol):
@@ -159,6 +185,24 @@ class Checkpointer(Protocol):
         self, older_than: timedelta = DEFAULT_RETENTION, *, now: datetime | None = None
     ) -> int:
         """Remove ended runs last updated before ``now - older_than``; return how many."""
+        ...
+
+    async def record_intent(
+        self, key: str, *, run_id: str, tool: str, args_hash: str
+    ) -> EffectRecord:
+        """Record that a write call is about to run; an existing record is returned as it is."""
+        ...
+
+    async def record_result(self, key: str, result: Any) -> EffectRecord:
+        """Record what the call under ``key`` returned: the effect is committed."""
+        ...
+
+    async def effect(self, key: str) -> EffectRecord | None:
+        """The ledger's record under ``key``, or ``None`` if no call was recorded."""
+        ...
+
+    async def discard_intent(self, key: str) -> None:
+        """Forget an intent a person found did not go through, so the call may run again."""
         ...
 
 
@@ -290,6 +334,16 @@ class _Row(NamedTuple):
     blob: bytes
 
 
+class _EffectRow(NamedTuple):
+    key: str
+    run_id: str
+    tool: str
+    args_hash: str
+    status: Literal["intent", "committed"]
+    blob: bytes | None  # the sealed result; None while only the intent is recorded
+    updated_at: datetime
+
+
 def _utc(moment: datetime, what: str) -> datetime:
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ConfigError(
@@ -340,7 +394,7 @@ class _Store:
 
     # -- what subclasses provide (synchronous, inside _transaction) --
 
-    def _transaction(self, *, write: bool) -> AbstractContextManager[object]:
+    def _transaction(self, *, write: bool, durable: bool = False) -> AbstractContextManager[object]:
         raise NotImplementedError
 
     async def _call(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
@@ -366,6 +420,15 @@ class _Store:
         raise NotImplementedError
 
     def _delete_ended(self, before: datetime) -> list[str]:
+        raise NotImplementedError
+
+    def _get_effect(self, key: str) -> _EffectRow | None:
+        raise NotImplementedError
+
+    def _put_effect(self, row: _EffectRow) -> None:
+        raise NotImplementedError
+
+    def _delete_effect(self, key: str) -> None:
         raise NotImplementedError
 
     # -- the public operations --
@@ -443,6 +506,39 @@ class _Store:
         """
         moment = _utc(now if now is not None else self._clock(), "now")
         return await self._call(None, self._purge, moment - older_than)
+
+    # -- the side-effect ledger --
+
+    async def record_intent(
+        self, key: str, *, run_id: str, tool: str, args_hash: str
+    ) -> EffectRecord:
+        """Record, durably, that the write call under ``key`` is about to run.
+
+        Idempotent: if ``key`` is already recorded (an intent or a committed effect)
+        that record is returned unchanged, so a replay never loses a result.
+        """
+        return await self._call(run_id, self._record_intent, key, run_id, tool, args_hash)
+
+    async def record_result(self, key: str, result: Any) -> EffectRecord:
+        """Record, durably, what the call under ``key`` returned; the effect is committed.
+
+        ``result`` is a JSON-able document (``Decimal`` stays exact), sealed like a
+        checkpoint. The intent must have been recorded first (else ``CheckpointError``);
+        a result already committed is kept: it is what happened, and it is returned.
+        """
+        return await self._call(None, self._record_result, key, result)
+
+    async def effect(self, key: str) -> EffectRecord | None:
+        """The ledger's record under ``key``, or ``None`` if no call was recorded there."""
+        return await self._call(None, self._effect, key)
+
+    async def discard_intent(self, key: str) -> None:
+        """Forget the intent under ``key``: a person checked that the call did not go through.
+
+        The next resume then runs the call again. A committed effect is refused
+        (``CheckpointError``): it did go through. An unknown key is left as it is.
+        """
+        await self._call(None, self._discard_intent, key)
 
     # -- the synchronous bodies --
 
@@ -562,6 +658,64 @@ class _Store:
         with self._transaction(write=False):
             return self._select(statuses, agent)
 
+    def _record_intent(self, key: str, run_id: str, tool: str, args_hash: str) -> EffectRecord:
+        with self._transaction(write=True, durable=True):
+            row = self._get_effect(key)
+            if row is None:
+                row = _EffectRow(key, run_id, tool, args_hash, "intent", None, self._now())
+                self._put_effect(row)
+        return self._effect_record(row)
+
+    def _record_result(self, key: str, result: Any) -> EffectRecord:
+        with self._transaction(write=True, durable=True):
+            row = self._get_effect(key)
+            if row is None:
+                raise CheckpointError(
+                    f"effect {key!r} has no recorded intent, so its result was not recorded. "
+                    "Record the intent (record_intent) before the call and the result after it."
+                )
+            if row.status == "intent":
+                blob = self._encode_effect(row, {"kind": "effect", "result": result})
+                row = row._replace(status="committed", blob=blob, updated_at=self._now())
+                self._put_effect(row)
+        return self._effect_record(row)
+
+    def _effect(self, key: str) -> EffectRecord | None:
+        with self._transaction(write=False):
+            row = self._get_effect(key)
+        return None if row is None else self._effect_record(row)
+
+    def _discard_intent(self, key: str) -> None:
+        with self._transaction(write=True, durable=True):
+            row = self._get_effect(key)
+            if row is not None and row.status == "committed":
+                raise CheckpointError(
+                    f"effect {key!r} of {row.tool} is committed: it went through, and its "
+                    "result is kept. Resume the run to use that result.",
+                    run_id=row.run_id,
+                )
+            if row is not None:
+                self._delete_effect(key)
+
+    def _effect_record(self, row: _EffectRow) -> EffectRecord:
+        result = None
+        if row.blob is not None:
+            payload = self._unseal(
+                row.blob, _effect_aad(row), row.run_id, f"the result of effect {row.key!r}"
+            )
+            if not isinstance(payload, dict) or payload.get("kind") != "effect":
+                raise self._corrupt_effect(row, "is not an effect's result")
+            result = payload.get("result")
+        return EffectRecord(
+            key=row.key,
+            run_id=row.run_id,
+            tool=row.tool,
+            args_hash=row.args_hash,
+            status=row.status,
+            result=result,
+            updated_at=row.updated_at,
+        )
+
     def _purge(self, before: datetime) -> int:
         with self._transaction(write=True):
             removed = self._delete_ended(before)
@@ -572,36 +726,49 @@ class _Store:
     # -- blobs --
 
     def _encode(self, run_id: str, seq: int, payload: Mapping[str, Any]) -> bytes:
+        return self._seal(payload, _aad(run_id, seq))
+
+    def _encode_effect(self, row: _EffectRow, payload: Mapping[str, Any]) -> bytes:
+        return self._seal(payload, _effect_aad(row))
+
+    def _seal(self, payload: Mapping[str, Any], aad: bytes) -> bytes:
         plain = dumps(payload).encode("utf-8")
-        sealed = plain if self._sealer is None else self._sealer.seal(plain, aad=_aad(run_id, seq))
+        sealed = plain if self._sealer is None else self._sealer.seal(plain, aad=aad)
         return hashlib.sha256(sealed).digest() + sealed
 
     def _decode(self, run_id: str, row: _Row) -> dict[str, Any]:
-        digest, sealed = row.blob[:_DIGEST], row.blob[_DIGEST:]
-        if len(row.blob) <= _DIGEST or hashlib.sha256(sealed).digest() != digest:
-            raise self._corrupt(
-                run_id, "does not match its checksum (truncated or overwritten)", seq=row.seq
+        payload = self._unseal(row.blob, _aad(run_id, row.seq), run_id, f"checkpoint {row.seq}")
+        kind = "full" if row.snapshot else "delta"
+        if not isinstance(payload, dict) or payload.get("kind") != kind:
+            raise self._corrupt(run_id, f"is not a {kind} checkpoint", seq=row.seq)
+        return payload
+
+    def _unseal(self, blob: bytes, aad: bytes, run_id: str, which: str) -> Any:
+        """A stored blob's JSON value, checked (checksum) and opened (sealer)."""
+        digest, sealed = blob[:_DIGEST], blob[_DIGEST:]
+        if len(blob) <= _DIGEST or hashlib.sha256(sealed).digest() != digest:
+            raise self._damaged(
+                run_id, which, "does not match its checksum (truncated or overwritten)"
             )
         if self._sealer is None:
             plain = sealed
         else:
             try:
-                plain = self._sealer.open(sealed, aad=_aad(run_id, row.seq), run_id=run_id)
+                plain = self._sealer.open(sealed, aad=aad, run_id=run_id)
             except CheckpointError:
                 raise
             except Exception as exc:
-                raise self._corrupt(run_id, f"cannot be unsealed ({exc})", seq=row.seq) from exc
-        kind = "full" if row.snapshot else "delta"
+                raise self._damaged(run_id, which, f"cannot be unsealed ({exc})") from exc
         try:
             payload = loads(plain)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            raise self._corrupt(run_id, f"is not JSON ({exc})", seq=row.seq) from None
-        if not isinstance(payload, dict) or payload.get("kind") != kind:
-            raise self._corrupt(run_id, f"is not a {kind} checkpoint", seq=row.seq)
+            raise self._damaged(run_id, which, f"is not JSON ({exc})") from None
         return payload
 
-    def _corrupt(self, run_id: str, problem: str, *, seq: int | None) -> CheckpointCorruptError:
-        which = "its checkpoints" if seq is None else f"checkpoint {seq}"
+    def _corrupt_effect(self, row: _EffectRow, problem: str) -> CheckpointCorruptError:
+        return self._damaged(row.run_id, f"the result of effect {row.key!r}", problem)
+
+    def _damaged(self, run_id: str, which: str, problem: str) -> CheckpointCorruptError:
         return CheckpointCorruptError(
             f"{which} {problem}. Nothing was loaded and nothing in {self._where} was "
             "changed; other runs are unaffected. Restore the store from a backup to "
@@ -609,9 +776,17 @@ class _Store:
             run_id=run_id,
         )
 
+    def _corrupt(self, run_id: str, problem: str, *, seq: int | None) -> CheckpointCorruptError:
+        which = "its checkpoints" if seq is None else f"checkpoint {seq}"
+        return self._damaged(run_id, which, problem)
+
 
 def _aad(run_id: str, seq: int) -> bytes:
     return f"{run_id}:{seq}".encode()
+
+
+def _effect_aad(row: _EffectRow) -> bytes:
+    return f"effect:{row.run_id}:{row.key}".encode()
 
 
 class MemoryCheckpointer(_Store):
@@ -633,8 +808,9 @@ class MemoryCheckpointer(_Store):
         super().__init__(snapshot_every=snapshot_every, sealer=sealer, clock=clock)
         self._records: dict[str, RunRecord] = {}
         self._checkpoints: dict[str, list[_Row]] = {}
+        self._effects: dict[str, _EffectRow] = {}
 
-    def _transaction(self, *, write: bool) -> AbstractContextManager[object]:
+    def _transaction(self, *, write: bool, durable: bool = False) -> AbstractContextManager[object]:
         # Every operation runs to its end without awaiting, so none can interleave.
         return nullcontext()
 
@@ -679,7 +855,19 @@ class MemoryCheckpointer(_Store):
         for run_id in removed:
             del self._records[run_id]
             self._checkpoints.pop(run_id, None)
+        gone = set(removed)
+        for key in [key for key, row in self._effects.items() if row.run_id in gone]:
+            del self._effects[key]
         return removed
+
+    def _get_effect(self, key: str) -> _EffectRow | None:
+        return self._effects.get(key)
+
+    def _put_effect(self, row: _EffectRow) -> None:
+        self._effects[row.key] = row
+
+    def _delete_effect(self, key: str) -> None:
+        del self._effects[key]
 
 
 _SCHEMA: Final = """
@@ -702,7 +890,18 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     PRIMARY KEY (run_id, seq)
 );
 CREATE INDEX IF NOT EXISTS snapshots ON checkpoints (run_id, seq) WHERE kind = 'full';
+CREATE TABLE IF NOT EXISTS effects (
+    key        TEXT PRIMARY KEY,  -- the idempotency key
+    run_id     TEXT NOT NULL,
+    tool       TEXT NOT NULL,
+    args_hash  TEXT NOT NULL,
+    status     TEXT NOT NULL CHECK (status IN ('intent', 'committed')),
+    result     BLOB,              -- sealed like a checkpoint; NULL while only an intent
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS effects_by_run ON effects (run_id);
 """
+_EFFECT_COLUMNS: Final = "key, run_id, tool, args_hash, status, result, updated_at"
 _RECORD_COLUMNS: Final = "run_id, agent, status, phase, waiting_for, updated_at, seq"
 
 
@@ -730,7 +929,10 @@ class SQLiteCheckpointer(_Store):
     at a time; a save is one ``BEGIN IMMEDIATE`` transaction, so two processes on
     the same file cannot both save the same seq. ``synchronous=NORMAL``: a process
     crash loses nothing committed; a power cut may lose the last commits, never the
-    file. Call ``aclose()`` (or use ``async with``) when done.
+    file. The side-effect ledger is written with ``synchronous=FULL``: a recorded
+    intent or result survives a power cut too. Its ``effects`` table is created, like
+    the others, when the file is first opened. Call ``aclose()`` (or use ``async
+    with``) when done.
     """
 
     def __init__(
@@ -796,15 +998,21 @@ class SQLiteCheckpointer(_Store):
         return self._connection
 
     @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[object]:
+    def _transaction(self, *, write: bool, durable: bool = False) -> Iterator[object]:
         db = self._db
-        db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        if durable:  # set outside the transaction: the commit is what must reach the disk
+            db.execute("PRAGMA synchronous = FULL")
         try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            if durable:
+                db.execute("PRAGMA synchronous = NORMAL")
 
     def _get_record(self, run_id: str) -> RunRecord | None:
         row = self._db.execute(
@@ -876,8 +1084,29 @@ class SQLiteCheckpointer(_Store):
             )
         ]
         self._db.executemany("DELETE FROM checkpoints WHERE run_id = ?", [(r,) for r in removed])
+        self._db.executemany("DELETE FROM effects WHERE run_id = ?", [(r,) for r in removed])
         self._db.executemany("DELETE FROM runs WHERE run_id = ?", [(r,) for r in removed])
         return removed
+
+    def _get_effect(self, key: str) -> _EffectRow | None:
+        row = self._db.execute(
+            f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE key = ?", (key,)
+        ).fetchone()
+        if row is None:
+            return None
+        key, run_id, tool, args_hash, status, result, updated_at = row
+        blob = None if result is None else bytes(result)
+        moment = datetime.fromisoformat(updated_at)
+        return _EffectRow(key, run_id, tool, args_hash, status, blob, moment)
+
+    def _put_effect(self, row: _EffectRow) -> None:
+        self._db.execute(
+            f"INSERT OR REPLACE INTO effects ({_EFFECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (*row[:6], _stamp(row.updated_at)),
+        )
+
+    def _delete_effect(self, key: str) -> None:
+        self._db.execute("DELETE FROM effects WHERE key = ?", (key,))
 
 
 if TYPE_CHECKING:  # both stores satisfy the protocol, as mypy checks here

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextvars import ContextVar
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, final, get_type_hints, overload
 
@@ -40,6 +41,8 @@ __all__ = [
     "ToolRegistry",
     "WriteCall",
     "WriteTool",
+    "current_idempotency_key",
+    "idempotency_key",
     "read_tool",
     "write_tool",
 ]
@@ -291,6 +294,28 @@ class ApprovedCall:
     def describe(self) -> str:
         """The call as a person reads it."""
         return self.call.describe()
+
+
+def idempotency_key(run_id: str, tool: str, args_hash: str) -> str:
+    """The key a write call is recorded under in the side-effect ledger: SHA-256 (hex).
+
+    Derived from the run, the tool and the call's canonical arguments (``args_hash``),
+    so the same call in the same run always has the same key, across retries and
+    resumes, and a service that honours idempotency keys acts on it once.
+    """
+    return _json.canonical_hash([run_id, tool, args_hash])
+
+
+_IDEMPOTENCY_KEY: ContextVar[str | None] = ContextVar("idempotency_key", default=None)
+
+
+def current_idempotency_key() -> str | None:
+    """The idempotency key of the write call running now; ``None`` outside a write tool.
+
+    A write tool passes it to its service (an ``Idempotency-Key`` header, say), so
+    that a call sent again after a crash is recognised and acts once.
+    """
+    return _IDEMPOTENCY_KEY.get()
 
 
 def _approve(call: WriteCall, approval: Approval) -> ApprovedCall:
