@@ -1,0 +1,64 @@
+"""The support agent: order look-ups, customer verification and refunds a person approves.
+
+``python -m agents.support`` runs four scenarios offline: an approved refund paid
+once; a duplicate refund suppressed; a denied refund tried again within five tool
+iterations (suppressed); and a run that waits for a person, is resumed from its
+SQLite checkpoint in a "new process", re-establishes who is verified, and pays once.
+Refunds go to :class:`PaymentsService`, a SQLite ledger of its own that honours
+idempotency keys.
+"""
+
+from ._agent import (
+    INSTRUCTIONS,
+    ORDERS,
+    LookupArgs,
+    Order,
+    RefundArgs,
+    SupportContext,
+    SupportDesk,
+    SupportPlanning,
+    SupportToolCalling,
+    VerificationService,
+    VerifiedSessions,
+    VerifyArgs,
+    current_run_id,
+    reestablish,
+    support_agent,
+)
+from ._payments import IdempotencyConflictError, PaymentsService, Receipt, RefundRefusedError
+from ._scenarios import (
+    LaterGate,
+    Outcome,
+    approved_refund,
+    denied_then_retried,
+    duplicate_refund,
+    waits_then_resumes,
+)
+
+__all__ = (
+    "INSTRUCTIONS",
+    "ORDERS",
+    "IdempotencyConflictError",
+    "LaterGate",
+    "LookupArgs",
+    "Order",
+    "Outcome",
+    "PaymentsService",
+    "Receipt",
+    "RefundArgs",
+    "RefundRefusedError",
+    "SupportContext",
+    "SupportDesk",
+    "SupportPlanning",
+    "SupportToolCalling",
+    "VerificationService",
+    "VerifiedSessions",
+    "VerifyArgs",
+    "approved_refund",
+    "current_run_id",
+    "denied_then_retried",
+    "duplicate_refund",
+    "reestablish",
+    "support_agent",
+    "waits_then_resumes",
+)
