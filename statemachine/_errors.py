@@ -12,6 +12,7 @@ clauses keep working::
     ├── UnapprovedWriteError (RuntimeError) a write call reached execution without approval
     ├── PhaseReusedError (RuntimeError)    a phase object transitioned a second time
     ├── RunPausedError (RuntimeError)      a paused run driven without a person's resume
+    ├── RunClaimedError (RuntimeError)     a run another process is resuming right now
     ├── EffectUncertainError (RuntimeError) a write may have gone through: a person must check
     ├── ToolError (RuntimeError)           raised by a tool: its service failed (503, ...)
     ├── BudgetExceededError (RuntimeError) a reservation does not fit in what the budget has left
@@ -65,6 +66,7 @@ __all__ = [
     "OutputTamperedError",
     "PhaseReusedError",
     "ReservationSettledError",
+    "RunClaimedError",
     "RunPausedError",
     "ScriptExhaustedError",
     "SetupError",
@@ -497,4 +499,16 @@ class CheckpointOrderError(StatemachineError, ValueError):
             f"checkpoint {seq} of run {run_id!r} refused: the run's next checkpoint is "
             f"{expected}, and nothing was saved. Save one checkpoint per transition, in "
             "order; a seq already saved means two processes are driving the same run."
+        )
+
+
+class RunClaimedError(StatemachineError, RuntimeError):
+    """Another process holds the run (it is resuming it); only one may go on."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id} is being resumed elsewhere right now, so it was not resumed "
+            "here; wait for that process to finish (a claim lapses after its lease if "
+            "the process died) and check the run's status"
         )

@@ -17,7 +17,7 @@ from opentelemetry import metrics
 
 from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending
 from ._codec import dump_phase, load_phase
-from ._errors import EffectUncertainError, RunPausedError, SetupError
+from ._errors import EffectUncertainError, RunClaimedError, RunPausedError, SetupError
 from ._governor import VerdictRecord
 from ._lifecycle import RunStatus
 from ._model import Model
@@ -232,6 +232,23 @@ class Runner(Generic[C]):
         refused (:class:`IllegalStatusChangeError`).
         """
         checkpointer = self._require_checkpointer("resume")
+        owner = uuid.uuid4().hex
+        if not await checkpointer.claim(run_id, owner):
+            raise RunClaimedError(run_id)
+        try:
+            return await self._resume(checkpointer, run_id, note=note, decision=decision)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await checkpointer.release(run_id, owner)
+
+    async def _resume(
+        self,
+        checkpointer: Checkpointer,
+        run_id: str,
+        *,
+        note: str,
+        decision: Approval | Denial | None,
+    ) -> RunResult[C]:
         seq, document = await checkpointer.load(run_id)
         loaded = load_phase(document, agents={self._agent.name: self._agent}, run_id=run_id)
         state = cast("Phase[C]", loaded)

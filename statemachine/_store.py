@@ -181,6 +181,14 @@ class Checkpointer(Protocol):
         """Runs interrupted, cancelled or failed_resumable, oldest update first."""
         ...
 
+    async def claim(self, run_id: str, owner: str, *, lease: timedelta = ...) -> bool:
+        """Take the run for ``owner`` (one at a time); False when another holds it."""
+        ...
+
+    async def release(self, run_id: str, owner: str) -> None:
+        """Give the run back, if ``owner`` holds it."""
+        ...
+
     async def purge(
         self, older_than: timedelta = DEFAULT_RETENTION, *, now: datetime | None = None
     ) -> int:
@@ -422,6 +430,15 @@ class _Store:
     def _delete_ended(self, before: datetime) -> list[str]:
         raise NotImplementedError
 
+    def _get_claim(self, run_id: str) -> tuple[str, datetime] | None:
+        raise NotImplementedError
+
+    def _put_claim(self, run_id: str, owner: str, until: datetime) -> None:
+        raise NotImplementedError
+
+    def _delete_claim(self, run_id: str) -> None:
+        raise NotImplementedError
+
     def _get_effect(self, key: str) -> _EffectRow | None:
         raise NotImplementedError
 
@@ -495,6 +512,35 @@ class _Store:
     async def needing_attention(self) -> list[RunRecord]:
         """Runs interrupted, cancelled or failed_resumable, oldest update first."""
         return await self._call(None, self._read_select, tuple(sorted(ATTENTION)), None)
+
+    async def claim(
+        self, run_id: str, owner: str, *, lease: timedelta = timedelta(minutes=10)
+    ) -> bool:
+        """Take the run for ``owner``: at most one holder at a time, across processes.
+
+        Two processes resuming one run at once: exactly one gets it. A claim lapses
+        after ``lease`` (its holder may have died), so a run is never locked for good.
+        """
+        return await self._call(run_id, self._claim, run_id, owner, lease)
+
+    async def release(self, run_id: str, owner: str) -> None:
+        """Give the run back, if ``owner`` holds it."""
+        await self._call(run_id, self._release, run_id, owner)
+
+    def _claim(self, run_id: str, owner: str, lease: timedelta) -> bool:
+        with self._transaction(write=True):
+            now = self._now()
+            held = self._get_claim(run_id)
+            if held is not None and held[0] != owner and held[1] > now:
+                return False
+            self._put_claim(run_id, owner, now + lease)
+            return True
+
+    def _release(self, run_id: str, owner: str) -> None:
+        with self._transaction(write=True):
+            held = self._get_claim(run_id)
+            if held is not None and held[0] == owner:
+                self._delete_claim(run_id)
 
     async def purge(
         self, older_than: timedelta = DEFAULT_RETENTION, *, now: datetime | None = None
@@ -809,6 +855,7 @@ class MemoryCheckpointer(_Store):
         self._records: dict[str, RunRecord] = {}
         self._checkpoints: dict[str, list[_Row]] = {}
         self._effects: dict[str, _EffectRow] = {}
+        self._claims: dict[str, tuple[str, datetime]] = {}
 
     def _transaction(self, *, write: bool, durable: bool = False) -> AbstractContextManager[object]:
         # Every operation runs to its end without awaiting, so none can interleave.
@@ -860,6 +907,15 @@ class MemoryCheckpointer(_Store):
             del self._effects[key]
         return removed
 
+    def _get_claim(self, run_id: str) -> tuple[str, datetime] | None:
+        return self._claims.get(run_id)
+
+    def _put_claim(self, run_id: str, owner: str, until: datetime) -> None:
+        self._claims[run_id] = (owner, until)
+
+    def _delete_claim(self, run_id: str) -> None:
+        self._claims.pop(run_id, None)
+
     def _get_effect(self, key: str) -> _EffectRow | None:
         return self._effects.get(key)
 
@@ -890,6 +946,11 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     PRIMARY KEY (run_id, seq)
 );
 CREATE INDEX IF NOT EXISTS snapshots ON checkpoints (run_id, seq) WHERE kind = 'full';
+CREATE TABLE IF NOT EXISTS claims (
+    run_id TEXT PRIMARY KEY,
+    owner  TEXT NOT NULL,
+    until  TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS effects (
     key        TEXT PRIMARY KEY,  -- the idempotency key
     run_id     TEXT NOT NULL,
@@ -1087,6 +1148,21 @@ class SQLiteCheckpointer(_Store):
         self._db.executemany("DELETE FROM effects WHERE run_id = ?", [(r,) for r in removed])
         self._db.executemany("DELETE FROM runs WHERE run_id = ?", [(r,) for r in removed])
         return removed
+
+    def _get_claim(self, run_id: str) -> tuple[str, datetime] | None:
+        row = self._db.execute(
+            "SELECT owner, until FROM claims WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return None if row is None else (row[0], datetime.fromisoformat(row[1]))
+
+    def _put_claim(self, run_id: str, owner: str, until: datetime) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO claims (run_id, owner, until) VALUES (?, ?, ?)",
+            (run_id, owner, _stamp(until)),
+        )
+
+    def _delete_claim(self, run_id: str) -> None:
+        self._db.execute("DELETE FROM claims WHERE run_id = ?", (run_id,))
 
     def _get_effect(self, key: str) -> _EffectRow | None:
         row = self._db.execute(

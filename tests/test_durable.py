@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from statemachine import (
     ModelRequest,
     Money,
     Pending,
+    RunClaimedError,
     Runner,
     RunStatus,
     SQLiteCheckpointer,
@@ -348,3 +350,50 @@ async def test_stop_cancels_a_run_at_once_and_keeps_where_it_got(store: Checkpoi
     assert runner.stop("run-9") is False
     again = saving(shop.agent(), ScriptedModel([reply("Sunny.")]), store)
     assert isinstance((await again.resume("run-9")).final, Done)
+
+
+async def test_two_resumes_of_one_run_at_once_let_exactly_one_proceed(tmp_path: Path) -> None:
+    """Two workers (two connections to one file) resume the same run: one goes, one is refused."""
+    path = tmp_path / "shared.sqlite3"
+    async with SQLiteCheckpointer(path) as first_store, SQLiteCheckpointer(path) as second_store:
+        shop = Shop()
+        with anyio.move_on_after(0.1):
+            await saving(shop.agent(), Slow(), first_store).run(None, "Weather?", run_id="run-10")
+        answers = ScriptedModel([reply("Sunny.")])
+        outcomes: list[str] = []
+
+        async def resume(store: Checkpointer, model: Any) -> None:
+            try:
+                result = await saving(shop.agent(), model, store).resume("run-10")
+                outcomes.append(result.status)
+            except RunClaimedError as error:
+                outcomes.append(f"refused: {error.run_id}")
+
+        slow_then_done = ScriptedModel([reply("Sunny.")])
+        async with anyio.create_task_group() as group:
+            group.start_soon(resume, first_store, SlowOnce(answers))
+            await anyio.sleep(0.05)
+            group.start_soon(resume, second_store, slow_then_done)
+        assert sorted(outcomes) == ["done", "refused: run-10"]
+        assert (await first_store.record("run-10")).status == RunStatus.COMPLETED
+
+
+class SlowOnce:
+    """Takes a moment before answering, so a second resume arrives while the first runs."""
+
+    def __init__(self, model: ScriptedModel) -> None:
+        self.model = model
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        await anyio.sleep(0.2)
+        return await self.model.complete(request)
+
+
+async def test_a_claim_lapses_after_its_lease_so_a_dead_worker_never_locks_a_run() -> None:
+    """A holder that died stops blocking once its lease is over."""
+    store = MemoryCheckpointer()
+    assert await store.claim("run-11", "worker-a", lease=timedelta(seconds=0))
+    assert await store.claim("run-11", "worker-b")
+    assert not await store.claim("run-11", "worker-a")
+    await store.release("run-11", "worker-b")
+    assert await store.claim("run-11", "worker-a")
