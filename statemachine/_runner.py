@@ -176,7 +176,7 @@ class Runner(Generic[C]):
         )
         states: list[Phase[C]] = [state]
         saver = _Saver(self._checkpointer, rt.run_id, self._agent.name, _seq)
-        await saver.save(state, first=_seq is None)
+        await saver.save(state, first=True)
         try:
             if isinstance(state, Active):
                 # A phase validates its input before it starts: entering from outside
