@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import date
+from decimal import Decimal
 from functools import partial
 from typing import Any, Generic, Literal, TypeVar, cast, final
 
@@ -149,6 +150,7 @@ class Runner(Generic[C]):
         run_id: str | None = None,
         gate: ApprovalGate | None = None,
         _seq: int | None = None,
+        _elapsed: float = 0.0,
     ) -> RunResult[C]:
         """Advance ``state`` until the run answers, fails, or pauses for a person.
 
@@ -173,9 +175,11 @@ class Runner(Generic[C]):
             today=self._today,
             fallbacks=self._fallbacks,
             ledger=self._checkpointer,
+            # A resumed run's clock goes on from the time it had already used.
+            started=self._clock() - _elapsed,
         )
         states: list[Phase[C]] = [state]
-        saver = _Saver(self._checkpointer, rt.run_id, self._agent.name, _seq)
+        saver = _Saver(self._checkpointer, rt, self._agent.name, _seq)
         await saver.save(state, first=True)
         try:
             if isinstance(state, Active):
@@ -269,12 +273,19 @@ class Runner(Generic[C]):
             await checkpointer.save(
                 run_id,
                 seq,
-                dump_phase(state),
+                {**dump_phase(state), "elapsed": document.get("elapsed", 0.0)},
                 agent=self._agent.name,
                 status=RunStatus.RUNNING,
                 phase=state.kind,
             )
-        return await self.drive(state, run_id=run_id, gate=gate, _seq=seq)
+        elapsed = document.get("elapsed", 0.0)
+        return await self.drive(
+            state,
+            run_id=run_id,
+            gate=gate,
+            _seq=seq,
+            _elapsed=float(elapsed) if isinstance(elapsed, int | float | Decimal) else 0.0,
+        )
 
     def stop(self, run_id: str) -> bool:
         """Stop a run this runner is driving, at once: its current phase is cancelled.
@@ -333,11 +344,11 @@ class _Saver:
     """
 
     def __init__(
-        self, checkpointer: Checkpointer | None, run_id: str, agent: str, seq: int | None
+        self, checkpointer: Checkpointer | None, rt: Runtime, agent: str, seq: int | None
     ) -> None:
         self._checkpointer = checkpointer
-        self._running: dict[str, anyio.CancelScope] = {}
-        self._run_id = run_id
+        self._rt = rt
+        self._run_id = rt.run_id
         self._agent = agent
         self._seq = seq
 
@@ -354,7 +365,8 @@ class _Saver:
         await self._checkpointer.save(
             self._run_id,
             self._seq,
-            dump_phase(state),
+            # The clock is part of what is saved: a resumed run's time goes on.
+            {**dump_phase(state), "elapsed": round(self._rt.elapsed(), 6)},
             agent=self._agent,
             status=status,
             phase=state.kind,

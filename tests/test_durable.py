@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from pydantic import BaseModel
-from support import CityArgs
+from support import CityArgs, FakeClock
 
 from statemachine import (
     Agent,
@@ -397,3 +397,38 @@ async def test_a_claim_lapses_after_its_lease_so_a_dead_worker_never_locks_a_run
     assert not await store.claim("run-11", "worker-a")
     await store.release("run-11", "worker-b")
     assert await store.claim("run-11", "worker-a")
+
+
+class Ticking:
+    """A model that takes 50 s of a fake clock per call and records the time it was given."""
+
+    def __init__(self, clock: Any, turns: list[ModelReply], crash_on: int = 0) -> None:
+        self.clock = clock
+        self.turns = turns
+        self.crash_on = crash_on
+        self.timeouts: list[float | None] = []
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.timeouts.append(request.timeout)
+        self.clock.advance(50)
+        if len(self.timeouts) == self.crash_on:
+            raise RuntimeError("the process died here")
+        return self.turns[len(self.timeouts) - 1]
+
+
+async def test_the_run_clock_goes_on_after_a_resume(store: Checkpointer) -> None:
+    """Time used before a crash still counts: the resumed model call gets only what is left."""
+    shop = Shop()
+    agent = shop.agent(budget=Budget(wall_clock=120))
+    before = FakeClock()
+    first = Ticking(before, [tool_call("weather", {"city": "Oslo"})], crash_on=2)
+    runner = Runner(agent, model=first, gate=AutoDenyGate(), clock=before, checkpointer=store)
+    with pytest.raises(RuntimeError):
+        await runner.run(None, "Weather?", run_id="run-12")
+    assert first.timeouts == [120, 70]
+    after = FakeClock(start=1_000.0)  # a new process: its monotonic clock means nothing here
+    second = Ticking(after, [reply("Sunny.")])
+    again = Runner(agent, model=second, gate=AutoDenyGate(), clock=after, checkpointer=store)
+    result = await again.resume("run-12")
+    assert isinstance(result.final, Done)
+    assert second.timeouts == [pytest.approx(70)]
