@@ -40,6 +40,7 @@ from statemachine import (
     ModelReply,
     ModelRequest,
     Phase,
+    RunClaimedError,
     Runner,
     RunResult,
     SQLiteCheckpointer,
@@ -204,7 +205,13 @@ async def start(workdir: Path, scenario: str, kill_at: int | None, in_refund: bo
     )
 
 
-async def resume(workdir: Path, scenario: str) -> None:
+async def slow_decide(request: ModelRequest) -> ModelReply:
+    """``decide``, a second slower: so that a second resume arrives while this one runs."""
+    await anyio.sleep(1.0)
+    return decide(request)
+
+
+async def resume(workdir: Path, scenario: str, slow: bool = False) -> None:
     payments, _desk, agent, gate = _parts(workdir, scenario)
     out: dict[str, Any] = {}
     async with SQLiteCheckpointer(workdir / "runs.sqlite3") as store:
@@ -217,9 +224,13 @@ async def resume(workdir: Path, scenario: str) -> None:
             effect = await store.effect(key_file.read_text())
             out["effect_before_resume"] = None if effect is None else effect.status
         out["payments_before_resume"] = payments.count()
-        runner = Runner(agent, model=FunctionModel(decide), gate=gate, checkpointer=store, seed=7)
+        model = FunctionModel(slow_decide if slow else decide)
+        runner = Runner(agent, model=model, gate=gate, checkpointer=store, seed=7)
         try:
             result = await runner.resume(RUN_ID)
+        except RunClaimedError:
+            print(json.dumps({"claimed": True}))
+            return
         except EffectUncertainError as error:
             out["first"] = None
             out["final"] = {"status": "interrupted", "waiting_for": error.waiting_for}
@@ -242,11 +253,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("scenario", choices=["approve", "deny"])
     parser.add_argument("--kill-at", type=int, default=None)
     parser.add_argument("--kill-in-refund", action="store_true")
+    parser.add_argument("--slow", action="store_true")
     args = parser.parse_args(argv)
     if args.mode == "start":
         anyio.run(start, args.workdir, args.scenario, args.kill_at, args.kill_in_refund)
     else:
-        anyio.run(resume, args.workdir, args.scenario)
+        anyio.run(resume, args.workdir, args.scenario, args.slow)
 
 
 if __name__ == "__main__":

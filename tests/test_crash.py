@@ -215,3 +215,24 @@ def _approved_refund_at(reference: dict[str, Any]) -> int:
 def _posix_only() -> None:
     if not hasattr(signal, "SIGKILL"):  # pragma: no cover - Windows
         pytest.skip("needs SIGKILL")
+
+
+def test_two_processes_resuming_one_run_at_once_let_exactly_one_proceed(tmp_path: Path) -> None:
+    """Killed mid-run, then resumed by two processes at once: one pays, the other is refused."""
+    killed = _run(tmp_path, "start", "approve", "--kill-at", "3")
+    assert killed.returncode == -signal.SIGKILL
+    env = {**os.environ, "PYTHONPATH": str(SCRIPT.parent.parent)}
+    command = [sys.executable, str(SCRIPT), "resume", str(tmp_path), "approve", "--slow"]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    second = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    outputs = []
+    for process in (first, second):
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err.decode()
+        outputs.append(json.loads(out.decode().strip().splitlines()[-1]))
+    claimed = [out for out in outputs if out.get("claimed")]
+    went_on = [out for out in outputs if not out.get("claimed")]
+    assert len(claimed) == 1
+    assert len(went_on) == 1
+    assert went_on[0]["final"]["status"] == "done"
+    assert went_on[0]["payments"] == 1
