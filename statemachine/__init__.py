@@ -95,7 +95,7 @@ from ._phases import (
 )
 from ._reserve import BudgetMeter, Reservation
 from ._retry import RetryPolicy
-from ._runner import Runner, RunResult
+from ._runner import Runner, RunResult, StopReport
 from ._store import (
     CheckpointEntry,
     Checkpointer,
@@ -212,6 +212,7 @@ __all__ = (
     "Similarity",
     "Spend",
     "StatemachineError",
+    "StopReport",
     "TokenPrices",
     "ToolCalling",
     "ToolError",

@@ -17,6 +17,7 @@ import attrs
 from opentelemetry import metrics
 
 from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending
+from ._budget import Spend
 from ._codec import dump_phase, load_phase
 from ._errors import EffectUncertainError, RunClaimedError, RunPausedError, SetupError
 from ._governor import VerdictRecord
@@ -25,7 +26,7 @@ from ._model import Model
 from ._phases import Active, Agent, AwaitApproval, Done, Failed, Phase, Planning, Runtime
 from ._store import Checkpointer, RunRecord
 
-__all__ = ["RunResult", "Runner"]
+__all__ = ["RunResult", "Runner", "StopReport"]
 
 C = TypeVar("C")
 
@@ -137,7 +138,7 @@ class Runner(Generic[C]):
         self._today = today
         self._fallbacks = fallbacks
         self._checkpointer = checkpointer
-        self._running: dict[str, anyio.CancelScope] = {}
+        self._running: dict[str, _Driving] = {}
 
     async def run(self, ctx: C, text: str, *, run_id: str | None = None) -> RunResult[C]:
         """Run the agent on the customer's ``text`` until it answers, fails or pauses."""
@@ -191,7 +192,7 @@ class Runner(Generic[C]):
                     states.append(state)
                     await saver.save(state)
             with anyio.CancelScope() as scope:
-                self._running[rt.run_id] = scope
+                self._running[rt.run_id] = _Driving(scope)
                 while isinstance(state, Active):
                     before = state
                     state = await state.advance(rt)
@@ -204,7 +205,9 @@ class Runner(Generic[C]):
             if scope.cancelled_caught:  # stop(): the last phase saved is where it stopped
                 with anyio.CancelScope(shield=True):
                     await saver.mark(RunStatus.CANCELLED)
-                return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+                stopped = RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+                self._running[rt.run_id].result = stopped
+                return stopped
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await saver.mark(RunStatus.CANCELLED)
@@ -218,7 +221,9 @@ class Runner(Generic[C]):
             await saver.mark(RunStatus.FAILED_RESUMABLE)
             raise
         finally:
-            self._running.pop(rt.run_id, None)
+            driving = self._running.pop(rt.run_id, None)
+            if driving is not None:
+                driving.finished.set()
         if not isinstance(state, Done | Failed):  # pragma: no cover - Phase has no third kind
             raise TypeError(f"{type(state).__name__} is neither active nor terminal")
         return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
@@ -287,19 +292,49 @@ class Runner(Generic[C]):
             _elapsed=float(elapsed) if isinstance(elapsed, int | float | Decimal) else 0.0,
         )
 
-    def stop(self, run_id: str) -> bool:
+    async def stop(self, run_id: str) -> StopReport | None:
         """Stop a run this runner is driving, at once: its current phase is cancelled.
 
-        Every checkpoint stays; the run's ``drive``/``run`` returns a result with
-        status ``stopped`` whose ``final`` is the last phase reached (saved), and a
-        saved run is marked ``cancelled`` so it can be resumed. False when the run is
-        not being driven here.
+        Every checkpoint stays and a saved run is marked ``cancelled``, ready to
+        resume. Returns a report of where it stopped and how far it got (the run's own
+        ``run``/``drive`` returns a result with status ``stopped``); ``None`` when the
+        run is not being driven here.
         """
-        scope = self._running.get(run_id)
-        if scope is None:
-            return False
-        scope.cancel()
-        return True
+        driving = self._running.get(run_id)
+        if driving is None:
+            return None
+        driving.scope.cancel()
+        await driving.finished.wait()
+        result = driving.result
+        if result is None:  # it ended on its own just before the stop arrived
+            return None
+        return StopReport(
+            run_id=run_id,
+            phase=result.final.kind,
+            step=result.final.step,
+            spent=result.final.spent,
+            history=result.history,
+        )
+
+    async def resume_pending(self) -> list[RunResult[C]]:
+        """At start-up: resume this agent's runs that stopped without anyone deciding so.
+
+        That is a run whose process died (still ``running`` in the registry) or whose
+        phase raised (``failed_resumable``). A run waiting for a person
+        (``interrupted``: a pause, an approval before a money move, an effect whose
+        outcome is uncertain) or stopped by one (``cancelled``) is never resumed
+        here: the person resumes it. A run another worker holds is left to it.
+        """
+        checkpointer = self._require_checkpointer("resume_pending")
+        statuses = (RunStatus.RUNNING, RunStatus.FAILED_RESUMABLE)
+        records = await checkpointer.registry(status=statuses, agent=self._agent.name)
+        results: list[RunResult[C]] = []
+        for record in records:
+            try:
+                results.append(await self.resume(record.run_id))
+            except RunClaimedError:
+                continue
+        return results
 
     async def abort(self, run_id: str) -> RunRecord:
         """Decide not to go on with a saved run: nothing is undone, the record stays."""
@@ -334,6 +369,27 @@ def _status(state: Phase[Any]) -> tuple[RunStatus, str]:
     if isinstance(state, AwaitApproval) and state.waiting:
         return RunStatus.INTERRUPTED, f"approval of {state.call.describe()}"
     return RunStatus.RUNNING, ""
+
+
+class _Driving:
+    """A run this runner is driving: its cancel scope, and how it ended when stopped."""
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        self.scope = scope
+        self.finished = anyio.Event()
+        self.result: RunResult[Any] | None = None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StopReport:
+    """Where a stopped run stopped and how far it got."""
+
+    run_id: str
+    phase: str
+    step: int
+    spent: Spend
+    history: tuple[str, ...]
 
 
 class _Saver:

@@ -342,12 +342,15 @@ async def test_stop_cancels_a_run_at_once_and_keeps_where_it_got(store: Checkpoi
 
         group.start_soon(drive)
         await anyio.sleep(0.05)
-        assert runner.stop("run-9") is True
+        report = await runner.stop("run-9")
     (result,) = results
     assert result.status == "stopped"
     assert result.final.kind == "Planning"
+    assert report is not None
+    assert (report.run_id, report.phase, report.step) == ("run-9", "Planning", 1)
+    assert report.history == ("Idle", "Planning")
     assert (await store.record("run-9")).status == RunStatus.CANCELLED
-    assert runner.stop("run-9") is False
+    assert await runner.stop("run-9") is None
     again = saving(shop.agent(), ScriptedModel([reply("Sunny.")]), store)
     assert isinstance((await again.resume("run-9")).final, Done)
 
@@ -432,3 +435,53 @@ async def test_the_run_clock_goes_on_after_a_resume(store: Checkpointer) -> None
     result = await again.resume("run-12")
     assert isinstance(result.final, Done)
     assert second.timeouts == [pytest.approx(70)]
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: nothing in the process gets to record what happened."""
+
+
+class DiesOnce:
+    """A model that kills its process on one turn (a BaseException no handler sees)."""
+
+    def __init__(self, turns: list[ModelReply], die_on: int) -> None:
+        self.turns = turns
+        self.die_on = die_on
+        self.asked = 0
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.asked += 1
+        if self.asked == self.die_on:
+            raise Killed
+        return self.turns[self.asked - 1]
+
+
+async def test_start_up_resumes_crashed_runs_but_never_one_waiting_before_a_money_move(
+    store: Checkpointer,
+) -> None:
+    """A died run and a failed one are resumed at start-up; a refund awaiting a person is not."""
+    payments = Payments()
+    refund_then_answer = [*REFUND[:1], reply("Done.")]
+    died = Runner(payments.agent, model=DiesOnce(refund_then_answer, 1), gate=LaterGate(),
+                  checkpointer=store)  # fmt: skip
+    with pytest.raises(Killed):
+        await died.run(None, "Hello", run_id="died")
+    failed = Runner(payments.agent, model=Crashing(refund_then_answer, 1), gate=LaterGate(),
+                    checkpointer=store)  # fmt: skip
+    with pytest.raises(RuntimeError):
+        await failed.run(None, "Hello", run_id="failed")
+    waiting = Runner(payments.agent, model=ScriptedModel(REFUND[:1]), gate=LaterGate(),
+                     checkpointer=store)  # fmt: skip
+    await waiting.run(None, "Refund order 17", run_id="waiting")
+    assert (await store.record("died")).status == RunStatus.RUNNING
+    start_up = Runner(
+        payments.agent,
+        model=ScriptedModel([reply("Hello again."), reply("Hello again.")]),
+        gate=LaterGate(),
+        checkpointer=store,
+    )
+    results = await start_up.resume_pending()
+    assert sorted(result.run_id for result in results) == ["died", "failed"]
+    assert all(result.status == "done" for result in results)
+    assert (await store.record("waiting")).status == RunStatus.INTERRUPTED
+    assert payments.paid == []

@@ -103,6 +103,7 @@ PUBLIC = {
     "Similarity",
     "Spend",
     "StatemachineError",
+    "StopReport",
     "TokenPrices",
     "ToolCalling",
     "ToolError",
