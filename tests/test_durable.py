@@ -21,6 +21,8 @@ from statemachine import (
     Budget,
     CheckpointCipher,
     Checkpointer,
+    CheckpointKeyError,
+    CheckpointTamperedError,
     Decision,
     Denial,
     Done,
@@ -485,3 +487,26 @@ async def test_start_up_resumes_crashed_runs_but_never_one_waiting_before_a_mone
     assert all(result.status == "done" for result in results)
     assert (await store.record("waiting")).status == RunStatus.INTERRUPTED
     assert payments.paid == []
+
+
+async def test_a_checkpoint_read_with_the_wrong_key_is_refused_and_nothing_else_is_touched(
+    tmp_path: Path,
+) -> None:
+    """A wrong key never loads a run: a clear error names it; the other key's runs still load."""
+    path = tmp_path / "runs.sqlite3"
+    right = CheckpointCipher({"k1": generate_key()}, "k1")
+    async with SQLiteCheckpointer(path, sealer=right) as store:
+        await saving(Shop().agent(), ScriptedModel(SCRIPT), store).run(None, "Hi", run_id="run-13")
+    wrong = CheckpointCipher({"k1": generate_key()}, "k1")
+    async with SQLiteCheckpointer(path, sealer=wrong) as store:
+        with pytest.raises(CheckpointTamperedError) as caught:
+            await store.load("run-13")
+        assert "run-13" in str(caught.value)
+    unknown = CheckpointCipher({"k2": generate_key()}, "k2")
+    async with SQLiteCheckpointer(path, sealer=unknown) as store:
+        with pytest.raises(CheckpointKeyError) as missing:
+            await store.load("run-13")
+        assert "k1" in str(missing.value)
+    async with SQLiteCheckpointer(path, sealer=right) as store:
+        seq, _ = await store.load("run-13")
+        assert seq == len(await store.history("run-13")) - 1
