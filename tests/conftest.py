@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from support import FakeClock, RecordingSleep
+
+from statemachine import (
+    CheckpointCipher,
+    Checkpointer,
+    MemoryCheckpointer,
+    SQLiteCheckpointer,
+    generate_key,
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -37,3 +46,16 @@ def fake_clock() -> FakeClock:
 def recording_sleep() -> RecordingSleep:
     """A sleep that returns at once and records the delay."""
     return RecordingSleep()
+
+
+@pytest.fixture(params=["memory", "sqlite", "sqlite-encrypted"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Checkpointer]:
+    """Each test that asks for it runs against memory, SQLite, and encrypted SQLite."""
+    if request.param == "memory":
+        yield MemoryCheckpointer()
+        return
+    sealer = (
+        CheckpointCipher({"k1": generate_key()}, "k1") if "encrypted" in request.param else None
+    )
+    async with SQLiteCheckpointer(tmp_path / "runs.sqlite3", sealer=sealer) as sqlite:
+        yield sqlite

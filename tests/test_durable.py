@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -73,19 +72,6 @@ class Shop:
 
     def agent(self, **options: Any) -> Agent[None]:
         return Agent[None](name="shop", tools=self.tools, **options)
-
-
-@pytest.fixture(params=["memory", "sqlite", "sqlite-encrypted"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Checkpointer]:
-    """Each test runs against memory, SQLite, and SQLite with encrypted checkpoints."""
-    if request.param == "memory":
-        yield MemoryCheckpointer()
-        return
-    sealer = (
-        CheckpointCipher({"k1": generate_key()}, "k1") if "encrypted" in request.param else None
-    )
-    async with SQLiteCheckpointer(tmp_path / "runs.sqlite3", sealer=sealer) as sqlite:
-        yield sqlite
 
 
 def saving(agent: Agent[None], model: Any, store: Checkpointer) -> Runner[None]:

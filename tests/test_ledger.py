@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,6 @@ from statemachine import (
     CheckpointError,
     Done,
     EffectUncertainError,
-    MemoryCheckpointer,
     Money,
     Runner,
     RunStatus,
@@ -32,19 +31,6 @@ from statemachine import (
 from statemachine.testing import AutoApproveGate, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["memory", "sqlite", "sqlite-encrypted"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Checkpointer]:
-    """Each test runs against memory, SQLite, and SQLite with sealed blobs."""
-    if request.param == "memory":
-        yield MemoryCheckpointer()
-        return
-    sealer = (
-        CheckpointCipher({"k1": generate_key()}, "k1") if "encrypted" in request.param else None
-    )
-    async with SQLiteCheckpointer(tmp_path / "runs.sqlite3", sealer=sealer) as sqlite:
-        yield sqlite
 
 
 class ChargeArgs(BaseModel):
