@@ -24,8 +24,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 SCRIPT = Path(__file__).with_name("crash_support.py")
 IN_REFUND = "in-refund"
 
@@ -209,12 +207,6 @@ def _problems(reference: dict[str, Any], kill: int | str, out: dict[str, Any]) -
 def _approved_refund_at(reference: dict[str, Any]) -> int:
     transitions = [tuple(t) for t in reference["transitions"]]
     return transitions.index(("AwaitApproval", "ToolCalling")) + 1
-
-
-@pytest.fixture(autouse=True)
-def _posix_only() -> None:
-    if not hasattr(signal, "SIGKILL"):  # pragma: no cover - Windows
-        pytest.skip("needs SIGKILL")
 
 
 def test_two_processes_resuming_one_run_at_once_let_exactly_one_proceed(tmp_path: Path) -> None:
