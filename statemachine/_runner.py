@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import time
 import uuid
@@ -14,7 +15,10 @@ from typing import Any, Generic, Literal, TypeVar, cast, final
 
 import anyio
 import attrs
-from opentelemetry import metrics
+import structlog
+from opentelemetry import metrics, trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Status, StatusCode
 
 from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending
 from ._budget import Spend
@@ -109,6 +113,7 @@ class Runner(Generic[C]):
         "_seed",
         "_sleep",
         "_today",
+        "_tracer",
     )
 
     def __init__(
@@ -124,6 +129,7 @@ class Runner(Generic[C]):
         today: Callable[[], date] = date.today,
         fallbacks: metrics.Counter | None = None,
         checkpointer: Checkpointer | None = None,
+        tracer: trace.Tracer | None = None,
     ) -> None:
         if agent.answer_guard is not None:
             # At start-up: a constrained guard refuses a backend that cannot enforce it.
@@ -139,6 +145,7 @@ class Runner(Generic[C]):
         self._fallbacks = fallbacks
         self._checkpointer = checkpointer
         self._running: dict[str, _Driving] = {}
+        self._tracer = trace.get_tracer("statemachine") if tracer is None else tracer
 
     async def run(self, ctx: C, text: str, *, run_id: str | None = None) -> RunResult[C]:
         """Run the agent on the customer's ``text`` until it answers, fails or pauses."""
@@ -180,6 +187,12 @@ class Runner(Generic[C]):
             started=self._clock() - _elapsed,
         )
         states: list[Phase[C]] = [state]
+        run_span = self._tracer.start_span(
+            f"run {self._agent.name}",
+            attributes={"statemachine.run_id": rt.run_id, "statemachine.agent": self._agent.name},
+        )
+        in_run = trace.set_span_in_context(run_span)
+        log = _log.bind(run_id=rt.run_id, agent=self._agent.name)
         saver = _Saver(self._checkpointer, rt, self._agent.name, _seq)
         await saver.save(state, first=True)
         try:
@@ -195,7 +208,7 @@ class Runner(Generic[C]):
                 self._running[rt.run_id] = _Driving(scope)
                 while isinstance(state, Active):
                     before = state
-                    state = await state.advance(rt)
+                    state = await self._step(rt, before, in_run, log)
                     states.append(state)
                     await saver.save(state)
                     if self._on_transition is not None:
@@ -221,12 +234,29 @@ class Runner(Generic[C]):
             await saver.mark(RunStatus.FAILED_RESUMABLE)
             raise
         finally:
+            run_span.end()
             driving = self._running.pop(rt.run_id, None)
             if driving is not None:
                 driving.finished.set()
         if not isinstance(state, Done | Failed):  # pragma: no cover - Phase has no third kind
             raise TypeError(f"{type(state).__name__} is neither active nor terminal")
         return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+
+    async def _step(self, rt: Runtime, before: Active[C], in_run: Context, log: Any) -> Phase[C]:
+        """One transition, in one span named after it, and one log event with the same keys."""
+        name = f"{before.kind} -> ?"
+        with self._tracer.start_as_current_span(name, context=in_run) as span:
+            try:
+                after = await before.advance(rt)
+            except BaseException as error:
+                span.record_exception(error)
+                span.set_status(Status(StatusCode.ERROR, str(error)))
+                raise
+            keys = _transition_keys(rt, before, after)
+            span.update_name(f"{before.kind} -> {after.kind}")
+            span.set_attributes({f"statemachine.{key}": value for key, value in keys.items()})
+        log.info("transition", **keys)
+        return after
 
     async def resume(
         self, run_id: str, *, note: str = "", decision: Approval | Denial | None = None
@@ -369,6 +399,37 @@ def _status(state: Phase[Any]) -> tuple[RunStatus, str]:
     if isinstance(state, AwaitApproval) and state.waiting:
         return RunStatus.INTERRUPTED, f"approval of {state.call.describe()}"
     return RunStatus.RUNNING, ""
+
+
+# Through the standard library's "statemachine" logger, so that nothing is printed
+# unless the application configures logging (or structlog) to show it.
+_log = structlog.wrap_logger(logging.getLogger("statemachine"))
+
+
+def _transition_keys(rt: Runtime, before: Phase[Any], after: Phase[Any]) -> dict[str, Any]:
+    """What a span and a log event say about one transition (plain values only)."""
+    keys: dict[str, Any] = {
+        "run_id": rt.run_id,
+        "agent": before.agent.name,
+        "from": before.kind,
+        "to": after.kind,
+        "step": after.step,
+    }
+    call = getattr(after, "call", None) or getattr(before, "call", None)
+    if call is not None:
+        keys["tool"] = call.name
+        keys["effect"] = call.tool.effect
+    attempt = getattr(after, "attempt", None)
+    if isinstance(attempt, int):
+        keys["attempt"] = attempt
+    said = [f"{v.verdict}: {v.check}" for v in after.loop.verdicts if v.step == before.step]
+    if said:
+        keys["verdict"] = "; ".join(said)
+    for budget, left in before.agent.budget.left(after.spent).items():
+        keys[f"budget_left.{budget}"] = left
+    if isinstance(after, Failed):
+        keys["reason"] = after.reason
+    return keys
 
 
 class _Driving:

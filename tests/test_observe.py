@@ -1,0 +1,82 @@
+"""One span per transition under one span per run, and one log event with the same keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from structlog.testing import capture_logs
+
+from agents.travel import FakeProvider, travel_agent
+from agents.travel._scenarios import ASK, FLIGHT, TRIP
+from statemachine import Runner
+from statemachine.testing import ScriptedGate, ScriptedModel, reply, tool_call
+
+pytestmark = pytest.mark.anyio
+
+
+def tracing() -> tuple[Any, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider.get_tracer("test"), exporter
+
+
+async def test_a_travel_run_is_one_span_with_one_child_per_transition() -> None:
+    """The exact span tree of an approved booking, with the transition's attributes."""
+    tracer, exporter = tracing()
+    model = ScriptedModel([tool_call("book_flight", FLIGHT), reply("Booked.")])
+    runner = Runner(
+        travel_agent(FakeProvider()),
+        model=model,
+        gate=ScriptedGate([True]),
+        tracer=tracer,
+    )
+    with capture_logs() as logs:
+        result = await runner.run(TRIP, ASK, run_id="run-1")
+    spans = exporter.get_finished_spans()
+    (root,) = [span for span in spans if span.parent is None]
+    assert root.name == "run travel"
+    assert root.attributes["statemachine.run_id"] == "run-1"
+    children = sorted(
+        (span for span in spans if span.parent is not None), key=lambda span: span.start_time
+    )
+    assert all(span.parent.span_id == root.context.span_id for span in children)
+    assert [span.name for span in children] == [
+        "Idle -> Planning",
+        "Planning -> AwaitApproval",
+        "AwaitApproval -> ToolCalling",
+        "ToolCalling -> Observing",
+        "Observing -> Planning",
+        "Planning -> Responding",
+        "Responding -> Done",
+    ]
+    approve = children[2].attributes
+    assert approve["statemachine.tool"] == "book_flight"
+    assert approve["statemachine.effect"] == "write"
+    assert approve["statemachine.step"] == 3
+    assert approve["statemachine.agent"] == "travel"
+    events = [entry for entry in logs if entry["event"] == "transition"]
+    assert [(e["from"], e["to"]) for e in events] == [
+        tuple(span.name.split(" -> ")) for span in children
+    ]
+    assert all(e["run_id"] == "run-1" for e in events)
+    assert result.ok
+
+
+async def test_a_phase_that_raises_ends_its_span_with_the_error() -> None:
+    """The exception is recorded on the transition's span, and the run span still ends."""
+    tracer, exporter = tracing()
+    runner = Runner(
+        travel_agent(FakeProvider()), model=ScriptedModel([]), gate=ScriptedGate([]), tracer=tracer
+    )
+    with pytest.raises(Exception, match="scripted model"):
+        await runner.run(TRIP, ASK)
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    failing = spans["Planning -> ?"]
+    assert not failing.status.is_ok
+    assert failing.events[0].name == "exception"
+    assert "run travel" in spans
