@@ -9,7 +9,7 @@ LOCAL_STAMP := $(VENV)/.installed-local
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
 	-DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF
 
-.PHONY: install install-local demo demo-local test test-local typecheck lint pytest bench clean
+.PHONY: install install-local demo demo-local test test-local typecheck lint pytest diagrams bench clean
 
 install: $(STAMP)
 
@@ -37,21 +37,31 @@ demo-local: install-local
 lint: install
 	$(BIN)/ruff check statemachine agents tests typing_tests bench
 	$(BIN)/ruff format --check statemachine agents tests typing_tests bench
+	$(BIN)/python -m statemachine.lint agents agents/readme_example.py
 
+# pyright's settings are in pyproject.toml; the variable stops its wrapper asking PyPI
+# for a newer release (it runs the pyright bundled in the pinned wheel, offline).
 typecheck: install
 	$(BIN)/mypy --strict statemachine agents typing_tests bench
+	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright
 
 pytest: install
 	$(BIN)/pytest -m "not local"
 
-test: lint typecheck pytest
+# The README's diagrams must match the phases' advance annotations.
+diagrams: install
+	$(BIN)/python -m statemachine diagram --check README.md
+
+test: lint typecheck pytest diagrams
 
 test-local: install-local
 	$(BIN)/pytest -m local
 
+# Side by side with the peers, installed by the bench into bench/.peers-venv (pinned, not
+# project dependencies); writes bench/results.json and the tables in BENCHMARKS.md. About
+# 25 minutes on 2 cores; `$(BIN)/python bench/run.py --quick` is a smoke run.
 bench: install
 	$(BIN)/python bench/run.py
-	$(BIN)/python bench/governor.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

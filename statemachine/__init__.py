@@ -6,10 +6,19 @@ next phase, so mypy rejects illegal transitions: a write tool reaches
 out. Retries, budgets and approval are owned by the phases, never by the model.
 """
 
-from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending
+from ._approval import (
+    Approval,
+    ApprovalGate,
+    ApprovalRequest,
+    Denial,
+    Pending,
+    dump_decision,
+    load_decision,
+)
 from ._budget import Budget, Spend
 from ._codec import dump_phase, load_phase
 from ._crypto import CheckpointCipher, generate_key
+from ._diagram import AgentGraph, agent_graph
 from ._errors import (
     ApprovalMismatchError,
     BadArgumentsError,
@@ -21,6 +30,7 @@ from ._errors import (
     CheckpointOrderError,
     CheckpointTamperedError,
     ConfigError,
+    DecisionRefusedError,
     EffectUncertainError,
     EstimateExceededError,
     IllegalStatusChangeError,
@@ -73,6 +83,7 @@ from ._lifecycle import RunLifecycle, RunStatus
 from ._local import LlamaCppConfig, LlamaCppModel
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import Money, to_money
+from ._observe import ProgressLine, configure_logging
 from ._openai import OpenAICompatibleModel, TokenPrices
 from ._patch import PatchAccepted, PatchRejected, apply_patch
 from ._phases import (
@@ -93,6 +104,7 @@ from ._phases import (
     Runtime,
     ToolCalling,
 )
+from ._postgres import PostgresCheckpointer
 from ._reserve import BudgetMeter, Reservation
 from ._retry import RetryPolicy
 from ._runner import Runner, RunResult, StopReport
@@ -100,6 +112,7 @@ from ._store import (
     CheckpointEntry,
     Checkpointer,
     EffectRecord,
+    LeaseRecord,
     MemoryCheckpointer,
     RunRecord,
     Sealer,
@@ -118,12 +131,14 @@ from ._tools import (
     read_tool,
     write_tool,
 )
+from ._worker import Worker
 
 __all__ = (
     "ActionRecord",
     "Active",
     "Agent",
     "AgentConfig",
+    "AgentGraph",
     "Approval",
     "ApprovalGate",
     "ApprovalMismatchError",
@@ -147,6 +162,7 @@ __all__ = (
     "ConfigError",
     "CustomerResponse",
     "Decision",
+    "DecisionRefusedError",
     "Denial",
     "Diagnostic",
     "Done",
@@ -160,6 +176,7 @@ __all__ = (
     "IllegalStatusChangeError",
     "Invalid",
     "InvalidCall",
+    "LeaseRecord",
     "LlamaCppConfig",
     "LlamaCppModel",
     "LoopGovernor",
@@ -186,6 +203,8 @@ __all__ = (
     "PhaseReusedError",
     "Phases",
     "Planning",
+    "PostgresCheckpointer",
+    "ProgressLine",
     "ReadCall",
     "ReadTool",
     "Refusal",
@@ -226,16 +245,21 @@ __all__ = (
     "ValidationResult",
     "Verdict",
     "VerdictRecord",
+    "Worker",
     "WriteCall",
     "WriteTool",
+    "agent_graph",
     "apply_patch",
     "canonical",
     "canonical_hash",
+    "configure_logging",
     "current_idempotency_key",
+    "dump_decision",
     "dump_phase",
     "dumps",
     "generate_key",
     "idempotency_key",
+    "load_decision",
     "load_phase",
     "loads",
     "read_tool",

@@ -9,20 +9,28 @@ ships scripted ones.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field, ValidationError
 
+from ._errors import DecisionRefusedError
 from ._tools import WriteCall
 
-__all__ = ["Approval", "ApprovalGate", "ApprovalRequest", "Denial", "Pending"]
+__all__ = [
+    "Approval",
+    "ApprovalGate",
+    "ApprovalRequest",
+    "Denial",
+    "Pending",
+    "dump_decision",
+    "load_decision",
+]
 
 
-class ApprovalRequest(BaseModel):
+class ApprovalRequest(BaseModel, frozen=True, extra="forbid"):
     """What the person is asked to approve: one exact write call."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str
     agent: str
@@ -49,10 +57,8 @@ class ApprovalRequest(BaseModel):
         return f"{self.tool}:{self.args_hash}"
 
 
-class Approval(BaseModel):
+class Approval(BaseModel, frozen=True, extra="forbid"):
     """A person's yes to one exact call."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     tool: str
     args_hash: str
@@ -82,22 +88,18 @@ class Approval(BaseModel):
         return f"{self.tool}:{self.args_hash}"
 
 
-class Denial(BaseModel):
+class Denial(BaseModel, frozen=True, extra="forbid"):
     """A person's no, with the reason the model will be told."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     reason: str = Field(min_length=1)
     denied_by: str = "unknown"
 
 
-class Pending(BaseModel):
+class Pending(BaseModel, frozen=True, extra="forbid"):
     """No decision yet: the person was asked and will answer later.
 
     The run stops, interrupted, until it is resumed with the person's decision.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     reason: str = Field(default="waiting for a person's decision", min_length=1)
 
@@ -109,3 +111,57 @@ class ApprovalGate(Protocol):
     async def decide(self, request: ApprovalRequest) -> Approval | Denial | Pending:
         """The person's decision about ``request``."""
         ...
+
+
+def dump_decision(decision: Approval | Denial) -> dict[str, Any]:
+    """A person's decision as a plain JSON document, to store or send to another process.
+
+    ``{"kind": "approval", "tool": ..., "args_hash": ..., "approved_by": ...,
+    "approved_at": "<ISO 8601>"}`` or ``{"kind": "denial", "reason": ..., "denied_by": ...}``;
+    :func:`load_decision` gives it back equal.
+    """
+    if isinstance(decision, Approval):
+        return {"kind": "approval", **decision.model_dump(mode="json")}
+    if isinstance(decision, Denial):
+        return {"kind": "denial", **decision.model_dump(mode="json")}
+    raise DecisionRefusedError(
+        f"dump_decision takes an Approval or a Denial, got {type(decision).__name__}"
+    )
+
+
+def load_decision(document: Mapping[str, Any], *, run_id: str | None = None) -> Approval | Denial:
+    """The :class:`Approval` or :class:`Denial` a :func:`dump_decision` document holds.
+
+    A document of another shape raises :class:`DecisionRefusedError` (naming ``run_id``
+    when given) that says what is wrong.
+    """
+    if not isinstance(document, Mapping):
+        raise DecisionRefusedError(
+            f"a decision is a JSON object, got {type(document).__name__}; "
+            "write it with dump_decision()",
+            run_id=run_id,
+        )
+    fields = dict(document)
+    kind = fields.pop("kind", None)
+    model: type[Approval] | type[Denial]
+    if kind == "approval":
+        model = Approval
+    elif kind == "denial":
+        model = Denial
+    else:
+        raise DecisionRefusedError(
+            f"its kind is {kind!r}; a decision's kind is 'approval' or 'denial' "
+            "(write it with dump_decision())",
+            run_id=run_id,
+        )
+    try:
+        return model.model_validate(fields)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in item['loc']) or kind}: {item['msg']}"
+            for item in error.errors()
+        )
+        raise DecisionRefusedError(
+            f"it is not a valid {kind} ({problems}); write it with dump_decision()",
+            run_id=run_id,
+        ) from None

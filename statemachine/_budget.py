@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from ._money import Money
 
 __all__ = ["Budget", "Spend"]
 
 
-class Budget(BaseModel):
+class Budget(BaseModel, frozen=True, extra="forbid"):
     """Limits for one run; ``None`` means no limit of that kind."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     tokens: int | None = Field(default=None, ge=0)
     cost: Money | None = None
@@ -93,10 +91,8 @@ class Budget(BaseModel):
         return remaining
 
 
-class Spend(BaseModel):
+class Spend(BaseModel, frozen=True, extra="forbid"):
     """What a run has used so far. Immutable: ``add`` returns a new ``Spend``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     tokens: int = 0
     cost: Money = Decimal(0)

@@ -13,6 +13,7 @@ clauses keep working::
     ├── PhaseReusedError (RuntimeError)    a phase object transitioned a second time
     ├── RunPausedError (RuntimeError)      a paused run driven without a person's resume
     ├── RunClaimedError (RuntimeError)     a run another process is resuming right now
+    ├── DecisionRefusedError (ValueError)  a person's decision for a run not waiting for one
     ├── EffectUncertainError (RuntimeError) a write may have gone through: a person must check
     ├── ToolError (RuntimeError)           raised by a tool: its service failed (503, ...)
     ├── BudgetExceededError (RuntimeError) a reservation does not fit in what the budget has left
@@ -56,6 +57,7 @@ __all__ = [
     "CheckpointOrderError",
     "CheckpointTamperedError",
     "ConfigError",
+    "DecisionRefusedError",
     "EffectUncertainError",
     "EstimateExceededError",
     "IllegalStatusChangeError",
@@ -512,3 +514,19 @@ class RunClaimedError(StatemachineError, RuntimeError):
             "here; wait for that process to finish (a claim lapses after its lease if "
             "the process died) and check the run's status"
         )
+
+
+class DecisionRefusedError(StatemachineError, ValueError):
+    """A person's decision that was not stored: the run is not waiting for one, or it is malformed.
+
+    ``.run_id`` is the run it was given for (``None`` when no run was named);
+    ``.detail`` is the message without the run prefix. Nothing was changed.
+    """
+
+    def __init__(self, detail: str, *, run_id: str | None = None) -> None:
+        self.detail = detail
+        self.run_id = run_id
+        prefix = (
+            "decision refused: " if run_id is None else f"decision for run {run_id!r} refused: "
+        )
+        super().__init__(prefix + detail)

@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Any, Literal, Protocol, final
 
 import attrs
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import BaseModel, PrivateAttr
 
 from . import _json
 from ._budget import Budget, Spend
@@ -83,10 +83,8 @@ class Decision:
 CONTINUE = Decision(Verdict.CONTINUE)
 
 
-class ActionRecord(BaseModel):
+class ActionRecord(BaseModel, frozen=True, extra="forbid"):
     """One tool call the model asked for, and what became of it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     call_id: str
     tool: str
@@ -99,10 +97,8 @@ class ActionRecord(BaseModel):
     gain: float | None = None
 
 
-class VerdictRecord(BaseModel):
+class VerdictRecord(BaseModel, frozen=True, extra="forbid"):
     """A verdict other than continue, as the run's history shows it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     step: int
     hook: Hook
@@ -111,14 +107,12 @@ class VerdictRecord(BaseModel):
     reason: str
 
 
-class LoopState(BaseModel):
+class LoopState(BaseModel, frozen=True, extra="forbid"):
     """The governor's memory of one run; immutable, carried by every phase.
 
     ``finalize`` holds the reason of a finalize verdict reached after an action,
     for the next step to act on; ``paused`` the reason the run waits for a person.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     actions: tuple[ActionRecord, ...] = ()
     evidence: tuple[str, ...] = ()
@@ -140,7 +134,8 @@ class LoopState(BaseModel):
         fields = {name: getattr(self, name) for name in type(self).model_fields}
         fields.update(changes)
         evolved = LoopState.model_construct(**fields)
-        evolved._index = self._index
+        # A private attribute, which pydantic lets a frozen model set (pyright does not know).
+        evolved._index = self._index  # pyright: ignore[reportAttributeAccessIssue]
         return evolved
 
     def __eq__(self, other: object) -> bool:
@@ -185,7 +180,7 @@ class LoopState(BaseModel):
             actions=(*self.actions, action),
             tool_iterations=self.tool_iterations + (1 if iteration else 0),
         )
-        evolved._index = index
+        evolved._index = index  # pyright: ignore[reportAttributeAccessIssue]
         index.setdefault(action.exact, []).append(position)
         if action.key != action.exact:
             index.setdefault(action.key, []).append(position)

@@ -63,7 +63,7 @@ from typing import (
 
 import attrs
 from opentelemetry import metrics
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import BaseModel, StringConstraints, ValidationError
 
 from . import _json
 from ._errors import ConfigError, OutputRejectedError, OutputTamperedError, SetupError
@@ -104,7 +104,7 @@ _EVIDENCE_CHARS = 200
 # --- diagnostics -----------------------------------------------------------------------
 
 
-class Diagnostic(BaseModel):
+class Diagnostic(BaseModel, frozen=True, extra="forbid"):
     """One problem with a reply: what failed, where, what was seen, and how to fix it.
 
     ``code`` is dotted: ``json.*`` (not JSON), ``type.*`` (schema), ``rule.<name>``
@@ -113,8 +113,6 @@ class Diagnostic(BaseModel):
     ``evidence`` is the JSON spelling of the value seen there (``None``: nothing was
     there); ``allowed_fixes`` are the changes the model may make.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     code: str
     severity: Literal["error", "warning"] = "error"
@@ -627,11 +625,13 @@ def _locate(document: Any, loc: tuple[str | int, ...], *, missing: bool) -> _Pat
     name as the last step.
     """
     path: list[str | int] = []
-    node = document
+    node: Any = document
     for position, step in enumerate(loc):
-        in_object = isinstance(node, dict) and isinstance(step, str) and step in node
-        in_list = isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node)
-        if in_object or in_list:
+        # Two branches, so that a type checker sees which key goes with which container.
+        if isinstance(node, dict) and isinstance(step, str) and step in node:  # noqa: SIM114
+            node = node[step]
+            path.append(step)
+        elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
             node = node[step]
             path.append(step)
         elif missing and position == len(loc) - 1:
@@ -792,7 +792,8 @@ class OutputGuard(Generic[T]):
         marks = tuple(currency_marks)
         if any(not mark.strip() or any(char.isdigit() for char in mark) for mark in marks):
             raise SetupError(f"currency marks must be non-blank and hold no digits: {marks!r}")
-        self.__attrs_init__(
+        # attrs writes __attrs_init__ for init=False; mypy's attrs plugin knows it, pyright not.
+        self.__attrs_init__(  # pyright: ignore[reportAttributeAccessIssue]
             schema=schema,
             mode=_guard_mode(mode),
             rules=tuple(rules),
@@ -954,10 +955,8 @@ class OutputGuard(Generic[T]):
 
 
 @final
-class CustomerResponse(BaseModel):
+class CustomerResponse(BaseModel, frozen=True, extra="forbid"):
     """The reply a customer reads: text, non-empty after trimming, at most 4,000 characters."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     text: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
 

@@ -3,7 +3,7 @@
 ::
 
     running ──interrupt──> interrupted ──resume──> running
-    running ──cancel─────> cancelled   ──resume──> running      (interrupted may be cancelled too)
+    running ──cancel─────> cancelled   ──resume──> running      (interrupted, failed_resumable too)
     running ──fail───────> failed_resumable ──resume──> running
     running ──complete───> completed                              (an ending)
     any status but an ending ──abort──> aborted                   (an ending)
@@ -54,7 +54,7 @@ _S = RunStatus
 # trigger -> (sources, destination). Each (source, destination) pair has one trigger.
 _MOVES: Final[dict[str, tuple[tuple[RunStatus, ...], RunStatus]]] = {
     "interrupt": ((_S.RUNNING,), _S.INTERRUPTED),
-    "cancel": ((_S.RUNNING, _S.INTERRUPTED), _S.CANCELLED),
+    "cancel": ((_S.RUNNING, _S.INTERRUPTED, _S.FAILED_RESUMABLE), _S.CANCELLED),
     "fail": ((_S.RUNNING,), _S.FAILED_RESUMABLE),
     "resume": ((_S.INTERRUPTED, _S.CANCELLED, _S.FAILED_RESUMABLE), _S.RUNNING),
     "complete": ((_S.RUNNING,), _S.COMPLETED),
@@ -119,7 +119,7 @@ class RunLifecycle:
         return self._fire("interrupt", RunStatus.INTERRUPTED)
 
     def cancel(self) -> RunStatus:
-        """running or interrupted -> cancelled: stop was pressed."""
+        """running, interrupted or failed_resumable -> cancelled: stop was pressed."""
         return self._fire("cancel", RunStatus.CANCELLED)
 
     def fail(self) -> RunStatus:

@@ -48,7 +48,7 @@ from typing import Any, Literal, Protocol
 
 import anyio
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from . import _json
 from ._errors import SetupError
@@ -85,7 +85,7 @@ _ANSWER_SHAPE = '{"text": "<your answer to the customer>"}'
 _CALL_SHAPE = '{"name": "<tool name>", "arguments": {<the tool\'s arguments>}}'
 
 
-class LlamaCppConfig(BaseModel):
+class LlamaCppConfig(BaseModel, frozen=True, extra="forbid"):
     """Settings of a :class:`LlamaCppModel`; ``constrained`` chooses constrain vs validate.
 
     ``model_path`` ``None`` means the SmolLM2-135M-Instruct GGUF that the
@@ -94,8 +94,6 @@ class LlamaCppConfig(BaseModel):
     arguments, schema fields) and ``max_answer_length`` the answer's text; keep the
     strings of a call well inside ``max_tokens`` so a constrained reply always closes.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     model_path: str | None = None
     constrained: bool = True
@@ -340,7 +338,7 @@ def reply_schema(
     choices: list[dict[str, Any]] = []
     for tool in request.tools:
         name = str(tool.get("name", ""))
-        parameters = copy.deepcopy(tool.get("parameters") or {"type": "object"})
+        parameters: Any = copy.deepcopy(tool.get("parameters") or {"type": "object"})
         prefix = f"{name}--"
         own = parameters.pop("$defs", {}) if isinstance(parameters, dict) else {}
         for key, definition in own.items():

@@ -10,27 +10,23 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from ._money import Money
 
 __all__ = ["Message", "Model", "ModelReply", "ModelRequest", "ToolRequest", "Usage"]
 
 
-class ToolRequest(BaseModel):
+class ToolRequest(BaseModel, frozen=True, extra="forbid"):
     """A tool call as the model wrote it: a name and JSON arguments, not yet validated."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     arguments: str = "{}"
     id: str = ""
 
 
-class Message(BaseModel):
+class Message(BaseModel, frozen=True, extra="forbid"):
     """One entry of the conversation a run keeps in its state."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str = ""
@@ -39,10 +35,8 @@ class Message(BaseModel):
     name: str = ""
 
 
-class Usage(BaseModel):
+class Usage(BaseModel, frozen=True, extra="forbid"):
     """What one model call used."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
@@ -54,14 +48,12 @@ class Usage(BaseModel):
         return self.input_tokens + self.output_tokens
 
 
-class ModelRequest(BaseModel):
+class ModelRequest(BaseModel, frozen=True, extra="forbid"):
     """What a model is asked: the conversation, the tools, and the time left.
 
     ``output_schema``, when set, is the JSON schema the reply must match, for a
     backend that enforces it while decoding (a guard in ``constrained`` mode sets it).
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     messages: tuple[Message, ...]
     tools: tuple[dict[str, Any], ...] = ()
@@ -71,10 +63,8 @@ class ModelRequest(BaseModel):
     )
 
 
-class ModelReply(BaseModel):
+class ModelReply(BaseModel, frozen=True, extra="forbid"):
     """What a model answered."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     text: str = ""
     tool_calls: tuple[ToolRequest, ...] = ()

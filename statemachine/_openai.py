@@ -40,7 +40,7 @@ from typing import Any, Literal, Self, final
 
 import anyio
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from . import _json
 from ._errors import (
@@ -69,15 +69,13 @@ _SCHEMA_NAME = re.compile(r"[^A-Za-z0-9_-]")
 _EXCERPT_CHARS = 300
 
 
-class TokenPrices(BaseModel):
+class TokenPrices(BaseModel, frozen=True, extra="forbid"):
     """What a model's tokens cost: exact ``Decimal`` amounts per ``per`` tokens.
 
     ``TokenPrices(input=Decimal("2.50"), output=Decimal("10"), per=1_000_000)`` is
     $2.50 per million input tokens and $10 per million output tokens. The default
     prices nothing (a local server). A float is refused, as for every ``Money``.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     input: Money = Field(default=Decimal(0), ge=0)
     output: Money = Field(default=Decimal(0), ge=0)

@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Generic, TypeVar, assert_never, cast, final
 import anyio
 import attrs
 from opentelemetry import metrics
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from . import _json
 from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending
@@ -129,11 +129,9 @@ class Runtime:
     # The validation-fallback counter; None: the global OpenTelemetry meter's.
     fallbacks: metrics.Counter | None = None
     ledger: Checkpointer | None = None
-    started: float = attrs.field()
-
-    @started.default
-    def _now(self) -> float:
-        return self.clock()
+    # A default given as ``default=`` (not the ``@started.default`` decorator), so
+    # that pyright, which reads attrs through dataclass_transform, sees it too.
+    started: float = attrs.field(default=attrs.Factory(lambda rt: rt.clock(), takes_self=True))
 
     def elapsed(self) -> float:
         """Seconds since the run started."""
@@ -1002,7 +1000,12 @@ def _check_phase_class(role: str, base: type[Any]) -> Callable[[Any, Any, Any], 
 @final
 @attrs.frozen(kw_only=True)
 class Phases(Generic[C]):
-    """The phase classes an agent runs with; subclass a phase and name it here."""
+    """The phase classes an agent runs with; subclass a phase and name it here.
+
+    Building it reads the graph from every ``advance`` annotation (see
+    :func:`agent_graph`): a target that is not one of these phases is a
+    :class:`SetupError` here, where the agent is defined, not in the middle of a run.
+    """
 
     idle: type[Idle[C]] = attrs.field(
         default=cast("type[Idle[Any]]", Idle), validator=_check_phase_class("idle", Idle)
@@ -1032,14 +1035,18 @@ class Phases(Generic[C]):
         validator=_check_phase_class("responding", Responding),
     )
 
+    def __attrs_post_init__(self) -> None:
+        # Imported here: _diagram imports this module. It reads each class once.
+        from ._diagram import agent_graph
+
+        agent_graph(self)
+
 
 _ONCE = RetryPolicy(max_attempts=1, retry_on=())
 
 
-class RetrySettings(BaseModel):
+class RetrySettings(BaseModel, frozen=True, extra="forbid"):
     """``RetryPolicy`` as configuration."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_attempts: int = Field(default=3, ge=1)
     base_delay: float = Field(default=0.2, ge=0)
@@ -1048,14 +1055,12 @@ class RetrySettings(BaseModel):
     jitter: float = Field(default=0.5, ge=0, le=1)
 
 
-class AgentConfig(BaseModel):
+class AgentConfig(BaseModel, frozen=True, extra="forbid"):
     """An agent's settings as they come from a file or the environment.
 
     Read with :meth:`Agent.from_config`: an unknown key (a typo) fails at start-up,
     naming the closest valid key, instead of leaving a default silently in force.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     instructions: str = ""
     budget: Budget = Budget()

@@ -8,7 +8,7 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import date
+from datetime import date, timedelta
 from decimal import Decimal
 from functools import partial
 from typing import Any, Generic, Literal, TypeVar, cast, final
@@ -20,13 +20,20 @@ from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
 
-from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending
+from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending, load_decision
 from ._budget import Spend
 from ._codec import dump_phase, load_phase
-from ._errors import EffectUncertainError, RunClaimedError, RunPausedError, SetupError
+from ._errors import (
+    CheckpointOrderError,
+    EffectUncertainError,
+    RunClaimedError,
+    RunPausedError,
+    SetupError,
+)
 from ._governor import VerdictRecord
 from ._lifecycle import RunStatus
 from ._model import Model
+from ._observe import Instruments, default_instruments
 from ._phases import Active, Agent, AwaitApproval, Done, Failed, Phase, Planning, Runtime
 from ._store import Checkpointer, RunRecord
 
@@ -35,6 +42,8 @@ __all__ = ["RunResult", "Runner", "StopReport"]
 C = TypeVar("C")
 
 OnTransition = Callable[[Phase[C], Phase[C]], None]
+
+DEFAULT_LEASE = timedelta(minutes=1)
 
 
 @final
@@ -97,8 +106,12 @@ class Runner(Generic[C]):
     ``clock`` and ``sleep`` are replaceable so tests need not wait for backoff;
     ``seed`` makes the retry jitter repeatable; ``on_transition`` is called with
     (old phase, new phase) after every transition; ``today`` dates relative words
-    ("tomorrow") in answers; ``fallbacks`` is the OpenTelemetry counter that
-    validation fallbacks add to (default: the global meter's).
+    ("tomorrow") in answers; ``tracer`` and ``meter`` are where spans and metrics
+    go (default: the global OpenTelemetry providers'); ``fallbacks`` is the counter
+    that validation fallbacks add to (default: ``meter``'s
+    ``statemachine.validation.fallbacks``). With a ``checkpointer`` every run is
+    saved as it goes and held under a lease of ``lease`` while it is driven, so
+    that many workers can share one store (see :meth:`resume` and :meth:`submit`).
     """
 
     __slots__ = (
@@ -107,6 +120,8 @@ class Runner(Generic[C]):
         "_clock",
         "_fallbacks",
         "_gate",
+        "_lease",
+        "_metrics",
         "_model",
         "_on_transition",
         "_running",
@@ -129,7 +144,9 @@ class Runner(Generic[C]):
         today: Callable[[], date] = date.today,
         fallbacks: metrics.Counter | None = None,
         checkpointer: Checkpointer | None = None,
+        lease: timedelta = DEFAULT_LEASE,
         tracer: trace.Tracer | None = None,
+        meter: metrics.Meter | None = None,
     ) -> None:
         if agent.answer_guard is not None:
             # At start-up: a constrained guard refuses a backend that cannot enforce it.
@@ -142,14 +159,45 @@ class Runner(Generic[C]):
         self._seed = seed
         self._on_transition = on_transition
         self._today = today
-        self._fallbacks = fallbacks
+        # Created once here: a transition only adds to them.
+        self._metrics = default_instruments() if meter is None else Instruments(meter)
+        self._fallbacks = self._metrics.fallbacks if fallbacks is None else fallbacks
         self._checkpointer = checkpointer
+        if lease <= timedelta(0):
+            raise SetupError(f"lease must be a positive duration, got {lease!r}")
+        self._lease = lease
         self._running: dict[str, _Driving] = {}
         self._tracer = trace.get_tracer("statemachine") if tracer is None else tracer
+
+    @property
+    def agent(self) -> Agent[C]:
+        """The agent this runner runs."""
+        return self._agent
 
     async def run(self, ctx: C, text: str, *, run_id: str | None = None) -> RunResult[C]:
         """Run the agent on the customer's ``text`` until it answers, fails or pauses."""
         return await self.drive(self._agent.start(ctx, text), run_id=run_id)
+
+    async def submit(self, ctx: C, text: str, *, run_id: str | None = None) -> str:
+        """Save a new run for a worker to run; return its id.
+
+        The run's first phase is saved as checkpoint 0, status ``running`` with no
+        lease, so the next worker that calls ``claim_next`` on the store takes it.
+        """
+        checkpointer = self._require_checkpointer("submit")
+        state = self._agent.start(ctx, text)
+        run_id = run_id or uuid.uuid4().hex
+        status, waiting = _status(state)
+        await checkpointer.save(
+            run_id,
+            0,
+            {**dump_phase(state), "elapsed": 0.0},
+            agent=self._agent.name,
+            status=status,
+            phase=state.kind,
+            waiting_for=waiting,
+        )
+        return run_id
 
     async def drive(
         self,
@@ -170,6 +218,11 @@ class Runner(Generic[C]):
         is also the side-effect ledger: a write call that may have gone through
         before a crash raises :class:`EffectUncertainError` and leaves the run
         ``interrupted``, waiting for a person (see the error's message).
+
+        A stop request found in the store at a checkpoint (``request_stop``, or the
+        run's record cancelled from elsewhere) stops the run there, as :meth:`stop`
+        does. A new run driven here holds no lease (a run that is resumed does): in a
+        store that workers share, start runs with :meth:`submit` instead.
         """
         if isinstance(state, Planning) and state.loop.paused:
             raise RunPausedError(state.loop.paused)
@@ -194,7 +247,14 @@ class Runner(Generic[C]):
         in_run = trace.set_span_in_context(run_span)
         log = _log.bind(run_id=rt.run_id, agent=self._agent.name)
         saver = _Saver(self._checkpointer, rt, self._agent.name, _seq)
-        await saver.save(state, first=True)
+        # Known from the start, so that stop() finds the run even before its first save.
+        driving = self._running.setdefault(rt.run_id, _Driving())
+        try:
+            await saver.save(state, first=True)
+        except BaseException:
+            run_span.end()
+            self._forget(rt.run_id, driving)
+            raise
         try:
             if isinstance(state, Active):
                 # A phase validates its input before it starts: entering from outside
@@ -204,22 +264,31 @@ class Runner(Generic[C]):
                     state = state.reject_input(problems)
                     states.append(state)
                     await saver.save(state)
-            with anyio.CancelScope() as scope:
-                self._running[rt.run_id] = _Driving(scope)
+            with driving.scope as scope:
                 while isinstance(state, Active):
+                    if driving.hand_back is not None and driving.hand_back.is_set():
+                        # A worker shutting down: the run stays running, for another.
+                        return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
                     before = state
                     state = await self._step(rt, before, in_run, log)
                     states.append(state)
-                    await saver.save(state)
+                    record = await saver.save(state)
                     if self._on_transition is not None:
                         self._on_transition(before, state)
+                    if _stop_asked(record) and isinstance(state, Active):
+                        # Stopped from elsewhere (the store): as stop(), at this checkpoint.
+                        await saver.mark(RunStatus.CANCELLED)
+                        stopped = RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+                        driving.result = stopped
+                        return stopped
                     if _waits_for_a_person(state):
                         return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
             if scope.cancelled_caught:  # stop(): the last phase saved is where it stopped
-                with anyio.CancelScope(shield=True):
-                    await saver.mark(RunStatus.CANCELLED)
+                if not driving.lost:  # else another worker holds the run now: not ours to mark
+                    with anyio.CancelScope(shield=True):
+                        await saver.mark(RunStatus.CANCELLED)
                 stopped = RunResult(run_id=rt.run_id, final=state, states=tuple(states))
-                self._running[rt.run_id].result = stopped
+                driving.result = stopped
                 return stopped
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
@@ -230,14 +299,14 @@ class Runner(Generic[C]):
             # raised (not returned) so nobody can mistake it for a finished run.
             await saver.mark(RunStatus.INTERRUPTED, waiting_for=error.waiting_for)
             raise
+        except CheckpointOrderError:
+            raise  # another process saved this run's next checkpoint: its status is theirs
         except Exception:
             await saver.mark(RunStatus.FAILED_RESUMABLE)
             raise
         finally:
             run_span.end()
-            driving = self._running.pop(rt.run_id, None)
-            if driving is not None:
-                driving.finished.set()
+            self._forget(rt.run_id, driving)
         if not isinstance(state, Done | Failed):  # pragma: no cover - Phase has no third kind
             raise TypeError(f"{type(state).__name__} is neither active nor terminal")
         return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
@@ -245,21 +314,32 @@ class Runner(Generic[C]):
     async def _step(self, rt: Runtime, before: Active[C], in_run: Context, log: Any) -> Phase[C]:
         """One transition, in one span named after it, and one log event with the same keys."""
         name = f"{before.kind} -> ?"
+        entered = rt.clock()
         with self._tracer.start_as_current_span(name, context=in_run) as span:
             try:
                 after = await before.advance(rt)
             except BaseException as error:
+                self._metrics.failed(before, rt.clock() - entered)
                 span.record_exception(error)
                 span.set_status(Status(StatusCode.ERROR, str(error)))
                 raise
+            took = rt.clock() - entered
             keys = _transition_keys(rt, before, after)
             span.update_name(f"{before.kind} -> {after.kind}")
             span.set_attributes({f"statemachine.{key}": value for key, value in keys.items()})
+        self._metrics.transition(before, after, took)
         log.info("transition", **keys)
         return after
 
     async def resume(
-        self, run_id: str, *, note: str = "", decision: Approval | Denial | None = None
+        self,
+        run_id: str,
+        *,
+        note: str = "",
+        decision: Approval | Denial | None = None,
+        owner: str | None = None,
+        hand_back: anyio.Event | None = None,
+        lease: timedelta | None = None,
     ) -> RunResult[C]:
         """Go on with a saved run from its last checkpoint.
 
@@ -267,18 +347,103 @@ class Runner(Generic[C]):
         spent and the governor's memory continue from the checkpoint. A run paused
         for a person needs ``note`` (who let it go on, and why); a run waiting for
         an approval is given the person's ``decision`` (the waiting phase runs again
-        in full and gets it as the gate's answer). A completed or aborted run is
-        refused (:class:`IllegalStatusChangeError`).
+        in full and gets it as the gate's answer), or else the decision submitted to
+        the store (``submit_decision``), if there is one. A completed or aborted run
+        is refused (:class:`IllegalStatusChangeError`).
+
+        The run is held under a lease while it goes on: claimed here
+        (:class:`RunClaimedError` if another holds it) and released at the end, or,
+        when ``owner`` is given, already claimed by the caller under that name (a
+        worker's ``claim_next``), which then releases it. Either way it is renewed
+        every third of the lease (``lease``, default the runner's); a lease lost to
+        another worker stops the run here without changing its status. When
+        ``hand_back`` is set the run stops at its next checkpoint and stays
+        ``running``, for another worker to go on with.
         """
         checkpointer = self._require_checkpointer("resume")
-        owner = uuid.uuid4().hex
-        if not await checkpointer.claim(run_id, owner):
-            raise RunClaimedError(run_id)
+        go = partial(self._resume, checkpointer, run_id, note=note, decision=decision)
+        return await self._holding(checkpointer, run_id, owner, hand_back, go, lease=lease)
+
+    async def _holding(
+        self,
+        checkpointer: Checkpointer,
+        run_id: str,
+        owner: str | None,
+        hand_back: anyio.Event | None,
+        work: Callable[[], Awaitable[RunResult[C]]],
+        *,
+        lease: timedelta | None = None,
+    ) -> RunResult[C]:
+        """Do ``work`` (driving ``run_id``) while holding its lease, renewed in the background.
+
+        ``owner`` is the caller's name for a lease it already holds (it releases it);
+        ``None`` claims the run here and releases it at the end.
+        """
+        claimed_here = owner is None
+        holder = uuid.uuid4().hex if owner is None else owner
+        lease = self._lease if lease is None else lease
+        if lease <= timedelta(0):
+            raise SetupError(f"lease must be a positive duration, got {lease!r}")
+        if run_id in self._running:
+            raise RunClaimedError(run_id)  # this runner drives it already
+        # Known before the claim, so that stop() finds the run from the start.
+        driving = self._running[run_id] = _Driving(hand_back)
+        result: RunResult[C] | None = None
+        error: BaseException | None = None
         try:
-            return await self._resume(checkpointer, run_id, note=note, decision=decision)
+            if claimed_here and not await checkpointer.claim(run_id, holder, lease=lease):
+                claimed_here = False  # nothing to release
+                raise RunClaimedError(run_id)
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._keep_lease, checkpointer, run_id, holder, lease, driving)
+                try:
+                    result = await work()
+                except anyio.get_cancelled_exc_class():
+                    raise
+                except BaseException as exc:  # raised below as it is, not in an exception group
+                    error = exc
+                finally:
+                    group.cancel_scope.cancel()
         finally:
-            with anyio.CancelScope(shield=True):
-                await checkpointer.release(run_id, owner)
+            self._forget(run_id, driving)
+            if claimed_here:
+                with anyio.CancelScope(shield=True):
+                    await checkpointer.release(run_id, holder)
+        if error is not None:
+            raise error
+        if result is None:  # pragma: no cover - work either returns or raises
+            raise AssertionError("the run neither returned nor raised")
+        return result
+
+    def _forget(self, run_id: str, driving: _Driving) -> None:
+        """The run is no longer driven here: stop() has nothing to cancel."""
+        if self._running.get(run_id) is driving:
+            del self._running[run_id]
+        driving.finished.set()
+
+    async def _keep_lease(
+        self,
+        checkpointer: Checkpointer,
+        run_id: str,
+        owner: str,
+        lease: timedelta,
+        driving: _Driving,
+    ) -> None:
+        """Renew the lease every third of it; when it is lost, stop driving the run."""
+        every = lease.total_seconds() / 3
+        log = _log.bind(run_id=run_id, agent=self._agent.name, owner=owner)
+        while True:
+            await anyio.sleep(every)  # real time, whatever sleep the phases are given
+            try:
+                kept = await checkpointer.renew(run_id, owner, lease=lease)
+            except Exception as error:  # the store is briefly unreachable: try again
+                log.warning("lease renewal failed", error=repr(error))
+                continue
+            if not kept:
+                log.warning("lease lost: another worker may hold the run; stopping here")
+                driving.lost = True
+                driving.scope.cancel()
+                return
 
     async def _resume(
         self,
@@ -292,6 +457,11 @@ class Runner(Generic[C]):
         loaded = load_phase(document, agents={self._agent.name: self._agent}, run_id=run_id)
         state = cast("Phase[C]", loaded)
         gate: ApprovalGate | None = None
+        if decision is None and isinstance(state, AwaitApproval):
+            submitted = await checkpointer.decision(run_id)
+            if submitted is not None:
+                # Cleared by the next checkpoint, which the decision leads to.
+                decision = load_decision(submitted, run_id=run_id)
         if decision is not None:
             if not isinstance(state, AwaitApproval):
                 raise SetupError(
@@ -299,7 +469,12 @@ class Runner(Generic[C]):
                     "resume it without a decision"
                 )
             gate = _Decided(decision)
-        await checkpointer.set_status(run_id, RunStatus.RUNNING)
+        record = await checkpointer.set_status(run_id, RunStatus.RUNNING)
+        if record.stop_requested:  # stopped from elsewhere before it went on
+            await checkpointer.set_status(run_id, RunStatus.CANCELLED)
+            stopped = RunResult(run_id=run_id, final=state, states=(state,))
+            self._running[run_id].result = stopped
+            return stopped
         if isinstance(state, Planning) and state.loop.paused:
             if not note:
                 raise RunPausedError(state.loop.paused)
@@ -384,6 +559,11 @@ class Runner(Generic[C]):
         return anyio.run(partial(self.run, ctx, text, run_id=run_id))
 
 
+def _stop_asked(record: RunRecord | None) -> bool:
+    """Whether a saved row says the run was stopped from elsewhere while it was driven."""
+    return record is not None and (record.stop_requested or record.status is RunStatus.CANCELLED)
+
+
 def _waits_for_a_person(state: Phase[Any]) -> bool:
     return (isinstance(state, Planning) and bool(state.loop.paused)) or (
         isinstance(state, AwaitApproval) and bool(state.waiting)
@@ -433,10 +613,16 @@ def _transition_keys(rt: Runtime, before: Phase[Any], after: Phase[Any]) -> dict
 
 
 class _Driving:
-    """A run this runner is driving: its cancel scope, and how it ended when stopped."""
+    """A run this runner is driving: its cancel scope, and how it ended when stopped.
 
-    def __init__(self, scope: anyio.CancelScope) -> None:
-        self.scope = scope
+    ``hand_back`` set: stop at the next checkpoint, leaving the run running. ``lost``:
+    the lease went to another worker, so the run's status is no longer ours to set.
+    """
+
+    def __init__(self, hand_back: anyio.Event | None = None) -> None:
+        self.scope = anyio.CancelScope()  # entered when the loop starts; cancel() may come first
+        self.hand_back = hand_back
+        self.lost = False
         self.finished = anyio.Event()
         self.result: RunResult[Any] | None = None
 
@@ -469,17 +655,18 @@ class _Saver:
         self._agent = agent
         self._seq = seq
 
-    async def save(self, state: Phase[Any], *, first: bool = False) -> None:
+    async def save(self, state: Phase[Any], *, first: bool = False) -> RunRecord | None:
+        """Save ``state`` as the next checkpoint; return the run's row (``None``: not saved)."""
         if self._checkpointer is None:
-            return
+            return None
         if first:
             if self._seq is not None:
-                return  # resumed: this phase is the checkpoint it was loaded from
+                return None  # resumed: this phase is the checkpoint it was loaded from
             self._seq = 0
         else:
             self._seq = 0 if self._seq is None else self._seq + 1
         status, waiting = _status(state)
-        await self._checkpointer.save(
+        return await self._checkpointer.save(
             self._run_id,
             self._seq,
             # The clock is part of what is saved: a resumed run's time goes on.

@@ -30,6 +30,15 @@ beside them too: a write tool's intent is recorded before the call and its resul
 after, so a replay never runs a committed effect twice. A result is stored as a
 blob like a checkpoint (checksum, sealer, associated data
 ``b"effect:<run_id>:<key>"``); SQLite writes the ledger with ``synchronous=FULL``.
+
+Many workers share one store through leases: ``claim_next`` hands each runnable run
+to one worker at a time (a run whose worker died becomes runnable when its lease
+lapses), ``renew`` keeps a lease, ``release`` gives it back, and every lease is kept
+in a history (:class:`LeaseRecord`). A person's decision about a run waiting for an
+approval is stored with the run (``submit_decision``, sealed like a checkpoint with
+the associated data ``b"decision:<run_id>"``) and makes it runnable; a stop request
+(``request_stop``) is a flag on the run's row that the worker driving it reads in the
+row its next ``save`` returns.
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ import json
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Generator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -49,11 +58,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, Typ
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict
 
+from ._approval import dump_decision, load_decision
 from ._errors import (
     CheckpointCorruptError,
     CheckpointError,
     CheckpointOrderError,
     ConfigError,
+    DecisionRefusedError,
     UnknownRunError,
 )
 from ._json import dumps, loads
@@ -64,6 +75,7 @@ __all__ = [
     "CheckpointEntry",
     "Checkpointer",
     "EffectRecord",
+    "LeaseRecord",
     "MemoryCheckpointer",
     "RunRecord",
     "SQLiteCheckpointer",
@@ -74,11 +86,19 @@ Document = dict[str, Any]
 DEFAULT_RETENTION: Final = timedelta(days=30)
 _DIGEST: Final = 32  # bytes of SHA-256 in front of every stored blob
 _RECENT_RUNS: Final = 256  # runs whose last document's fingerprints are kept for diffing
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)  # the time of a checkpoint saved with none
+# A stop request and a pending decision end with the run's part in them.
+_SETTLED: Final = frozenset({RunStatus.CANCELLED, RunStatus.COMPLETED, RunStatus.ABORTED})
 _T = TypeVar("_T")
 
 
 class RunRecord(BaseModel):
-    """One run's row in the registry: what a person needs to find and triage it."""
+    """One run's row in the registry: what a person needs to find and triage it.
+
+    ``stop_requested``: someone asked the worker driving the run to stop it (it stops
+    at its next checkpoint). ``decision_pending``: a person's decision waits for a
+    worker to resume the run with it.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -89,10 +109,15 @@ class RunRecord(BaseModel):
     waiting_for: str
     updated_at: datetime
     seq: int
+    stop_requested: bool = False
+    decision_pending: bool = False
 
 
 class CheckpointEntry(BaseModel):
-    """One stored checkpoint, read without decoding it: its phase, form and stored size."""
+    """One stored checkpoint, read without decoding it: its phase, form, size and time.
+
+    ``at`` is when it was saved, by the store's clock (UTC).
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -100,6 +125,31 @@ class CheckpointEntry(BaseModel):
     phase: str
     snapshot: bool
     size: int
+    at: datetime
+
+
+class LeaseRecord(BaseModel):
+    """One lease in the history: who held a run, from when, until when.
+
+    ``until`` is where the lease lapses (moved on by each renewal); ``released_at`` is
+    when the holder gave the run back, or ``None`` if it never did (it still holds
+    it, or the lease lapsed at ``until``: its holder died or lost it).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    owner: str
+    claimed_at: datetime
+    until: datetime
+    released_at: datetime | None = None
+
+    @property
+    def ended_at(self) -> datetime:
+        """When the holder stopped holding the run, as far as the store knows."""
+        if self.released_at is None:
+            return self.until
+        return min(self.released_at, self.until)
 
 
 class EffectRecord(BaseModel):
@@ -187,6 +237,36 @@ class Checkpointer(Protocol):
 
     async def release(self, run_id: str, owner: str) -> None:
         """Give the run back, if ``owner`` holds it."""
+        ...
+
+    async def claim_next(
+        self, owner: str, *, agents: Collection[str] | None = None, lease: timedelta
+    ) -> RunRecord | None:
+        """Take the oldest runnable run no live lease holds for ``owner``; ``None`` if none."""
+        ...
+
+    async def renew(self, run_id: str, owner: str, *, lease: timedelta) -> bool:
+        """Extend ``owner``'s live lease to ``lease`` from now; False if it was lost."""
+        ...
+
+    async def leases(self, run_id: str | None = None) -> list[LeaseRecord]:
+        """The lease history of one run (or of every run), oldest claim first."""
+        ...
+
+    async def submit_decision(self, run_id: str, decision: Mapping[str, Any]) -> RunRecord:
+        """Store a person's decision for a run waiting for an approval; it becomes runnable."""
+        ...
+
+    async def decision(self, run_id: str) -> Document | None:
+        """The run's pending decision document, or ``None``; it stays pending."""
+        ...
+
+    async def take_decision(self, run_id: str) -> Document | None:
+        """The run's pending decision document, or ``None``; it is no longer pending."""
+        ...
+
+    async def request_stop(self, run_id: str) -> RunRecord:
+        """Stop the run: at its next checkpoint if a worker drives it, else at once."""
         ...
 
     async def purge(
@@ -340,6 +420,7 @@ class _Row(NamedTuple):
     snapshot: bool
     phase: str
     blob: bytes
+    at: datetime = _EPOCH  # when it was saved
 
 
 class _EffectRow(NamedTuple):
@@ -375,6 +456,13 @@ def _statuses(
 
 def _system_clock() -> datetime:
     return datetime.now(UTC)
+
+
+def _runnable(record: RunRecord) -> bool:
+    """Whether a worker may take the run (when no live lease holds it)."""
+    return record.status in (RunStatus.RUNNING, RunStatus.FAILED_RESUMABLE) or (
+        record.status is RunStatus.INTERRUPTED and record.decision_pending
+    )
 
 
 class _Store:
@@ -448,6 +536,34 @@ class _Store:
     def _delete_effect(self, key: str) -> None:
         raise NotImplementedError
 
+    def _get_decision(self, run_id: str) -> bytes | None:
+        raise NotImplementedError
+
+    def _put_decision(self, run_id: str, blob: bytes | None) -> None:
+        """Store the sealed decision of a run that has a row, or clear it (``None``)."""
+        raise NotImplementedError
+
+    def _runnable(
+        self, agents: tuple[str, ...] | None, now: datetime, limit: int
+    ) -> list[RunRecord]:
+        """Up to ``limit`` runs no live claim holds that are running, failed_resumable, or
+        interrupted with a decision, of ``agents``; oldest update first (then run id)."""
+        raise NotImplementedError
+
+    def _open_lease(self, lease: LeaseRecord) -> None:
+        raise NotImplementedError
+
+    def _extend_lease(self, run_id: str, owner: str, until: datetime) -> bool:
+        """Move ``until`` of ``owner``'s latest unreleased lease of the run; False if none."""
+        raise NotImplementedError
+
+    def _close_lease(self, run_id: str, owner: str, at: datetime) -> None:
+        """Set ``released_at`` of ``owner``'s unreleased leases of the run."""
+        raise NotImplementedError
+
+    def _lease_rows(self, run_id: str | None) -> list[LeaseRecord]:
+        raise NotImplementedError
+
     # -- the public operations --
 
     async def save(
@@ -466,7 +582,10 @@ class _Store:
         ``seq`` must be the run's next (0 for a new run), else ``CheckpointOrderError``;
         a change of ``status`` must be legal from the run's current one (a new run
         starts ``running``), else ``IllegalStatusChangeError``. Either way nothing is
-        saved.
+        saved. A run cancelled since its last save stays ``cancelled`` (the checkpoint
+        is saved) unless ``status`` is ``completed``: the runner driving it sees that in
+        the row returned and stops. A pending decision is cleared; a stop request is
+        kept until the run is cancelled, completed or aborted.
         """
         target = RunStatus(status)
         return await self._call(
@@ -527,20 +646,203 @@ class _Store:
         """Give the run back, if ``owner`` holds it."""
         await self._call(run_id, self._release, run_id, owner)
 
+    async def claim_next(
+        self, owner: str, *, agents: Collection[str] | None = None, lease: timedelta
+    ) -> RunRecord | None:
+        """Take the oldest runnable run for ``owner``, atomically; ``None`` when there is none.
+
+        Runnable: no live lease holds it, and it is ``running`` (its worker died, or it
+        was submitted and never started), ``failed_resumable``, or ``interrupted`` with
+        a person's decision pending. A run waiting for a person without a decision, and
+        a cancelled or ended run, is never taken. A running run with a stop request and
+        no live lease is marked cancelled instead. ``agents`` limits the runs to those
+        agents' names. Returns the run's row (its status unchanged), held for ``lease``.
+        """
+        chosen = None if agents is None else tuple(sorted(set(agents)))
+        if lease <= timedelta(0):
+            raise ConfigError((f"lease must be a positive duration, got {lease!r}",))
+        return await self._call(None, self._claim_next, owner, chosen, lease)
+
+    async def renew(self, run_id: str, owner: str, *, lease: timedelta) -> bool:
+        """Extend ``owner``'s lease of the run to ``lease`` from now.
+
+        False (and nothing changes) when ``owner`` no longer holds a live lease: it
+        lapsed, or the run was given back or taken by another worker. The holder must
+        then stop driving the run.
+        """
+        return await self._call(run_id, self._renew, run_id, owner, lease)
+
+    async def leases(self, run_id: str | None = None) -> list[LeaseRecord]:
+        """Every lease of the run (of every run when ``run_id`` is ``None``), oldest first."""
+        return await self._call(run_id, self._read_leases, run_id)
+
+    async def submit_decision(self, run_id: str, decision: Mapping[str, Any]) -> RunRecord:
+        """Store a person's decision (a :func:`dump_decision` document) for a waiting run.
+
+        The run must be ``interrupted`` at an ``AwaitApproval`` waiting for an approval,
+        with no decision pending yet; otherwise :class:`DecisionRefusedError` (and
+        ``UnknownRunError`` for a run never saved), and nothing changes. The run then
+        counts as runnable: a worker claims it and resumes it with the decision. The
+        decision stays pending until the run's next checkpoint is saved (the approval
+        phase used it) or the run is cancelled, completed or aborted.
+        """
+        loaded = load_decision(decision, run_id=run_id)
+        return await self._call(run_id, self._submit_decision, run_id, dump_decision(loaded))
+
+    async def decision(self, run_id: str) -> Document | None:
+        """The run's pending decision document, or ``None``; it stays pending."""
+        return await self._call(run_id, self._decision, run_id, False)
+
+    async def take_decision(self, run_id: str) -> Document | None:
+        """The run's pending decision document, or ``None``; it is cleared."""
+        return await self._call(run_id, self._decision, run_id, True)
+
+    async def request_stop(self, run_id: str) -> RunRecord:
+        """Ask for the run to stop; returns its row.
+
+        A run a worker drives (``running`` under a live lease) gets ``stop_requested``:
+        the worker stops it at its next checkpoint and marks it ``cancelled``. A run
+        nobody drives (running with no live lease, interrupted, failed_resumable) is
+        marked ``cancelled`` at once, and any pending decision is dropped. A cancelled
+        run is returned as it is; a completed or aborted one raises
+        ``IllegalStatusChangeError``.
+        """
+        return await self._call(run_id, self._request_stop, run_id)
+
     def _claim(self, run_id: str, owner: str, lease: timedelta) -> bool:
         with self._transaction(write=True):
             now = self._now()
             held = self._get_claim(run_id)
             if held is not None and held[0] != owner and held[1] > now:
                 return False
-            self._put_claim(run_id, owner, now + lease)
+            self._hold(run_id, owner, now, now + lease, again=held is not None and held[0] == owner)
             return True
+
+    def _hold(
+        self, run_id: str, owner: str, now: datetime, until: datetime, *, again: bool
+    ) -> None:
+        self._put_claim(run_id, owner, until)
+        if not (again and self._extend_lease(run_id, owner, until)):
+            self._open_lease(LeaseRecord(run_id=run_id, owner=owner, claimed_at=now, until=until))
 
     def _release(self, run_id: str, owner: str) -> None:
         with self._transaction(write=True):
             held = self._get_claim(run_id)
             if held is not None and held[0] == owner:
                 self._delete_claim(run_id)
+                self._close_lease(run_id, owner, self._now())
+
+    def _claim_next(
+        self, owner: str, agents: tuple[str, ...] | None, lease: timedelta
+    ) -> RunRecord | None:
+        batch = 16
+        with self._transaction(write=True):
+            now = self._now()
+            while True:
+                found = self._runnable(agents, now, batch)
+                for record in found:
+                    if record.status is RunStatus.RUNNING and record.stop_requested:
+                        self._move(record, RunStatus.CANCELLED, "", now)
+                        continue
+                    self._hold(record.run_id, owner, now, now + lease, again=False)
+                    return record
+                if len(found) < batch:
+                    return None
+
+    def _renew(self, run_id: str, owner: str, lease: timedelta) -> bool:
+        with self._transaction(write=True):
+            now = self._now()
+            held = self._get_claim(run_id)
+            if held is None or held[0] != owner or held[1] <= now:
+                return False
+            self._hold(run_id, owner, now, now + lease, again=True)
+            return True
+
+    def _read_leases(self, run_id: str | None) -> list[LeaseRecord]:
+        with self._transaction(write=False):
+            return self._lease_rows(run_id)
+
+    def _submit_decision(self, run_id: str, document: Document) -> RunRecord:
+        with self._transaction(write=True):
+            record = self._known(run_id)
+            waits = (
+                record.status is RunStatus.INTERRUPTED
+                and record.phase == "AwaitApproval"
+                and record.waiting_for.startswith("approval of ")
+            )
+            if not waits:
+                where = f"{record.status.value} at {record.phase}"
+                if record.waiting_for:
+                    where += f", waiting for {record.waiting_for}"
+                raise DecisionRefusedError(
+                    f"it is not waiting for an approval (it is {where}). Approve or deny "
+                    "only a run that is interrupted waiting for an approval; list those "
+                    "with the registry (status interrupted).",
+                    run_id=run_id,
+                )
+            if record.decision_pending:
+                raise DecisionRefusedError(
+                    "it already has a decision waiting for a worker to resume it with; "
+                    "nothing was changed. One decision per approval: wait for the run to "
+                    "go on, or stop it.",
+                    run_id=run_id,
+                )
+            blob = self._seal({"kind": "decision", "decision": document}, _decision_aad(run_id))
+            changed = record.model_copy(
+                update={"decision_pending": True, "updated_at": self._now()}
+            )
+            self._put_record(changed)
+            self._put_decision(run_id, blob)
+            return changed
+
+    def _decision(self, run_id: str, take: bool) -> Document | None:
+        with self._transaction(write=take):
+            record = self._known(run_id)
+            blob = self._get_decision(run_id)
+            if blob is None:
+                return None
+            document = self._open_decision(run_id, blob)
+            if take:
+                self._put_record(record.model_copy(update={"decision_pending": False}))
+                self._put_decision(run_id, None)
+            return document
+
+    def _open_decision(self, run_id: str, blob: bytes) -> Document:
+        payload = self._unseal(blob, _decision_aad(run_id), run_id, "its pending decision")
+        if not isinstance(payload, dict) or payload.get("kind") != "decision":
+            raise self._damaged(run_id, "its pending decision", "is not a decision")
+        document = payload.get("decision")
+        if not isinstance(document, dict):
+            raise self._damaged(run_id, "its pending decision", "is not a decision")
+        return document
+
+    def _request_stop(self, run_id: str) -> RunRecord:
+        with self._transaction(write=True):
+            record = self._known(run_id)
+            now = self._now()
+            if record.status is RunStatus.CANCELLED:
+                return record
+            held = self._get_claim(run_id)
+            if record.status is RunStatus.RUNNING and held is not None and held[1] > now:
+                changed = record.model_copy(update={"stop_requested": True, "updated_at": now})
+                self._put_record(changed)
+                return changed
+            return self._move(record, RunStatus.CANCELLED, "", now)
+
+    def _move(
+        self, record: RunRecord, status: RunStatus, waiting_for: str, now: datetime
+    ) -> RunRecord:
+        """Change the run's status through its lifecycle (inside a write transaction)."""
+        RunLifecycle(record.run_id, record.status).move_to(status)
+        update: dict[str, Any] = {"status": status, "waiting_for": waiting_for, "updated_at": now}
+        settled = status in _SETTLED
+        if settled:
+            update.update(stop_requested=False, decision_pending=False)
+        changed = record.model_copy(update=update)
+        self._put_record(changed)
+        if settled and record.decision_pending:
+            self._put_decision(record.run_id, None)
+        return changed
 
     async def purge(
         self, older_than: timedelta = DEFAULT_RETENTION, *, now: datetime | None = None
@@ -607,6 +909,14 @@ class _Store:
             if seq != expected:
                 raise CheckpointOrderError(run_id, seq=seq, expected=expected)
             current = RunStatus.RUNNING if record is None else record.status
+            if current is RunStatus.CANCELLED and status is not RunStatus.CANCELLED:
+                # Stopped from elsewhere while a runner still drove it (a resume sets it
+                # running first): the phase it finished is kept, and the run stays
+                # stopped - unless that phase ended it.
+                if status is RunStatus.COMPLETED:
+                    current = RunStatus.RUNNING
+                else:
+                    status, waiting_for = RunStatus.CANCELLED, ""
             if status != current:  # building the machine costs more than the whole delta
                 RunLifecycle(run_id, current).move_to(status)
             snapshot = seq % self.snapshot_every == 0
@@ -622,18 +932,26 @@ class _Store:
                 seen = _diff(previous[1], document, [], ops)
                 payload = {"kind": "delta", "ops": ops}
             blob = self._encode(run_id, seq, payload)
+            now = self._now()
             saved = RunRecord(
                 run_id=run_id,
                 agent=agent,
                 status=status,
                 phase=phase,
                 waiting_for=waiting_for,
-                updated_at=self._now(),
+                updated_at=now,
                 seq=seq,
+                # A stop request stands until the run is stopped (or ends); a pending
+                # decision was used by the phase whose result this checkpoint is.
+                stop_requested=record is not None
+                and record.stop_requested
+                and status not in _SETTLED,
             )
             # Everything that can fail is done: the memory store has no rollback.
-            self._put_row(run_id, _Row(seq, snapshot, phase, blob))
+            self._put_row(run_id, _Row(seq, snapshot, phase, blob, now))
             self._put_record(saved)
+            if record is not None and record.decision_pending:
+                self._put_decision(run_id, None)
         self._remember(run_id, seq, seen)
         return saved
 
@@ -654,7 +972,10 @@ class _Store:
             return self._rebuild(run_id, self._known(run_id))
 
     def _rebuild(self, run_id: str, record: RunRecord) -> tuple[int, Document]:
-        rows = self._chain(run_id)
+        return self._replay(run_id, self._chain(run_id), record)
+
+    def _replay(self, run_id: str, rows: list[_Row], record: RunRecord) -> tuple[int, Document]:
+        """The document that ``rows`` (a snapshot, then the deltas after it) build up."""
         if not rows or not rows[0].snapshot:
             raise self._corrupt(run_id, "has no full snapshot to start from", seq=None)
         document: Document = {}
@@ -690,13 +1011,7 @@ class _Store:
 
     def _set_status(self, run_id: str, status: RunStatus, waiting_for: str) -> RunRecord:
         with self._transaction(write=True):
-            record = self._known(run_id)
-            RunLifecycle(run_id, record.status).move_to(status)
-            changed = record.model_copy(
-                update={"status": status, "waiting_for": waiting_for, "updated_at": self._now()}
-            )
-            self._put_record(changed)
-            return changed
+            return self._move(self._known(run_id), status, waiting_for, self._now())
 
     def _read_select(
         self, statuses: tuple[RunStatus, ...] | None, agent: str | None
@@ -835,6 +1150,10 @@ def _effect_aad(row: _EffectRow) -> bytes:
     return f"effect:{row.run_id}:{row.key}".encode()
 
 
+def _decision_aad(run_id: str) -> bytes:
+    return f"decision:{run_id}".encode()
+
+
 class MemoryCheckpointer(_Store):
     """Checkpoints in this process's memory: for tests, and runs that need not survive it.
 
@@ -856,6 +1175,8 @@ class MemoryCheckpointer(_Store):
         self._checkpoints: dict[str, list[_Row]] = {}
         self._effects: dict[str, _EffectRow] = {}
         self._claims: dict[str, tuple[str, datetime]] = {}
+        self._decisions: dict[str, bytes] = {}
+        self._leases: dict[str, list[LeaseRecord]] = {}
 
     def _transaction(self, *, write: bool, durable: bool = False) -> AbstractContextManager[object]:
         # Every operation runs to its end without awaiting, so none can interleave.
@@ -880,7 +1201,9 @@ class MemoryCheckpointer(_Store):
 
     def _rows(self, run_id: str) -> list[CheckpointEntry]:
         return [
-            CheckpointEntry(seq=row.seq, phase=row.phase, snapshot=row.snapshot, size=len(row.blob))
+            CheckpointEntry(
+                seq=row.seq, phase=row.phase, snapshot=row.snapshot, size=len(row.blob), at=row.at
+            )
             for row in self._checkpoints.get(run_id, [])
         ]
 
@@ -902,6 +1225,9 @@ class MemoryCheckpointer(_Store):
         for run_id in removed:
             del self._records[run_id]
             self._checkpoints.pop(run_id, None)
+            self._claims.pop(run_id, None)
+            self._leases.pop(run_id, None)
+            self._decisions.pop(run_id, None)
         gone = set(removed)
         for key in [key for key, row in self._effects.items() if row.run_id in gone]:
             del self._effects[key]
@@ -925,6 +1251,54 @@ class MemoryCheckpointer(_Store):
     def _delete_effect(self, key: str) -> None:
         del self._effects[key]
 
+    def _get_decision(self, run_id: str) -> bytes | None:
+        return self._decisions.get(run_id)
+
+    def _put_decision(self, run_id: str, blob: bytes | None) -> None:
+        if blob is None:
+            self._decisions.pop(run_id, None)
+        else:
+            self._decisions[run_id] = blob
+
+    def _runnable(
+        self, agents: tuple[str, ...] | None, now: datetime, limit: int
+    ) -> list[RunRecord]:
+        def free(run_id: str) -> bool:
+            held = self._claims.get(run_id)
+            return held is None or held[1] <= now
+
+        chosen = [
+            record
+            for record in self._records.values()
+            if _runnable(record)
+            and (agents is None or record.agent in agents)
+            and free(record.run_id)
+        ]
+        return sorted(chosen, key=lambda record: (record.updated_at, record.run_id))[:limit]
+
+    def _open_lease(self, lease: LeaseRecord) -> None:
+        self._leases.setdefault(lease.run_id, []).append(lease)
+
+    def _extend_lease(self, run_id: str, owner: str, until: datetime) -> bool:
+        rows = self._leases.get(run_id, [])
+        for index in range(len(rows) - 1, -1, -1):
+            if rows[index].owner == owner and rows[index].released_at is None:
+                rows[index] = rows[index].model_copy(update={"until": until})
+                return True
+        return False
+
+    def _close_lease(self, run_id: str, owner: str, at: datetime) -> None:
+        rows = self._leases.get(run_id, [])
+        for index, row in enumerate(rows):
+            if row.owner == owner and row.released_at is None:
+                rows[index] = row.model_copy(update={"released_at": at})
+
+    def _lease_rows(self, run_id: str | None) -> list[LeaseRecord]:
+        if run_id is not None:
+            return list(self._leases.get(run_id, []))
+        every = [lease for rows in self._leases.values() for lease in rows]
+        return sorted(every, key=lambda lease: lease.claimed_at)  # stable: claim order on ties
+
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -934,7 +1308,9 @@ CREATE TABLE IF NOT EXISTS runs (
     phase       TEXT NOT NULL,
     waiting_for TEXT NOT NULL,
     updated_at  TEXT NOT NULL,  -- ISO 8601 in UTC, one width: sorts as time does
-    seq         INTEGER NOT NULL
+    seq         INTEGER NOT NULL,
+    stop_requested INTEGER NOT NULL DEFAULT 0,
+    decision    BLOB            -- a person's decision, sealed; NULL when none is pending
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_at);
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -943,6 +1319,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     kind   TEXT NOT NULL CHECK (kind IN ('full', 'delta')),
     phase  TEXT NOT NULL,
     blob   BLOB NOT NULL,
+    at     TEXT NOT NULL DEFAULT '1970-01-01T00:00:00.000000+00:00',  -- when it was saved
     PRIMARY KEY (run_id, seq)
 );
 CREATE INDEX IF NOT EXISTS snapshots ON checkpoints (run_id, seq) WHERE kind = 'full';
@@ -951,6 +1328,15 @@ CREATE TABLE IF NOT EXISTS claims (
     owner  TEXT NOT NULL,
     until  TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS leases (  -- the history of claims: who held which run when
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id      TEXT NOT NULL,
+    owner       TEXT NOT NULL,
+    claimed_at  TEXT NOT NULL,
+    until       TEXT NOT NULL,
+    released_at TEXT            -- NULL: not released (still held, or lapsed at until)
+);
+CREATE INDEX IF NOT EXISTS leases_by_run ON leases (run_id, id);
 CREATE TABLE IF NOT EXISTS effects (
     key        TEXT PRIMARY KEY,  -- the idempotency key
     run_id     TEXT NOT NULL,
@@ -963,7 +1349,17 @@ CREATE TABLE IF NOT EXISTS effects (
 CREATE INDEX IF NOT EXISTS effects_by_run ON effects (run_id);
 """
 _EFFECT_COLUMNS: Final = "key, run_id, tool, args_hash, status, result, updated_at"
-_RECORD_COLUMNS: Final = "run_id, agent, status, phase, waiting_for, updated_at, seq"
+_RECORD_COLUMNS: Final = (
+    "run_id, agent, status, phase, waiting_for, updated_at, seq, stop_requested, "
+    "decision IS NOT NULL"
+)
+# Columns added since the first release, for files written before them.
+_ADDED_COLUMNS: Final = (
+    ("runs", "stop_requested", "INTEGER NOT NULL DEFAULT 0"),
+    ("runs", "decision", "BLOB"),
+    ("checkpoints", "at", "TEXT NOT NULL DEFAULT '1970-01-01T00:00:00.000000+00:00'"),
+)
+_LEASE_COLUMNS: Final = "run_id, owner, claimed_at, until, released_at"
 
 
 def _stamp(moment: datetime) -> str:
@@ -971,7 +1367,7 @@ def _stamp(moment: datetime) -> str:
 
 
 def _record_of(row: tuple[Any, ...]) -> RunRecord:
-    run_id, agent, status, phase, waiting_for, updated_at, seq = row
+    run_id, agent, status, phase, waiting_for, updated_at, seq, stop, decided = row
     return RunRecord(
         run_id=run_id,
         agent=agent,
@@ -980,7 +1376,28 @@ def _record_of(row: tuple[Any, ...]) -> RunRecord:
         waiting_for=waiting_for,
         updated_at=datetime.fromisoformat(updated_at),
         seq=seq,
+        stop_requested=bool(stop),
+        decision_pending=bool(decided),
     )
+
+
+def _lease_of(row: tuple[Any, ...]) -> LeaseRecord:
+    run_id, owner, claimed_at, until, released_at = row
+    return LeaseRecord(
+        run_id=run_id,
+        owner=owner,
+        claimed_at=datetime.fromisoformat(claimed_at),
+        until=datetime.fromisoformat(until),
+        released_at=None if released_at is None else datetime.fromisoformat(released_at),
+    )
+
+
+def _upgrade(connection: sqlite3.Connection) -> None:
+    """Add the columns a file written by an earlier version lacks."""
+    for table, column, declaration in _ADDED_COLUMNS:
+        present = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
 
 class SQLiteCheckpointer(_Store):
@@ -1051,7 +1468,14 @@ class SQLiteCheckpointer(_Store):
                 connection.execute("PRAGMA busy_timeout = 5000")
                 connection.execute("PRAGMA journal_mode = WAL")
                 connection.execute("PRAGMA synchronous = NORMAL")
-                connection.executescript(_SCHEMA)
+                # One transaction: one commit, and one process creates or upgrades at a time.
+                connection.executescript("BEGIN IMMEDIATE;\n" + _SCHEMA)
+                try:
+                    _upgrade(connection)
+                except BaseException:
+                    connection.execute("ROLLBACK")
+                    raise
+                connection.execute("COMMIT")
             except BaseException:
                 connection.close()
                 raise
@@ -1059,7 +1483,7 @@ class SQLiteCheckpointer(_Store):
         return self._connection
 
     @contextmanager
-    def _transaction(self, *, write: bool, durable: bool = False) -> Iterator[object]:
+    def _transaction(self, *, write: bool, durable: bool = False) -> Generator[object, None, None]:
         db = self._db
         if durable:  # set outside the transaction: the commit is what must reach the disk
             db.execute("PRAGMA synchronous = FULL")
@@ -1082,8 +1506,13 @@ class SQLiteCheckpointer(_Store):
         return None if row is None else _record_of(row)
 
     def _put_record(self, record: RunRecord) -> None:
+        # An upsert, not a replace: the row's decision is written by _put_decision only.
         self._db.execute(
-            f"INSERT OR REPLACE INTO runs ({_RECORD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO runs (run_id, agent, status, phase, waiting_for, updated_at, seq, "
+            "stop_requested) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE "
+            "SET agent = excluded.agent, status = excluded.status, phase = excluded.phase, "
+            "waiting_for = excluded.waiting_for, updated_at = excluded.updated_at, "
+            "seq = excluded.seq, stop_requested = excluded.stop_requested",
             (
                 record.run_id,
                 record.agent,
@@ -1092,13 +1521,22 @@ class SQLiteCheckpointer(_Store):
                 record.waiting_for,
                 _stamp(record.updated_at),
                 record.seq,
+                int(record.stop_requested),
             ),
         )
 
     def _put_row(self, run_id: str, row: _Row) -> None:
         self._db.execute(
-            "INSERT INTO checkpoints (run_id, seq, kind, phase, blob) VALUES (?, ?, ?, ?, ?)",
-            (run_id, row.seq, "full" if row.snapshot else "delta", row.phase, row.blob),
+            "INSERT INTO checkpoints (run_id, seq, kind, phase, blob, at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                row.seq,
+                "full" if row.snapshot else "delta",
+                row.phase,
+                row.blob,
+                _stamp(row.at),
+            ),
         )
 
     def _chain(self, run_id: str) -> list[_Row]:
@@ -1112,12 +1550,19 @@ class SQLiteCheckpointer(_Store):
 
     def _rows(self, run_id: str) -> list[CheckpointEntry]:
         rows = self._db.execute(
-            "SELECT seq, phase, kind, length(blob) FROM checkpoints WHERE run_id = ? ORDER BY seq",
+            "SELECT seq, phase, kind, length(blob), at FROM checkpoints WHERE run_id = ? "
+            "ORDER BY seq",
             (run_id,),
         ).fetchall()
         return [
-            CheckpointEntry(seq=seq, phase=phase, snapshot=kind == "full", size=size)
-            for seq, phase, kind, size in rows
+            CheckpointEntry(
+                seq=seq,
+                phase=phase,
+                snapshot=kind == "full",
+                size=size,
+                at=datetime.fromisoformat(at),
+            )
+            for seq, phase, kind, size, at in rows
         ]
 
     def _select(self, statuses: tuple[RunStatus, ...] | None, agent: str | None) -> list[RunRecord]:
@@ -1146,6 +1591,8 @@ class SQLiteCheckpointer(_Store):
         ]
         self._db.executemany("DELETE FROM checkpoints WHERE run_id = ?", [(r,) for r in removed])
         self._db.executemany("DELETE FROM effects WHERE run_id = ?", [(r,) for r in removed])
+        self._db.executemany("DELETE FROM claims WHERE run_id = ?", [(r,) for r in removed])
+        self._db.executemany("DELETE FROM leases WHERE run_id = ?", [(r,) for r in removed])
         self._db.executemany("DELETE FROM runs WHERE run_id = ?", [(r,) for r in removed])
         return removed
 
@@ -1183,6 +1630,64 @@ class SQLiteCheckpointer(_Store):
 
     def _delete_effect(self, key: str) -> None:
         self._db.execute("DELETE FROM effects WHERE key = ?", (key,))
+
+    def _get_decision(self, run_id: str) -> bytes | None:
+        row = self._db.execute("SELECT decision FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
+
+    def _put_decision(self, run_id: str, blob: bytes | None) -> None:
+        self._db.execute("UPDATE runs SET decision = ? WHERE run_id = ?", (blob, run_id))
+
+    def _runnable(
+        self, agents: tuple[str, ...] | None, now: datetime, limit: int
+    ) -> list[RunRecord]:
+        values: list[Any] = [_stamp(now)]
+        mine = ""
+        if agents is not None:
+            mine = f" AND agent IN ({', '.join('?' * len(agents))})" if agents else " AND 0"
+            values.extend(agents)
+        values.append(limit)
+        rows = self._db.execute(
+            f"SELECT {_RECORD_COLUMNS} FROM runs WHERE (status IN ('running', 'failed_resumable')"
+            " OR (status = 'interrupted' AND decision IS NOT NULL)) AND NOT EXISTS (SELECT 1 "
+            f"FROM claims WHERE claims.run_id = runs.run_id AND claims.until > ?){mine} "
+            "ORDER BY updated_at, run_id LIMIT ?",
+            values,
+        ).fetchall()
+        return [_record_of(row) for row in rows]
+
+    def _open_lease(self, lease: LeaseRecord) -> None:
+        self._db.execute(
+            f"INSERT INTO leases ({_LEASE_COLUMNS}) VALUES (?, ?, ?, ?, NULL)",
+            (lease.run_id, lease.owner, _stamp(lease.claimed_at), _stamp(lease.until)),
+        )
+
+    def _extend_lease(self, run_id: str, owner: str, until: datetime) -> bool:
+        changed = self._db.execute(
+            "UPDATE leases SET until = ? WHERE id = (SELECT max(id) FROM leases WHERE "
+            "run_id = ? AND owner = ? AND released_at IS NULL)",
+            (_stamp(until), run_id, owner),
+        )
+        return changed.rowcount > 0
+
+    def _close_lease(self, run_id: str, owner: str, at: datetime) -> None:
+        self._db.execute(
+            "UPDATE leases SET released_at = ? WHERE run_id = ? AND owner = ? "
+            "AND released_at IS NULL",
+            (_stamp(at), run_id, owner),
+        )
+
+    def _lease_rows(self, run_id: str | None) -> list[LeaseRecord]:
+        if run_id is None:
+            rows = self._db.execute(
+                f"SELECT {_LEASE_COLUMNS} FROM leases ORDER BY claimed_at, id"
+            ).fetchall()
+        else:
+            rows = self._db.execute(
+                f"SELECT {_LEASE_COLUMNS} FROM leases WHERE run_id = ? ORDER BY claimed_at, id",
+                (run_id,),
+            ).fetchall()
+        return [_lease_of(row) for row in rows]
 
 
 if TYPE_CHECKING:  # both stores satisfy the protocol, as mypy checks here

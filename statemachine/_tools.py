@@ -204,7 +204,8 @@ class _Call:
     @property
     def name(self) -> str:
         """The tool's name."""
-        return self.tool.name  # type: ignore[attr-defined, no-any-return]  # set by subclasses
+        # ``tool`` is set by the subclasses.
+        return self.tool.name  # type: ignore[attr-defined, no-any-return]  # pyright: ignore[reportAttributeAccessIssue]
 
     @property
     def key(self) -> str:
@@ -318,7 +319,8 @@ def current_idempotency_key() -> str | None:
     return _IDEMPOTENCY_KEY.get()
 
 
-def _approve(call: WriteCall, approval: Approval) -> ApprovedCall:
+# Used by AwaitApproval.approve and the checkpoint codec (pyright counts uses in this module only).
+def _approve(call: WriteCall, approval: Approval) -> ApprovedCall:  # pyright: ignore[reportUnusedFunction]
     return ApprovedCall(call, approval, _token=_APPROVAL_TOKEN)
 
 

@@ -1,6 +1,7 @@
 """Test doubles for users' own agents: a scripted model and scripted approval gates.
 
-Everything here runs offline and deterministically.
+Everything here runs offline and deterministically. :func:`capture` collects the
+spans, log events and metrics of a run (it needs ``opentelemetry-sdk``).
 """
 
 from __future__ import annotations
@@ -16,15 +17,20 @@ from ._approval import Approval, ApprovalRequest, Denial
 from ._errors import ScriptExhaustedError
 from ._model import ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import to_money
+from ._observe import Capture, CapturedSpan, MetricPoint, capture
 from ._store import MemoryCheckpointer
 
 __all__ = [
     "AutoApproveGate",
     "AutoDenyGate",
+    "Capture",
+    "CapturedSpan",
     "FunctionModel",
     "MemoryCheckpointer",
+    "MetricPoint",
     "ScriptedGate",
     "ScriptedModel",
+    "capture",
     "reply",
     "tool_call",
 ]

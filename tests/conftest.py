@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from pg_cluster import Cluster
 from support import FakeClock, RecordingSleep
 
 from statemachine import (
     CheckpointCipher,
     Checkpointer,
     MemoryCheckpointer,
+    PostgresCheckpointer,
     SQLiteCheckpointer,
     generate_key,
 )
@@ -48,14 +50,37 @@ def recording_sleep() -> RecordingSleep:
     return RecordingSleep()
 
 
-@pytest.fixture(params=["memory", "sqlite", "sqlite-encrypted"])
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """A throwaway PostgreSQL server for the whole session, stopped and deleted at the end.
+
+    Started only when a test asks for it. Missing PostgreSQL binaries fail the test
+    with what to install: a PostgreSQL test is never skipped.
+    """
+    cluster = Cluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=["memory", "sqlite", "sqlite-encrypted", "postgres", "postgres-encrypted"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Checkpointer]:
-    """Each test that asks for it runs against memory, SQLite, and encrypted SQLite."""
+    """Each test that asks for it runs against memory, SQLite and PostgreSQL, plain and encrypted.
+
+    A PostgreSQL store gets its own empty schema in the session's cluster.
+    """
     if request.param == "memory":
         yield MemoryCheckpointer()
         return
     sealer = (
         CheckpointCipher({"k1": generate_key()}, "k1") if "encrypted" in request.param else None
     )
+    if request.param.startswith("postgres"):
+        cluster: Cluster = request.getfixturevalue("pg_cluster")
+        async with PostgresCheckpointer(cluster.fresh_dsn(), sealer=sealer) as postgres:
+            yield postgres
+        return
     async with SQLiteCheckpointer(tmp_path / "runs.sqlite3", sealer=sealer) as sqlite:
         yield sqlite

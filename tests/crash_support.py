@@ -1,15 +1,17 @@
 """One process of the support agent's crash-injection test (tests/test_crash.py).
 
 ``python tests/crash_support.py start DIR SCENARIO [--kill-at K | --kill-in-refund]``
-runs the support agent with its checkpoints (``DIR/runs.sqlite3``) and the payments
-ledger (``DIR/payments.sqlite3``) in ``DIR``. ``--kill-at K`` kills this process with
-SIGKILL right after the K-th transition was saved; ``--kill-in-refund`` kills it inside
-the refund call, after the payments service committed the refund and before the tool
-returned (so before its result reached the side-effect ledger). Without either it
-runs to the end and prints one JSON line describing every phase.
+runs the support agent with its checkpoints (``DIR/runs.sqlite3``, or the PostgreSQL
+store ``--dsn DSN`` names) and the payments ledger (``DIR/payments.sqlite3``) in
+``DIR``. ``--kill-at K`` kills this process with SIGKILL right after the K-th
+transition was saved; ``--kill-in-refund`` kills it inside the refund call, after the
+payments service committed the refund and before the tool returned (so before its
+result reached the side-effect ledger). Without either it runs to the end and prints
+one JSON line describing every phase.
 
-``python tests/crash_support.py resume DIR SCENARIO`` is a new process on the same
-files: it reads the last checkpoint, resumes the run and prints one JSON line.
+``python tests/crash_support.py resume DIR SCENARIO [--dsn DSN]`` is a new process on
+the same files (and database): it reads the last checkpoint, resumes the run and
+prints one JSON line.
 
 The model is a function of the conversation it is shown, so a new process continues
 where the old one stopped. SCENARIO is ``approve`` (a person approves the refund) or
@@ -40,6 +42,7 @@ from statemachine import (
     ModelReply,
     ModelRequest,
     Phase,
+    PostgresCheckpointer,
     RunClaimedError,
     Runner,
     RunResult,
@@ -162,7 +165,16 @@ def _parts(workdir: Path, scenario: str) -> tuple[PaymentsService, SupportDesk, 
     )
 
 
-async def start(workdir: Path, scenario: str, kill_at: int | None, in_refund: bool) -> None:
+def _store(workdir: Path, dsn: str | None) -> SQLiteCheckpointer | PostgresCheckpointer:
+    """The checkpoint store under test: SQLite in ``workdir``, or PostgreSQL at ``dsn``."""
+    if dsn is None:
+        return SQLiteCheckpointer(workdir / "runs.sqlite3")
+    return PostgresCheckpointer(dsn)
+
+
+async def start(
+    workdir: Path, scenario: str, kill_at: int | None, in_refund: bool, dsn: str | None
+) -> None:
     payments, _desk, agent, gate = _parts(workdir, scenario)
     transitions: list[tuple[str, str]] = []
 
@@ -182,7 +194,7 @@ async def start(workdir: Path, scenario: str, kill_at: int | None, in_refund: bo
 
         payments.refund = refund_then_die  # type: ignore[method-assign]
 
-    async with SQLiteCheckpointer(workdir / "runs.sqlite3") as store:
+    async with _store(workdir, dsn) as store:
         runner = Runner(
             agent,
             model=FunctionModel(decide),
@@ -211,10 +223,10 @@ async def slow_decide(request: ModelRequest) -> ModelReply:
     return decide(request)
 
 
-async def resume(workdir: Path, scenario: str, slow: bool = False) -> None:
+async def resume(workdir: Path, scenario: str, slow: bool, dsn: str | None) -> None:
     payments, _desk, agent, gate = _parts(workdir, scenario)
     out: dict[str, Any] = {}
-    async with SQLiteCheckpointer(workdir / "runs.sqlite3") as store:
+    async with _store(workdir, dsn) as store:
         record = await store.record(RUN_ID)
         seq, document = await store.load(RUN_ID)
         saved = load_phase(document, agents={agent.name: agent}, run_id=RUN_ID)
@@ -254,11 +266,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--kill-at", type=int, default=None)
     parser.add_argument("--kill-in-refund", action="store_true")
     parser.add_argument("--slow", action="store_true")
+    parser.add_argument("--dsn", default=None, help="a PostgreSQL store instead of SQLite")
     args = parser.parse_args(argv)
     if args.mode == "start":
-        anyio.run(start, args.workdir, args.scenario, args.kill_at, args.kill_in_refund)
+        anyio.run(start, args.workdir, args.scenario, args.kill_at, args.kill_in_refund, args.dsn)
     else:
-        anyio.run(resume, args.workdir, args.scenario, args.slow)
+        anyio.run(resume, args.workdir, args.scenario, args.slow, args.dsn)
 
 
 if __name__ == "__main__":

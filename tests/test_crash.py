@@ -3,7 +3,9 @@
 Each kill point runs ``tests/crash_support.py start`` in a subprocess that kills
 itself right after the K-th transition was saved (or inside the refund call, after
 the payments service committed and before the tool returned), then
-``tests/crash_support.py resume`` in a new process on the same two SQLite files.
+``tests/crash_support.py resume`` in a new process on the same files. Both tests run
+twice: with the checkpoints in SQLite, and in PostgreSQL (the session's throwaway
+cluster, a fresh schema for each process pair).
 For every kill point: the run completes (or waits for a person); the refund is paid
 exactly once (the payments service's own ledger) with an approving person and never
 with a refusing one, who is asked exactly once across both processes; the resumed run
@@ -24,8 +26,18 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 SCRIPT = Path(__file__).with_name("crash_support.py")
 IN_REFUND = "in-refund"
+BACKENDS = ["sqlite", "postgres"]
+
+
+def _store_args(request: pytest.FixtureRequest, backend: str) -> list[str]:
+    """The crash_support.py options that pick the checkpoint store: a fresh one each call."""
+    if backend == "sqlite":
+        return []  # the default: runs.sqlite3 in the work folder
+    return ["--dsn", request.getfixturevalue("pg_cluster").fresh_dsn(prefix="crash")]
 
 
 def _run(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -45,24 +57,30 @@ def _json(process: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return json.loads(process.stdout.strip().splitlines()[-1])
 
 
-def _reference(workdir: Path, scenario: str) -> dict[str, Any]:
+def _reference(workdir: Path, scenario: str, store: list[str]) -> dict[str, Any]:
     workdir.mkdir()
-    return _json(_run(workdir, "start", scenario))
+    return _json(_run(workdir, "start", scenario, *store))
 
 
-def _crash_and_resume(workdir: Path, scenario: str, kill: int | str) -> dict[str, Any]:
+def _crash_and_resume(
+    workdir: Path, scenario: str, kill: int | str, store: list[str]
+) -> dict[str, Any]:
     workdir.mkdir()
     how = ["--kill-in-refund"] if kill == IN_REFUND else ["--kill-at", str(kill)]
-    killed = _run(workdir, "start", scenario, *how)
+    killed = _run(workdir, "start", scenario, *how, *store)
     assert killed.returncode == -signal.SIGKILL, (kill, killed.returncode, killed.stderr)
     assert killed.stdout == "", killed.stdout  # it never got to the end
-    return _json(_run(workdir, "resume", scenario))
+    return _json(_run(workdir, "resume", scenario, *store))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_killed_at_every_transition_and_inside_the_refund_then_resumed(
-    tmp_path: Path,
+    tmp_path: Path, request: pytest.FixtureRequest, backend: str
 ) -> None:
-    references = {s: _reference(tmp_path / f"{s}-reference", s) for s in ("approve", "deny")}
+    references = {
+        s: _reference(tmp_path / f"{s}-reference", s, _store_args(request, backend))
+        for s in ("approve", "deny")
+    }
     for scenario, expected in (("approve", (1, ["ok"])), ("deny", (0, ["refused", "suppressed"]))):
         final = references[scenario]["final"]
         assert final["status"] == "done"
@@ -74,11 +92,15 @@ def test_killed_at_every_transition_and_inside_the_refund_then_resumed(
         for kill in range(1, len(reference["transitions"]))
     ]
     points.append(("approve", IN_REFUND))
+    stores = [_store_args(request, backend) for _ in points]
     with ThreadPoolExecutor(max_workers=4) as pool:
         outcomes = list(
             pool.map(
-                lambda point: _crash_and_resume(tmp_path / f"{point[0]}-{point[1]}", *point),
+                lambda point, store: _crash_and_resume(
+                    tmp_path / f"{point[0]}-{point[1]}", *point, store
+                ),
                 points,
+                stores,
             )
         )
 
@@ -111,7 +133,7 @@ def test_killed_at_every_transition_and_inside_the_refund_then_resumed(
         "paid", "asked", "refunds", "effect",
     )  # fmt: skip
     widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
-    print()
+    print(f"\ncheckpoints in {backend}:")
     for row in (header, *rows):
         print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)))
 
@@ -209,12 +231,16 @@ def _approved_refund_at(reference: dict[str, Any]) -> int:
     return transitions.index(("AwaitApproval", "ToolCalling")) + 1
 
 
-def test_two_processes_resuming_one_run_at_once_let_exactly_one_proceed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_processes_resuming_one_run_at_once_let_exactly_one_proceed(
+    tmp_path: Path, request: pytest.FixtureRequest, backend: str
+) -> None:
     """Killed mid-run, then resumed by two processes at once: one pays, the other is refused."""
-    killed = _run(tmp_path, "start", "approve", "--kill-at", "3")
+    store = _store_args(request, backend)
+    killed = _run(tmp_path, "start", "approve", "--kill-at", "3", *store)
     assert killed.returncode == -signal.SIGKILL
     env = {**os.environ, "PYTHONPATH": str(SCRIPT.parent.parent)}
-    command = [sys.executable, str(SCRIPT), "resume", str(tmp_path), "approve", "--slow"]
+    command = [sys.executable, str(SCRIPT), "resume", str(tmp_path), "approve", "--slow", *store]
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     second = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     outputs = []

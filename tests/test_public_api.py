@@ -15,6 +15,7 @@ PUBLIC = {
     "Active",
     "Agent",
     "AgentConfig",
+    "AgentGraph",
     "Approval",
     "ApprovalGate",
     "ApprovalMismatchError",
@@ -36,6 +37,7 @@ PUBLIC = {
     "CheckpointTamperedError",
     "Checkpointer",
     "ConfigError",
+    "DecisionRefusedError",
     "CustomerResponse",
     "Decision",
     "Denial",
@@ -51,6 +53,7 @@ PUBLIC = {
     "IllegalStatusChangeError",
     "Invalid",
     "InvalidCall",
+    "LeaseRecord",
     "LlamaCppConfig",
     "LlamaCppModel",
     "LoopGovernor",
@@ -77,6 +80,8 @@ PUBLIC = {
     "PhaseReusedError",
     "Phases",
     "Planning",
+    "PostgresCheckpointer",
+    "ProgressLine",
     "ReadCall",
     "ReadTool",
     "Refusal",
@@ -117,16 +122,21 @@ PUBLIC = {
     "ValidationResult",
     "Verdict",
     "VerdictRecord",
+    "Worker",
     "WriteCall",
     "WriteTool",
+    "agent_graph",
     "apply_patch",
     "canonical",
     "canonical_hash",
+    "configure_logging",
     "current_idempotency_key",
+    "dump_decision",
     "dump_phase",
     "dumps",
     "generate_key",
     "idempotency_key",
+    "load_decision",
     "load_phase",
     "loads",
     "read_tool",
@@ -140,10 +150,14 @@ PUBLIC = {
 TESTING = {
     "AutoApproveGate",
     "AutoDenyGate",
+    "Capture",
+    "CapturedSpan",
     "FunctionModel",
     "MemoryCheckpointer",
+    "MetricPoint",
     "ScriptedGate",
     "ScriptedModel",
+    "capture",
     "reply",
     "tool_call",
 }
@@ -171,7 +185,7 @@ def test_no_private_name_is_exported() -> None:
 
 
 def test_testing_exports_the_test_doubles() -> None:
-    """statemachine.testing offers exactly the test models, the gates and the turn helpers."""
+    """statemachine.testing offers exactly the test doubles, the turn helpers and capture."""
     assert set(statemachine.testing.__all__) == TESTING
     assert all(hasattr(statemachine.testing, name) for name in TESTING)
 
@@ -211,7 +225,7 @@ def test_the_docstring_tree_lists_every_error_class() -> None:
     """Every exception class in _errors is drawn in its docstring, and nothing else is."""
     drawn = {name for _, name, _ in documented_tree()}
     assert drawn == error_classes()
-    assert len(drawn) == 29
+    assert len(drawn) == 30
 
 
 def test_every_error_subclasses_the_root_and_its_documented_builtin() -> None:

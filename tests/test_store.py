@@ -240,11 +240,13 @@ async def test_the_registry_row_follows_the_saves(make_store: Factory) -> None:
         "waiting_for": "approval of book_flight TP1351 ($800.00)",
         "updated_at": START + timedelta(minutes=5),
         "seq": 2,
+        "stop_requested": False,
+        "decision_pending": False,
     }
-    assert [(e.seq, e.phase) for e in await store.history("r1")] == [
-        (0, "Planning"),
-        (1, "Planning"),
-        (2, "AwaitApproval"),
+    assert [(e.seq, e.phase, e.at) for e in await store.history("r1")] == [
+        (0, "Planning", START),
+        (1, "Planning", START),
+        (2, "AwaitApproval", START + timedelta(minutes=5)),
     ]
 
 

@@ -1,7 +1,10 @@
-"""Typing tests: programs that mypy checks and nobody runs.
+"""Typing tests: programs that mypy and pyright check and nobody runs.
 
-Every illegal line carries ``# type: ignore[<code>]``. Under ``strict`` and
-``warn_unused_ignores`` an ignore that stops being needed is itself an error, so a
-rule that stops holding (a transition that becomes legal) fails ``make typecheck``.
-Each illegal line is preceded by a comment naming the rule it proves.
+Every illegal line carries ``# type: ignore[<code>]`` for mypy and, beside it,
+``# pyright: ignore[<rule>]`` for pyright (which is told to read only its own
+comments). Both checkers report an ignore that is not needed (mypy's
+``warn_unused_ignores``, pyright's ``reportUnnecessaryTypeIgnoreComment``), so a rule
+that stops holding under either one (a transition that becomes legal) fails
+``make typecheck``. Each illegal line is preceded by a comment naming the rule it
+proves; the one line only mypy rejects says so.
 """

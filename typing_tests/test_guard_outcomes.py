@@ -49,7 +49,7 @@ def forgets_invalid(outcome: GuardOutcome[CustomerResponse]) -> str:
             return "truncated"
         case _:
             # Rule: an unhandled Invalid reaches assert_never, which only Never may.
-            assert_never(outcome)  # type: ignore[arg-type]
+            assert_never(outcome)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
 
 
 def forgets_refusal(outcome: GuardOutcome[CustomerResponse]) -> str:
@@ -60,7 +60,7 @@ def forgets_refusal(outcome: GuardOutcome[CustomerResponse]) -> str:
             return "retry"
         case _:
             # Rule: an unhandled Refusal reaches assert_never, which only Never may.
-            assert_never(outcome)  # type: ignore[arg-type]
+            assert_never(outcome)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
 
 
 def handles_all_four(outcome: GuardOutcome[CustomerResponse]) -> str:
@@ -79,10 +79,10 @@ def handles_all_four(outcome: GuardOutcome[CustomerResponse]) -> str:
 
 def parsed_value_is_typed(outcome: Parsed[CustomerResponse]) -> None:
     # Rule: the parsed value has the schema's type, so a field it lacks is an error.
-    outcome.value.length  # type: ignore[attr-defined]
+    outcome.value.length  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
 
 
 def rules_match_the_schema() -> None:
-    ticket_guard: OutputGuard[Ticket] = OutputGuard(Ticket, rules=[needs_human])
+    _ticket_guard: OutputGuard[Ticket] = OutputGuard(Ticket, rules=[needs_human])
     # Rule: a rule written for another schema cannot guard this one.
-    OutputGuard(Ticket, rules=[short_reply])  # type: ignore[list-item]
+    OutputGuard(Ticket, rules=[short_reply])  # type: ignore[list-item]  # pyright: ignore[reportArgumentType]

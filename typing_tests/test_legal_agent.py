@@ -167,8 +167,16 @@ async def retry_once(retrying: Retrying[ShopCtx], rt: Runtime) -> str:
 
 
 async def drive(agent: Agent[ShopCtx], rt: Runtime) -> Done[ShopCtx] | Failed[ShopCtx]:
-    """The runner's loop, by hand: advance while the phase is Active."""
-    state: Phase[ShopCtx] = agent.start(ShopCtx(customer="Ada"), "I'd like a blue mug.")
+    """The runner's loop, by hand, from a new run."""
+    return await advance_to_the_end(agent.start(ShopCtx(customer="Ada"), "A blue mug."), rt)
+
+
+async def advance_to_the_end(state: Phase[ShopCtx], rt: Runtime) -> Done[ShopCtx] | Failed[ShopCtx]:
+    """Advance while the phase is Active.
+
+    The loop starts from a ``Phase`` parameter, as ``Runner.drive`` does: pyright loses
+    the loop's later types when the variable starts narrowed to ``Idle`` (README, typing).
+    """
     while isinstance(state, Active):
         state = await state.advance(rt)
     if isinstance(state, Done | Failed):
@@ -188,6 +196,7 @@ async def run_with_the_runner() -> RunResult[ShopCtx]:
     runner = Runner(shop_agent(), model=model, gate=AutoApproveGate())
     result = await runner.run(ShopCtx(customer="Ada"), "I'd like a blue mug.")
     final: Phase[ShopCtx] = result.final
+    assert final.kind in {"Done", "Failed"}
     return result
 
 

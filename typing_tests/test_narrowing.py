@@ -6,7 +6,6 @@ from typing import assert_never
 
 from statemachine import (
     Active,
-    Agent,
     Done,
     Failed,
     InvalidCall,
@@ -25,31 +24,31 @@ from ._fixtures import Ctx
 
 async def retry_may_fail(retrying: Retrying[Ctx], rt: Runtime) -> ToolCalling[Ctx]:
     # Rule: retry() may end in Failed, so it is not a ToolCalling until narrowed.
-    return await retrying.retry(rt)  # type: ignore[return-value]
+    return await retrying.retry(rt)  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
 
 
 async def retry_result_is_a_union(retrying: Retrying[Ctx], rt: Runtime) -> None:
     # Rule: the same, as an assignment.
-    again: ToolCalling[Ctx] = await retrying.retry(rt)  # type: ignore[assignment]
+    _again: ToolCalling[Ctx] = await retrying.retry(rt)  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
     # Rule: a Failed has no execute, so the union has none either.
-    await (await retrying.retry(rt)).execute(rt)  # type: ignore[union-attr]
+    await (await retrying.retry(rt)).execute(rt)  # type: ignore[union-attr]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
 
 
 async def execute_may_retry_or_fail(tool_calling: ToolCalling[Ctx], rt: Runtime) -> None:
     # Rule: execute() may end in Retrying or Failed, so it is not an Observing until narrowed.
-    seen: Observing[Ctx] = await tool_calling.execute(rt)  # type: ignore[assignment]
+    _seen: Observing[Ctx] = await tool_calling.execute(rt)  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
     # Rule: only Observing can observe; Retrying and Failed cannot.
-    (await tool_calling.execute(rt)).observe()  # type: ignore[union-attr]
+    (await tool_calling.execute(rt)).observe()  # type: ignore[union-attr]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
 
 
 async def execute_result_as_return(tool_calling: ToolCalling[Ctx], rt: Runtime) -> Observing[Ctx]:
     # Rule: the same, as a return value.
-    return await tool_calling.execute(rt)  # type: ignore[return-value]
+    return await tool_calling.execute(rt)  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
 
 
 async def a_phase_must_be_active_to_advance(state: Phase[Ctx], rt: Runtime) -> None:
     # Rule: Phase has no advance: narrow to Active (terminal phases have none).
-    await state.advance(rt)  # type: ignore[attr-defined]
+    await state.advance(rt)  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
 
 
 def forgetting_the_invalid_call(routed: ReadCall | WriteCall | InvalidCall) -> None:
@@ -60,7 +59,7 @@ def forgetting_the_invalid_call(routed: ReadCall | WriteCall | InvalidCall) -> N
             pass
         case _:
             # Rule: a match over a routed call that forgets InvalidCall is not exhaustive.
-            assert_never(routed)  # type: ignore[arg-type]
+            assert_never(routed)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
 
 
 def forgetting_the_write_call(planning: Planning[Ctx]) -> None:
@@ -72,7 +71,7 @@ def forgetting_the_write_call(planning: Planning[Ctx]) -> None:
             planning.reject_call(routed)
         case _:
             # Rule: forgetting WriteCall is caught too: a new effect cannot slip through.
-            assert_never(routed)  # type: ignore[arg-type]
+            assert_never(routed)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
 
 
 async def forgetting_that_execute_can_fail(tool_calling: ToolCalling[Ctx], rt: Runtime) -> None:
@@ -84,7 +83,7 @@ async def forgetting_that_execute_can_fail(tool_calling: ToolCalling[Ctx], rt: R
             await after.retry(rt)
         case _:
             # Rule: a match over execute()'s result must handle Failed.
-            assert_never(after)  # type: ignore[arg-type]
+            assert_never(after)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
 
 
 # Legal: the same results, narrowed.
@@ -124,9 +123,8 @@ async def execute_narrowed_exhaustively(tool_calling: ToolCalling[Ctx], rt: Runt
             assert_never(after)
 
 
-async def run_to_the_end(agent: Agent[Ctx], ctx: Ctx, rt: Runtime) -> str:
+async def run_to_the_end(state: Phase[Ctx], rt: Runtime) -> str:
     """The normal loop: a Phase, narrowed to Active, advanced until it is terminal."""
-    state: Phase[Ctx] = agent.start(ctx, "Where is my order?")
     while isinstance(state, Active):
         state = await state.advance(rt)
     if isinstance(state, Done):

@@ -24,27 +24,27 @@ from ._fixtures import LOOKUP_ARGS, Ctx, OtherCtx, lookup
 
 
 # Rule: Failed is @final: a subclass could add a way out of a terminal phase.
-class EscapableFailed(Failed[Ctx]):  # type: ignore[misc]
+class EscapableFailed(Failed[Ctx]):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
     pass
 
 
 # Rule: Done is @final for the same reason.
-class ResumableDone(Done[Ctx]):  # type: ignore[misc]
+class ResumableDone(Done[Ctx]):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
     pass
 
 
 # Rule: ReadCall is @final: a subclass could pass a write tool off as a read.
-class SneakyRead(ReadCall):  # type: ignore[misc]
+class SneakyRead(ReadCall):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
     pass
 
 
 # Rule: ApprovedCall is @final: its only maker is AwaitApproval.approve.
-class SelfApproved(ApprovedCall):  # type: ignore[misc]
+class SelfApproved(ApprovedCall):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
     pass
 
 
 # Rule: WriteCall is @final too.
-class QuietWrite(WriteCall):  # type: ignore[misc]
+class QuietWrite(WriteCall):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
     pass
 
 
@@ -54,7 +54,7 @@ class LookupOnlyPlanning(Planning[Ctx]):
     async def advance(self, rt: Runtime) -> ToolCalling[Ctx] | Failed[Ctx]:
         if self.step > 3:
             # Rule: advance's body is checked against its annotation: Responding is not in it.
-            return self.respond("enough")  # type: ignore[return-value]
+            return self.respond("enough")  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
         return self.call_tool(lookup.call(LOOKUP_ARGS))
 
 
@@ -62,7 +62,7 @@ class SkippingPlanning(Planning[Ctx]):
     """Tries to add a successor the base does not have."""
 
     # Rule: an override may narrow advance's successors but not widen them (Done is new).
-    async def advance(  # type: ignore[override]
+    async def advance(  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
         self, rt: Runtime
     ) -> ToolCalling[Ctx] | AwaitApproval[Ctx] | Responding[Ctx] | Planning[Ctx] | Done[Ctx]:
         return self.respond("skipped").finish()
@@ -72,7 +72,7 @@ class EagerObserving(Observing[Ctx]):
     """Tries to go from Observing straight to the customer."""
 
     # Rule: Observing's only successor is Planning; an override cannot add Responding.
-    async def advance(self, rt: Runtime) -> Responding[Ctx]:  # type: ignore[override]
+    async def advance(self, rt: Runtime) -> Responding[Ctx]:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
         return self.observe().respond("done")
 
 
@@ -80,7 +80,7 @@ class NumberedPlanning(Planning[Ctx]):
     """Breaks the instructions hook."""
 
     # Rule: an overridden hook keeps its signature: instructions() returns str.
-    def instructions(self) -> int:  # type: ignore[override]
+    def instructions(self) -> int:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
         return 42
 
 
@@ -89,7 +89,7 @@ class WrongContextPlanning(Planning[Ctx]):
 
     def instructions(self) -> str:
         # Rule: self.ctx has the agent's context type, so a typo or a wrong field is caught.
-        return f"Ticket {self.ctx.ticket}"  # type: ignore[attr-defined]
+        return f"Ticket {self.ctx.ticket}"  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
 
 
 @attrs.frozen(kw_only=True)
@@ -105,12 +105,12 @@ class TicketResponding(Responding[OtherCtx]):
 
 def wiring(agent: Agent[Ctx], ctx: Ctx, other: OtherCtx) -> None:
     # Rule: a phase class goes in its own role: Responding is not a Planning.
-    Phases(planning=Responding)  # type: ignore[arg-type]
+    Phases(planning=Responding)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     # Rule: the phase classes of one agent share its context type.
-    Phases[Ctx](planning=TaggedPlanning, responding=TicketResponding)  # type: ignore[arg-type]
+    Phases[Ctx](planning=TaggedPlanning, responding=TicketResponding)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     # Rule: an agent's phases carry its context type.
-    Agent[OtherCtx](name="x", phases=Phases(planning=TaggedPlanning))  # type: ignore[arg-type]
+    Agent[OtherCtx](name="x", phases=Phases(planning=TaggedPlanning))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     # Rule: a run of an agent holds that agent's context type, and no other.
-    agent.start(other, "hello")  # type: ignore[arg-type]
+    agent.start(other, "hello")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     # Rule: a subclass's required field is required.
-    TaggedPlanning(agent=agent, ctx=ctx)  # type: ignore[call-arg]
+    TaggedPlanning(agent=agent, ctx=ctx)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]

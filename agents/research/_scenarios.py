@@ -69,7 +69,7 @@ class RecordingBackend:
 
     corpus: Corpus = CORPUS
     pause: int = 3
-    queries: list[str] = attrs.field(factory=list)
+    queries: list[str] = attrs.field(factory=list[str])
     running: int = 0
     most_at_once: int = 0
 

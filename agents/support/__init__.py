@@ -6,6 +6,10 @@ iterations (suppressed); and a run that waits for a person, is resumed from its
 SQLite checkpoint in a "new process", re-establishes who is verified, and pays once.
 Refunds go to :class:`PaymentsService`, a SQLite ledger of its own that honours
 idempotency keys.
+
+For workers sharing a store: ``python -m statemachine worker --agent agents.support``
+drives runs with :func:`worker_runner`, and ``python -m agents.support submit --db
+PATH --count N`` submits customers' requests for them (:func:`support_requests`).
 """
 
 from ._agent import (
@@ -34,10 +38,23 @@ from ._scenarios import (
     duplicate_refund,
     waits_then_resumes,
 )
+from ._worker import (
+    AUTO_APPROVE_UP_TO,
+    PAYMENTS_VAR,
+    WORKER_ORDERS,
+    DeskModel,
+    RefundPolicy,
+    support_requests,
+    worker_runner,
+)
 
 __all__ = (
+    "AUTO_APPROVE_UP_TO",
     "INSTRUCTIONS",
     "ORDERS",
+    "PAYMENTS_VAR",
+    "WORKER_ORDERS",
+    "DeskModel",
     "IdempotencyConflictError",
     "LaterGate",
     "LookupArgs",
@@ -46,6 +63,7 @@ __all__ = (
     "PaymentsService",
     "Receipt",
     "RefundArgs",
+    "RefundPolicy",
     "RefundRefusedError",
     "SupportContext",
     "SupportDesk",
@@ -60,5 +78,7 @@ __all__ = (
     "duplicate_refund",
     "reestablish",
     "support_agent",
+    "support_requests",
     "waits_then_resumes",
+    "worker_runner",
 )

@@ -1,14 +1,30 @@
-"""Demo: ``python -m agents.support`` runs every scenario offline and prints what happened."""
+"""Demo: ``python -m agents.support`` runs every scenario offline and prints what happened.
+
+``python -m agents.support submit [--db PATH | --dsn DSN] [--count N] [--seed S]``
+submits ``N`` customers' requests to a store for workers
+(``python -m statemachine worker --agent agents.support``) and prints their run ids.
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
+import sys
 import tempfile
 from pathlib import Path
 
 import anyio
 
-from statemachine import Done, Failed
+from statemachine import (
+    CheckpointCipher,
+    Checkpointer,
+    Done,
+    Failed,
+    PostgresCheckpointer,
+    SQLiteCheckpointer,
+)
 
+from ._payments import PaymentsService
 from ._scenarios import (
     Outcome,
     approved_refund,
@@ -16,6 +32,7 @@ from ._scenarios import (
     duplicate_refund,
     waits_then_resumes,
 )
+from ._worker import support_requests, worker_runner
 
 
 def _show(number: int, outcome: Outcome) -> None:
@@ -45,5 +62,48 @@ async def main() -> None:
             _show(number, await scenario(Path(workdir)))
 
 
+async def submit(store: Checkpointer, count: int, *, seed: int = 0) -> list[str]:
+    """Submit ``count`` requests (:func:`support_requests`) to ``store``; their run ids."""
+    with PaymentsService(":memory:") as unused:  # submitting pays nothing
+        runner = worker_runner(store, payments=unused)
+        return [await runner.submit(ctx, text) for ctx, text in support_requests(count, seed=seed)]
+
+
+def _submit_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m agents.support submit",
+        description="Submit support requests to a store for workers to run.",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--db", help="the runs' SQLite file ($STATEMACHINE_DB, else statemachine.db)"
+    )
+    where.add_argument("--dsn", help="a PostgreSQL connection string ($STATEMACHINE_DSN)")
+    parser.add_argument("--count", type=int, default=10, help="how many requests (default 10)")
+    parser.add_argument("--seed", type=int, default=0, help="which mix of requests (default 0)")
+    args = parser.parse_args(argv)
+    if args.count < 1:
+        parser.error(f"--count must be a positive number, got {args.count}")
+    sealer = CheckpointCipher.from_env() if os.environ.get("STATEMACHINE_CHECKPOINT_KEYS") else None
+    dsn = args.dsn or ("" if args.db else os.environ.get("STATEMACHINE_DSN", ""))
+    store: PostgresCheckpointer | SQLiteCheckpointer = (
+        PostgresCheckpointer(dsn, sealer=sealer)
+        if dsn
+        else SQLiteCheckpointer(
+            args.db or os.environ.get("STATEMACHINE_DB") or "statemachine.db", sealer=sealer
+        )
+    )
+
+    async def go() -> list[str]:
+        async with store:
+            return await submit(store, args.count, seed=args.seed)
+
+    for run_id in anyio.run(go):
+        print(run_id)
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["submit"]:
+        sys.exit(_submit_command(sys.argv[2:]))
     anyio.run(main)

@@ -22,11 +22,11 @@ overnight for its approval needs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from decimal import Decimal
-from typing import ClassVar
+from typing import Any, ClassVar, cast
 
 import attrs
 from pydantic import BaseModel, Field
@@ -104,8 +104,8 @@ class VerificationService:
     """
 
     codes: dict[str, str] = attrs.field(factory=lambda: dict(CODES))
-    revoked: set[str] = attrs.field(factory=set)
-    asked: list[str] = attrs.field(factory=list)
+    revoked: set[str] = attrs.field(factory=set[str])
+    asked: list[str] = attrs.field(factory=list[str])
 
     def verify(self, customer_id: str, code: str) -> bool:
         """Whether ``code`` is ``customer_id``'s current code."""
@@ -119,7 +119,7 @@ class VerificationService:
 class VerifiedSessions:
     """Which customer this process saw verified, per run. Process memory: never saved."""
 
-    _by_run: dict[str, str] = attrs.field(factory=dict, alias="by_run")
+    _by_run: dict[str, str] = attrs.field(factory=dict[str, str], alias="by_run")
 
     def verified(self, run_id: str | None) -> str | None:
         """The customer verified in run ``run_id`` (in this process), or ``None``."""
@@ -161,7 +161,7 @@ def current_run_id() -> str:
 
 
 @contextmanager
-def _working_for(run_id: str) -> Iterator[None]:
+def _working_for(run_id: str) -> Generator[None, None, None]:
     token = _RUN_ID.set(run_id)
     try:
         yield
@@ -209,7 +209,7 @@ def _last_verification(transcript: tuple[Message, ...]) -> VerifyArgs | None:
             continue
         try:
             answer = loads(message.content)
-            if isinstance(answer, dict) and answer.get("verified") is True:
+            if isinstance(answer, dict) and cast("dict[str, Any]", answer).get("verified") is True:
                 found = VerifyArgs.model_validate(loads(asked[message.tool_call_id]))
         except ValueError:  # a suppressed call's words, not the service's answer
             continue

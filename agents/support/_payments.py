@@ -99,7 +99,7 @@ class PaymentsService:
         :class:`RefundRefusedError` beyond it. :class:`IdempotencyConflictError` if
         ``key`` was used for a different refund.
         """
-        if not isinstance(amount, Decimal):
+        if not isinstance(amount, Decimal):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"amount must be a Decimal, got {type(amount).__name__}")
         if not key:
             raise ValueError("a refund needs an idempotency key")

@@ -1,21 +1,27 @@
 """Demo: ``python -m agents.travel`` runs every scenario offline and prints what happened.
 
 ``--local`` runs the agent on a real model instead (see :mod:`agents.travel._local`).
+``--trace`` prints every span with OpenTelemetry's console exporter, and ``--log`` one
+readable log line per transition. On a terminal, the current phase of a running
+scenario is shown on one line that updates in place.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 from functools import partial
 
 import anyio
 
-from statemachine import Done, Failed
+from statemachine import Done, Failed, ProgressLine, configure_logging
 
 from ._handoff import HandoffAccepted, HandoffRejected
 from ._local import local_demo
 from ._scenarios import (
     HandoffOutcome,
+    OnTransition,
     Outcome,
     budget_stops_before_spending,
     flaky_weather,
@@ -59,16 +65,34 @@ def _show_handoff(number: str, outcome: HandoffOutcome) -> None:
     print(f"   approvals:  {outcome.approvals_asked} asked")
 
 
-async def main() -> None:
-    """Run the scenarios one after the other."""
+async def main(on_transition: OnTransition = None) -> None:
+    """Run the scenarios one after the other; ``on_transition`` sees every transition."""
     print("statemachine travel agent: three ways a `while True` agent breaks, handled")
-    _show("1a", await prompt_flip(approve=False))
-    _show("1b", await prompt_flip(approve=True))
-    _show("2a", await flaky_weather())
-    _show("2b", await weather_down())
-    _show("3", await budget_stops_before_spending())
+    seen = on_transition
+    _show("1a", await prompt_flip(approve=False, on_transition=seen))
+    _show("1b", await prompt_flip(approve=True, on_transition=seen))
+    _show("2a", await flaky_weather(on_transition=seen))
+    _show("2b", await weather_down(on_transition=seen))
+    _show("3", await budget_stops_before_spending(on_transition=seen))
     _show_handoff("4a", await handoff(lookups_fail=False))
     _show_handoff("4b", await handoff(lookups_fail=True))
+
+
+def _print_spans() -> None:
+    """Install the OpenTelemetry SDK with the console exporter: every span is printed."""
+    try:
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+    except ImportError as error:
+        sys.exit(
+            f"--trace needs opentelemetry-sdk, which is not installed ({error}); "
+            "install it: pip install opentelemetry-sdk"
+        )
+    provider = TracerProvider()
+    # Simple (not batched): each span is printed as it ends, in the order of the run.
+    provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+    trace.set_tracer_provider(provider)
 
 
 def cli(argv: list[str] | None = None) -> None:
@@ -84,11 +108,25 @@ def cli(argv: list[str] | None = None) -> None:
         action="store_true",
         help="with --local: no grammar; the library validates whatever the model writes",
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="print every span (one per run, one per transition) with the console exporter",
+    )
+    parser.add_argument(
+        "--log", action="store_true", help="print one readable log line per transition"
+    )
     args = parser.parse_args(argv)
+    configure_logging(json=False, level=logging.INFO if args.log else logging.WARNING)
+    if args.trace:
+        _print_spans()
     if args.local:
         anyio.run(partial(local_demo, constrained=not args.unconstrained))
-    else:
-        anyio.run(main)
+        return
+    # Spans and log lines are printed mid-run: a progress line would be cut through them.
+    quiet = args.trace or args.log
+    with ProgressLine(label="   running:   ") as progress:
+        anyio.run(main, None if quiet else progress)
 
 
 if __name__ == "__main__":

@@ -69,9 +69,9 @@ class FakeProvider:
     weather_failures: int = 0
     weather_down: bool = False
     weather_calls: int = 0
-    charges: list[Charge] = attrs.field(factory=list)
+    charges: list[Charge] = attrs.field(factory=list[Charge])
     weather_down_in: frozenset[str] = frozenset()
-    forecasts: dict[str, tuple[str, int]] = attrs.field(factory=dict)
+    forecasts: dict[str, tuple[str, int]] = attrs.field(factory=dict[str, tuple[str, int]])
 
     def weather(self, city: str) -> dict[str, object]:
         """One weather look-up; :class:`ToolError` (503) when the service is failing."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
-from typing import Annotated, Any, Literal, TypeAlias, final, get_args
+from typing import Annotated, Any, Literal, TypeAlias, cast, final, get_args
 
 import anyio
 import attrs
@@ -146,9 +146,10 @@ def _requested(deps: Any) -> tuple[str, ...]:
     """The cities asked for, from a rule's dependencies (the run's context)."""
     if isinstance(deps, TripRequest):
         return tuple(city.strip() for city in deps.cities)
-    names = deps if isinstance(deps, Sequence) and not isinstance(deps, str) else None
+    is_list = isinstance(deps, Sequence) and not isinstance(deps, str)
+    names = cast("Sequence[object]", deps) if is_list else None
     if names is not None and all(isinstance(city, str) for city in names):
-        return tuple(city.strip() for city in names)
+        return tuple(city.strip() for city in cast("Sequence[str]", names))
     raise TypeError(
         "the WeatherBrief rules need the cities asked for as their deps (a TripRequest or "
         f"a sequence of city names), got {deps!r}"
@@ -425,9 +426,9 @@ def _observed(research: RunResult[TripRequest]) -> dict[str, Mapping[str, Any]]:
     for state in research.states:
         if not isinstance(state, Observing) or state.call.name != "get_weather":
             continue
-        args = state.call.args
-        if isinstance(args, WeatherArgs) and isinstance(state.output, Mapping):
-            found[_key(args.city)] = state.output
+        args, output = state.call.args, cast("object", state.output)
+        if isinstance(args, WeatherArgs) and isinstance(output, Mapping):
+            found[_key(args.city)] = cast("Mapping[str, Any]", output)
     return found
 
 

@@ -8,13 +8,13 @@ recorded and the approvals that were asked for.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
 
 import anyio
 import attrs
 
-from statemachine import ApprovalGate, Budget, ModelReply, Runner, RunResult, dumps
+from statemachine import ApprovalGate, Budget, ModelReply, Phase, Runner, RunResult, dumps
 from statemachine.testing import AutoDenyGate, ScriptedGate, ScriptedModel, reply, tool_call
 
 from ._agent import FakeProvider, TripContext, travel_agent
@@ -39,9 +39,11 @@ TURN_TOKENS = 150
 TURN_COST = Decimal("0.0015")
 
 Sleep = Callable[[float], Awaitable[None]]
+# Called after every transition (the demo shows a progress line with it).
+OnTransition = Callable[[Phase[TripContext], Phase[TripContext]], None] | None
 
 
-def _call(name: str, arguments: dict[str, object]) -> ModelReply:
+def _call(name: str, arguments: Mapping[str, object]) -> ModelReply:
     return tool_call(name, arguments, tokens=TURN_TOKENS, cost=TURN_COST)
 
 
@@ -72,17 +74,22 @@ async def _run(
     *,
     budget: Budget | None = None,
     sleep: Sleep = anyio.sleep,
+    on_transition: OnTransition = None,
 ) -> Outcome:
     agent = travel_agent(provider, budget=budget)
     approval_gate: ApprovalGate = gate
-    runner = Runner(agent, model=model, gate=approval_gate, sleep=sleep, seed=7)
+    runner = Runner(
+        agent, model=model, gate=approval_gate, sleep=sleep, seed=7, on_transition=on_transition
+    )
     result = await runner.run(TRIP, ASK)
     return Outcome(
         title=title, result=result, provider=provider, approvals_asked=len(gate.requests)
     )
 
 
-async def prompt_flip(*, approve: bool, sleep: Sleep = anyio.sleep) -> Outcome:
+async def prompt_flip(
+    *, approve: bool, sleep: Sleep = anyio.sleep, on_transition: OnTransition = None
+) -> Outcome:
     """ "Be proactive": the model books a flight nobody asked for, right away.
 
     The write call waits in ``AwaitApproval``. Denied, nothing is charged and the
@@ -105,10 +112,12 @@ async def prompt_flip(*, approve: bool, sleep: Sleep = anyio.sleep) -> Outcome:
         )
         gate = AutoDenyGate(reason="the traveller only asked about the weather")
     title = "prompt flip, " + ("approved" if approve else "denied")
-    return await _run(title, FakeProvider(), model, gate, sleep=sleep)
+    return await _run(title, FakeProvider(), model, gate, sleep=sleep, on_transition=on_transition)
 
 
-async def flaky_weather(*, sleep: Sleep = anyio.sleep) -> Outcome:
+async def flaky_weather(
+    *, sleep: Sleep = anyio.sleep, on_transition: OnTransition = None
+) -> Outcome:
     """get_weather answers 503 once; ``Retrying`` backs off and the second call works.
 
     The model never sees the failed attempt.
@@ -120,17 +129,35 @@ async def flaky_weather(*, sleep: Sleep = anyio.sleep) -> Outcome:
         ]
     )
     provider = FakeProvider(weather_failures=1)
-    return await _run("flaky weather API", provider, model, AutoDenyGate(), sleep=sleep)
+    return await _run(
+        "flaky weather API",
+        provider,
+        model,
+        AutoDenyGate(),
+        sleep=sleep,
+        on_transition=on_transition,
+    )
 
 
-async def weather_down(*, sleep: Sleep = anyio.sleep) -> Outcome:
+async def weather_down(
+    *, sleep: Sleep = anyio.sleep, on_transition: OnTransition = None
+) -> Outcome:
     """get_weather always fails: the run ends in ``Failed`` after the attempts cap."""
     model = ScriptedModel([_call("get_weather", {"city": "Lisbon"})])
     provider = FakeProvider(weather_down=True)
-    return await _run("weather API down", provider, model, AutoDenyGate(), sleep=sleep)
+    return await _run(
+        "weather API down",
+        provider,
+        model,
+        AutoDenyGate(),
+        sleep=sleep,
+        on_transition=on_transition,
+    )
 
 
-async def budget_stops_before_spending(*, sleep: Sleep = anyio.sleep) -> Outcome:
+async def budget_stops_before_spending(
+    *, sleep: Sleep = anyio.sleep, on_transition: OnTransition = None
+) -> Outcome:
     """A $1,000 budget: the $800 flight is booked; the $600 hotel would cross it.
 
     The hotel is never charged, and nobody is asked to approve it.
@@ -143,7 +170,15 @@ async def budget_stops_before_spending(*, sleep: Sleep = anyio.sleep) -> Outcome
     )
     gate = ScriptedGate([True, True], by="ada@example.com")
     budget = Budget(cost=Decimal("1000"))
-    return await _run("cost budget", FakeProvider(), model, gate, budget=budget, sleep=sleep)
+    return await _run(
+        "cost budget",
+        FakeProvider(),
+        model,
+        gate,
+        budget=budget,
+        sleep=sleep,
+        on_transition=on_transition,
+    )
 
 
 CITIES = TripRequest(traveller="Ada Lovelace", cities=("Lisbon", "Porto", "Madrid"))
@@ -182,7 +217,7 @@ async def handoff(*, lookups_fail: bool, sleep: Sleep = anyio.sleep) -> HandoffO
     by code) and waits for approval. With Porto and Madrid answering 503, the brief
     is refused by its rules after three attempts and the booker never runs.
     """
-    down = frozenset({"Porto", "Madrid"}) if lookups_fail else frozenset()
+    down = frozenset({"Porto", "Madrid"}) if lookups_fail else frozenset[str]()
     provider = FakeProvider(forecasts=dict(FORECASTS), weather_down_in=down)
     cities = [_city(name, failed=name in down) for name in CITIES.cities]
     brief = dumps({"cities": cities, "notes": "" if lookups_fail else CONFIRM})
