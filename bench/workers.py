@@ -55,9 +55,10 @@ async def _settled(store: Checkpointer) -> bool:
     return all(record.status in SETTLED for record in await store.registry())
 
 
-def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    # The workers log a line per transition; that goes nowhere here.
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _start(command: list[str], env: dict[str, str], err: Path) -> subprocess.Popen[bytes]:
+    # The workers log a line per transition to stderr: kept in a file, read on failure.
+    with err.open("wb") as sink:
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=sink)
 
 
 async def one(
@@ -73,11 +74,14 @@ async def one(
     command = [sys.executable, "-m", "statemachine", "worker", "--agent", "agents.support"]
     command += [*where, "--exit-when-idle", "--poll", "20ms"]
     started = time.perf_counter()
-    processes = [_start([*command, "--owner", f"w{n}"], env) for n in range(workers)]
+    errs = [folder / f"w{n}.err" for n in range(workers)]
+    processes = [_start([*command, "--owner", f"w{n}"], env, errs[n]) for n in range(workers)]
     codes = [await anyio.to_thread.run_sync(process.wait) for process in processes]
     took = time.perf_counter() - started
-    if any(codes):
-        raise SystemExit(f"a worker exited with {codes}")
+    for code, err in zip(codes, errs, strict=True):
+        if code:
+            tail = err.read_text().splitlines()[-15:]
+            raise SystemExit(f"{err.stem} exited with {code}:\n" + "\n".join(tail))
     async with open_store() as store:
         if not await _settled(store):
             raise SystemExit("workers exited with runs left unsettled")

@@ -577,7 +577,9 @@ def _status(state: Phase[Any]) -> tuple[RunStatus, str]:
     if isinstance(state, Planning) and state.loop.paused:
         return RunStatus.INTERRUPTED, state.loop.paused
     if isinstance(state, AwaitApproval) and state.waiting:
-        return RunStatus.INTERRUPTED, f"approval of {state.call.describe()}"
+        # The tool only: the registry row is not encrypted, the arguments (amounts, a
+        # customer's details) stay in the checkpoint, which a sealer encrypts.
+        return RunStatus.INTERRUPTED, f"approval of {state.call.name}"
     return RunStatus.RUNNING, ""
 
 

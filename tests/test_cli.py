@@ -195,7 +195,7 @@ def test_list_shows_every_run_aligned_and_as_json(db: Path) -> None:
         ("broken", "support", "failed_resumable", "Planning"),
         ("flaky", "travel", "completed", "Done"),
     ]
-    assert rows[2]["WAITING FOR"] == f"approval of {CALL}"
+    assert rows[2]["WAITING FOR"] == "approval of refund"
     listed = as_json(cli("runs", "list", "--json", "--db", str(db)))
     assert [run["run_id"] for run in listed] == ALL_RUNS
     assert listed[2] == {
@@ -203,7 +203,7 @@ def test_list_shows_every_run_aligned_and_as_json(db: Path) -> None:
         "agent": "support",
         "status": "interrupted",
         "phase": "AwaitApproval",
-        "waiting_for": f"approval of {CALL}",
+        "waiting_for": "approval of refund",
         "updated_at": listed[2]["updated_at"],
         "seq": 9,
         "stop_requested": False,
@@ -241,7 +241,7 @@ def test_show_a_run_waiting_for_approval(db: Path) -> None:
     assert head.splitlines()[:4] == [
         "run       waiting",
         "agent     support",
-        f"status    interrupted (waiting for approval of {CALL})",
+        "status    interrupted (waiting for approval of refund)",
         "phase     AwaitApproval, step 9",
     ]
     assert "spent     $0.06, 36 tokens, 2 tool calls, 3 model calls" in head.splitlines()
