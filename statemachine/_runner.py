@@ -19,6 +19,7 @@ import structlog
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
+from structlog.testing import LogCapture
 
 from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending, load_decision
 from ._budget import Spend
@@ -328,7 +329,8 @@ class Runner(Generic[C]):
             span.update_name(f"{before.kind} -> {after.kind}")
             span.set_attributes({f"statemachine.{key}": value for key, value in keys.items()})
         self._metrics.transition(before, after, took)
-        log.info("transition", **keys)
+        if _events_wanted():
+            log.info("transition", **keys)
         return after
 
     async def resume(
@@ -585,7 +587,23 @@ def _status(state: Phase[Any]) -> tuple[RunStatus, str]:
 
 # Through the standard library's "statemachine" logger, so that nothing is printed
 # unless the application configures logging (or structlog) to show it.
-_log = structlog.wrap_logger(logging.getLogger("statemachine"))
+_library_logger = logging.getLogger("statemachine")
+_log = structlog.wrap_logger(_library_logger)
+
+
+def _events_wanted() -> bool:
+    """Whether a transition's log event goes anywhere, checked before it is built.
+
+    The event ends at the standard library's ``statemachine`` logger, so it is wanted
+    when that logger takes INFO (``configure_logging`` sets it; so does a root logger
+    at INFO), or while structlog captures events (``structlog.testing.capture_logs``,
+    ``statemachine.testing.capture``). Otherwise structlog's processors would render
+    a line per transition only for the logger to drop it.
+    """
+    if _library_logger.isEnabledFor(logging.INFO):
+        return True
+    processors = structlog.get_config()["processors"]
+    return bool(processors) and isinstance(processors[-1], LogCapture)
 
 
 def _transition_keys(rt: Runtime, before: Phase[Any], after: Phase[Any]) -> dict[str, Any]:

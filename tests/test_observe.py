@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
+import structlog
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -80,3 +82,31 @@ async def test_a_phase_that_raises_ends_its_span_with_the_error() -> None:
     assert not failing.status.is_ok
     assert failing.events[0].name == "exception"
     assert "run travel" in spans
+
+
+async def test_no_event_is_built_when_nothing_takes_it_and_one_per_transition_when_it_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Below INFO the runner skips the event before structlog renders it; at INFO it logs."""
+    rendered: list[str] = []
+
+    def count(logger: Any, method: str, event: dict[str, Any]) -> str:
+        rendered.append(str(event["event"]))
+        return str(event["event"])
+
+    previous = structlog.get_config()
+    structlog.configure(processors=[count])
+    try:
+        model = ScriptedModel([tool_call("get_weather", {"city": "Lisbon"}), reply("Sunny.")])
+        runner = Runner(travel_agent(FakeProvider()), model=model, gate=ScriptedGate([]))
+        with caplog.at_level(logging.WARNING, logger="statemachine"):
+            quiet = await runner.run(TRIP, ASK)
+        assert rendered == []
+        model = ScriptedModel([tool_call("get_weather", {"city": "Lisbon"}), reply("Sunny.")])
+        runner = Runner(travel_agent(FakeProvider()), model=model, gate=ScriptedGate([]))
+        with caplog.at_level(logging.INFO, logger="statemachine"):
+            heard = await runner.run(TRIP, ASK)
+        assert rendered == ["transition"] * (len(heard.states) - 1)
+        assert quiet.history == heard.history
+    finally:
+        structlog.configure(processors=previous["processors"])
