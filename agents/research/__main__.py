@@ -1,11 +1,18 @@
-"""Demo: ``python -m agents.research`` runs every scenario offline and prints what happened."""
+"""Demo: ``python -m agents.research`` runs every scenario offline and prints what happened.
+
+``--trace`` prints every span with OpenTelemetry's console exporter, and ``--log`` one
+readable log line per transition.
+"""
 
 from __future__ import annotations
+
+import argparse
 
 import anyio
 
 from statemachine import Done, Failed
 
+from .._demo import add_output_flags, apply_output_flags
 from ._agent import missing_points
 from ._corpus import CORPUS
 from ._scenarios import (
@@ -60,5 +67,13 @@ async def main() -> None:
     _show(5, await cyclic_plan())
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> None:
+    """The command line: the scripted scenarios, with ``--trace`` or ``--log`` if asked."""
+    parser = argparse.ArgumentParser(prog="python -m agents.research", description=__doc__)
+    add_output_flags(parser)
+    apply_output_flags(parser.parse_args(argv))
     anyio.run(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -3,6 +3,9 @@
 ``python -m agents.support submit [--db PATH | --dsn DSN] [--count N] [--seed S]``
 submits ``N`` customers' requests to a store for workers
 (``python -m statemachine worker --agent agents.support``) and prints their run ids.
+
+``--trace`` prints every span with OpenTelemetry's console exporter, and ``--log`` one
+readable log line per transition.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from statemachine import (
     SQLiteCheckpointer,
 )
 
+from .._demo import add_output_flags, apply_output_flags
 from ._payments import PaymentsService
 from ._scenarios import (
     Outcome,
@@ -103,7 +107,17 @@ def _submit_command(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["submit"]:
-        sys.exit(_submit_command(sys.argv[2:]))
+def cli(argv: list[str] | None = None) -> int:
+    """The command line: the scripted scenarios, or ``submit`` to feed workers."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["submit"]:
+        return _submit_command(argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m agents.support", description=__doc__)
+    add_output_flags(parser)
+    apply_output_flags(parser.parse_args(argv))
     anyio.run(main)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -9,14 +9,13 @@ scenario is shown on one line that updates in place.
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 from functools import partial
 
 import anyio
 
-from statemachine import Done, Failed, ProgressLine, configure_logging
+from statemachine import Done, Failed, ProgressLine
 
+from .._demo import add_output_flags, apply_output_flags
 from ._handoff import HandoffAccepted, HandoffRejected
 from ._local import local_demo
 from ._scenarios import (
@@ -78,23 +77,6 @@ async def main(on_transition: OnTransition = None) -> None:
     _show_handoff("4b", await handoff(lookups_fail=True))
 
 
-def _print_spans() -> None:
-    """Install the OpenTelemetry SDK with the console exporter: every span is printed."""
-    try:
-        from opentelemetry import trace
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
-    except ImportError as error:
-        sys.exit(
-            f"--trace needs opentelemetry-sdk, which is not installed ({error}); "
-            "install it: pip install opentelemetry-sdk"
-        )
-    provider = TracerProvider()
-    # Simple (not batched): each span is printed as it ends, in the order of the run.
-    provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
-    trace.set_tracer_provider(provider)
-
-
 def cli(argv: list[str] | None = None) -> None:
     """The command line: the scripted scenarios, or ``--local`` for a real local model."""
     parser = argparse.ArgumentParser(prog="python -m agents.travel", description=__doc__)
@@ -108,23 +90,13 @@ def cli(argv: list[str] | None = None) -> None:
         action="store_true",
         help="with --local: no grammar; the library validates whatever the model writes",
     )
-    parser.add_argument(
-        "--trace",
-        action="store_true",
-        help="print every span (one per run, one per transition) with the console exporter",
-    )
-    parser.add_argument(
-        "--log", action="store_true", help="print one readable log line per transition"
-    )
+    add_output_flags(parser)
     args = parser.parse_args(argv)
-    configure_logging(json=False, level=logging.INFO if args.log else logging.WARNING)
-    if args.trace:
-        _print_spans()
+    # Spans and log lines are printed mid-run: a progress line would be cut through them.
+    quiet = apply_output_flags(args)
     if args.local:
         anyio.run(partial(local_demo, constrained=not args.unconstrained))
         return
-    # Spans and log lines are printed mid-run: a progress line would be cut through them.
-    quiet = args.trace or args.log
     with ProgressLine(label="   running:   ") as progress:
         anyio.run(main, None if quiet else progress)
 
