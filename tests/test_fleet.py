@@ -68,8 +68,7 @@ class Fleet:
                 command, env=self._env, stdout=subprocess.DEVNULL, stderr=err
             )
 
-    def kill(self, rng: random.Random) -> None:
-        owner = rng.choice(sorted(self.live))
+    def kill(self, owner: str) -> None:
         process = self.live.pop(owner)
         process.kill()
         process.wait()
@@ -94,6 +93,17 @@ class Fleet:
         return codes
 
 
+async def holding(store: PostgresCheckpointer, fleet: Fleet) -> list[str]:
+    """The live workers that hold a run now (waiting, with a deadline, until one does)."""
+    with anyio.fail_after(60):
+        while True:
+            open_leases = {lease.owner for lease in await store.leases() if not lease.released_at}
+            owners = sorted(open_leases & set(fleet.live))
+            if owners:
+                return owners
+            await anyio.sleep(0.02)
+
+
 async def test_four_workers_and_random_kills_finish_every_run_and_pay_each_refund_once(
     pg_cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -110,10 +120,11 @@ async def test_four_workers_and_random_kills_finish_every_run_and_pay_each_refun
         try:
             for _ in range(WORKERS):
                 fleet.start()
-            # Kill a random worker every so often while work is left, and start a new one.
+            # Every so often, kill a worker that holds a run at that moment (chosen at
+            # random among them), and start a new one in its place.
             for _ in range(KILLS):
-                await anyio.sleep(rng.uniform(0.3, 0.9))
-                fleet.kill(rng)
+                await anyio.sleep(rng.uniform(0.1, 0.5))
+                fleet.kill(rng.choice(await holding(store, fleet)))
                 fleet.start()
             with anyio.fail_after(240):
                 while True:
