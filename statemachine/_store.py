@@ -297,11 +297,18 @@ class Checkpointer(Protocol):
 # --- deltas ------------------------------------------------------------------------------
 
 # What the store remembers of the last document of a run, to diff the next one against:
-# per key, the exact JSON fingerprint of the value and (for a list) its length, or -1;
-# a top-level object holds the same one level down.
-_Leaf = tuple[str, int]
-_Seen = dict[str, Any]  # key -> _Leaf, or (a top-level object) key -> {key -> _Leaf}
+# per key, the exact JSON fingerprint of the value and, for a list, the fingerprint of
+# each item (else None); objects down to _DEPTH levels hold the same one level down.
+_Leaf = tuple[str, tuple[str, ...] | None]
+_Seen = dict[str, Any]  # key -> _Leaf, or (an object within _DEPTH) key -> _Seen
 _TAG: Final = "\x00statemachine\x00"
+# Objects are diffed inside down to this depth: the document, its "fields", and the
+# objects among them (the governor's "loop"), so that a list deep in the state (the
+# loop's actions) changes by the items that changed, not as a whole.
+_DEPTH: Final = 3
+# A list that keeps its last items but drops a few from the front (a sliding window):
+# how many dropped items are looked for.
+_SHIFT: Final = 8
 
 
 def _tag(value: object) -> object:
@@ -317,40 +324,53 @@ _fingerprint_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"
 
 
 def _leaf(value: Any) -> _Leaf:
-    """Exact fingerprint: 1, 1.0, True and Decimal("1.00") all differ; written in C."""
-    length = len(value) if isinstance(value, list | tuple) else -1
-    return _fingerprint_encoder.encode(value), length
+    """Exact fingerprint: 1, 1.0, True and Decimal("1.00") all differ; written in C.
+
+    A list is fingerprinted item by item, so that a change can be told apart from
+    items appended, dropped from the front, or replaced at the end.
+    """
+    encode = _fingerprint_encoder.encode
+    if isinstance(value, list | tuple):
+        items = tuple(encode(item) for item in value)
+        return "[" + ",".join(items) + "]", items
+    return encode(value), None
 
 
-def _seen_of(document: Mapping[str, Any]) -> _Seen:
+def _seen_of(document: Mapping[str, Any], depth: int = 1) -> _Seen:
     return {
-        key: {sub: _leaf(item) for sub, item in value.items()}
-        if isinstance(value, dict)
+        key: _seen_of(value, depth + 1)
+        if isinstance(value, dict) and depth < _DEPTH
         else _leaf(value)
         for key, value in document.items()
     }
 
 
-def _extends(new: _Leaf, old: _Leaf) -> bool:
-    """True if the new list is the old one with items appended.
-
-    JSON values delimit themselves, so a list whose text starts with the old list's
-    items followed by a comma holds exactly those items first.
-    """
-    (new_text, new_length), (old_text, old_length) = new, old
-    if old_length < 0 or new_length <= old_length:
-        return False
-    if old_length == 0:
-        return True
-    head = old_text[:-1]
-    return new_text.startswith(head) and new_text[len(head)] == ","
+def _list_op(at: list[str], value: Any, new: tuple[str, ...], old: tuple[str, ...]) -> list[Any]:
+    """The smallest op among append, shift (drop from the front, append) and splice
+    (keep a prefix, replace the rest) that turns the old list into the new one."""
+    kept = 0
+    for before, after in zip(old, new, strict=False):
+        if before != after:
+            break
+        kept += 1
+    if kept == len(old):
+        return ["append", at, list(value[kept:])]
+    for dropped in range(1, min(_SHIFT, len(old)) + 1):
+        rest = len(old) - dropped
+        if rest <= len(new) and old[dropped:] == new[:rest]:
+            if rest >= kept:
+                return ["shift", at, dropped, list(value[rest:])]
+            break
+    if kept:
+        return ["splice", at, kept, list(value[kept:])]
+    return ["set", at, value]
 
 
 def _diff(
     old: Mapping[str, Any], new: Mapping[str, Any], path: list[str], ops: list[list[Any]]
 ) -> _Seen:
     """Append to ``ops`` what turns ``old`` into ``new``; return the fingerprints of ``new``."""
-    nested = not path  # one level of nesting: only top-level objects are diffed inside
+    nested = len(path) + 1 < _DEPTH  # objects down to _DEPTH levels are diffed inside
     seen: _Seen = {}
     for key in old:
         if key not in new:
@@ -365,14 +385,14 @@ def _diff(
                 seen[key] = _diff(before, value, at, ops)
             else:
                 ops.append(["set", at, value])
-                seen[key] = {sub: _leaf(item) for sub, item in value.items()}
+                seen[key] = _seen_of(value, len(at) + 1)
             continue
         leaf = _leaf(value)
         seen[key] = leaf
-        if before == leaf:
+        if isinstance(before, tuple) and before[0] == leaf[0]:
             continue
-        if isinstance(before, tuple) and _extends(leaf, before):
-            ops.append(["append", at, list(value[before[1] :])])
+        if isinstance(before, tuple) and before[1] is not None and leaf[1] is not None:
+            ops.append(_list_op(at, value, leaf[1], before[1]))
         else:
             ops.append(["set", at, value])
     expected = [key for key in old if key in new] + [key for key in new if key not in old]
@@ -406,6 +426,17 @@ def _apply(document: Document, ops: Any) -> None:
             target[last] = op[2]
         elif name == "append":
             target[last].extend(op[2])
+        elif name in ("shift", "splice"):
+            items, count, added = target[last], op[2], op[3]
+            if not isinstance(items, list) or not isinstance(count, int):
+                raise TypeError(f"{name} at {path!r} needs a list and a count")
+            if not 0 <= count <= len(items):
+                raise ValueError(f"{name} at {path!r}: {count} is outside the list")
+            if name == "shift":
+                del items[:count]
+            else:
+                del items[count:]
+            items.extend(added)
         elif name == "drop":
             del target[last]
         else:
