@@ -1,8 +1,8 @@
 """The PostgreSQL checkpoint store: one database shared by many workers on many machines.
 
-It keeps what :class:`SQLiteCheckpointer` keeps, the same way: checkpoints as a full
-snapshot every ``snapshot_every`` saves and deltas between, each blob ``sha256(sealed)
-+ sealed`` with the same associated data, the run registry with its lifecycle checks,
+It keeps what :class:`SQLiteCheckpointer` keeps, the same way: checkpoints as full
+snapshots (at the same seqs: the rule depends on ``seq`` alone) and deltas between,
+each blob ``sha256(sealed) + sealed`` with the same associated data, the run registry with its lifecycle checks,
 claims and the lease history, a person's pending decision, stop requests, and the
 side-effect ledger. The pure parts (deltas, sealing, replay, corruption errors) are
 ``_Store``'s own; this module keeps the rows, async end to end, through a psycopg 3
@@ -547,7 +547,7 @@ class PostgresCheckpointer(_Store):
                     target, waiting_for = RunStatus.CANCELLED, ""
             if target != current:
                 RunLifecycle(run_id, current).move_to(target)
-            snapshot = seq % self.snapshot_every == 0
+            snapshot = self._snapshot_at(seq)
             if snapshot or record is None:  # seq 0 is always a snapshot
                 payload: dict[str, Any] = {"kind": "full", "document": document}
                 seen = _seen_of(document)

@@ -9,11 +9,18 @@ holds only what changed since the checkpoint before::
     {"kind": "delta", "ops": [["set", path, value], ["append", path, items],
                               ["drop", path], ["order", path, keys]]}
 
-A path is one top-level key or, inside a top-level object, two keys (``["fields",
-"transcript"]``). A list that only grew (a transcript) is stored as the items
-appended, so the bytes per transition stay flat as a run grows. Every
-``snapshot_every`` checkpoints (and at seq 0) a full snapshot is written, so a load
-reads one snapshot and fewer than ``snapshot_every`` deltas.
+A path leads through objects up to three levels deep (``["fields", "loop",
+"actions"]``). A list is diffed item by item: one that grew (a transcript) is stored
+as the items appended, one whose last item changed (an action settled) as a splice,
+a sliding window as a shift, so the bytes per transition stay flat as a run grows.
+
+A full snapshot is written at seq 0 and every ``snapshot_every`` checkpoints while
+the run is young; the interval doubles each time the run reaches 16 intervals
+(``snapshot_every`` 50: every 50 up to seq 800, every 100 up to 1,600, ...). A state
+grows with its run, so a fixed interval would make snapshots cost more per
+transition the longer the run; a growing one keeps their bytes per transition
+bounded, and a load still reads one snapshot and fewer than ``max(snapshot_every,
+seq / 8)`` deltas. The rule depends on ``seq`` alone, so every process agrees.
 
 Each stored blob is ``sha256(sealed) + sealed``, where ``sealed`` is the encoded JSON
 passed through the optional :class:`Sealer` (encryption at rest) with the
@@ -950,7 +957,7 @@ class _Store:
                     status, waiting_for = RunStatus.CANCELLED, ""
             if status != current:  # building the machine costs more than the whole delta
                 RunLifecycle(run_id, current).move_to(status)
-            snapshot = seq % self.snapshot_every == 0
+            snapshot = self._snapshot_at(seq)
             if snapshot or record is None:  # seq 0 is always a snapshot
                 payload: dict[str, Any] = {"kind": "full", "document": document}
                 seen = _seen_of(document)
@@ -985,6 +992,13 @@ class _Store:
                 self._put_decision(run_id, None)
         self._remember(run_id, seq, seen)
         return saved
+
+    def _snapshot_at(self, seq: int) -> bool:
+        """Whether checkpoint ``seq`` is a full snapshot (see the module's docstring)."""
+        interval = self.snapshot_every
+        while interval * 16 <= seq:
+            interval *= 2
+        return seq % interval == 0
 
     def _remember(self, run_id: str, seq: int, seen: _Seen) -> None:
         self._recent[run_id] = (seq, seen)

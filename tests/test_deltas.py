@@ -10,6 +10,7 @@ list, so the bytes per transition stay flat as the run grows.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 from decimal import Decimal
 from typing import Any
@@ -75,7 +76,7 @@ def fingerprint(document: Any) -> str:
     return json.dumps(document, default=lambda d: f"Decimal({d})", sort_keys=False)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(first=documents, data=st.data())
 def test_a_delta_rebuilds_the_next_document_exactly(first: dict[str, Any], data: Any) -> None:
     """Over a chain of edits, applying each delta to the last rebuilt document gives
@@ -128,3 +129,30 @@ async def test_deep_list_changes_cost_what_changed_and_stay_flat() -> None:
     assert max(sizes[901].size, sizes[902].size) < 600
     assert sizes[902].size * 20 < sizes[900].size  # 900 is a snapshot of the whole state
     assert await store.load("r") == (902, governed(902))
+
+
+def growing(step: int) -> dict[str, Any]:
+    """A document whose transcript grows by one message per checkpoint."""
+    transcript = [{"role": "tool", "content": f"result {n}: " + "y" * 60} for n in range(step)]
+    return {"kind": "Planning", "fields": {"step": step, "transcript": transcript}}
+
+
+async def test_snapshots_thin_out_as_the_run_grows_so_bytes_per_transition_stay_bounded() -> None:
+    """Every 10 checkpoints up to seq 160, every 20 up to 320, ...: the state grows with
+    the run, and its snapshots' bytes per transition stay bounded instead of growing."""
+    store = MemoryCheckpointer(snapshot_every=10)
+    for step in range(1280):
+        await store.save("r", step, growing(step), agent="a", status="running", phase="Planning")
+    history = await store.history("r")
+    snapshots = [entry.seq for entry in history if entry.snapshot]
+    assert snapshots[:18] == [*range(0, 160, 10), 160, 180]
+    assert snapshots[-4:] == [960, 1040, 1120, 1200]
+    assert all(b - a <= max(10, a // 8) for a, b in itertools.pairwise(snapshots))
+
+    def per_transition(first: int, last: int) -> float:
+        return sum(entry.size for entry in history[first:last]) / (last - first)
+
+    early, late = per_transition(0, 160), per_transition(640, 1280)
+    # The state is 8 times bigger at the end; a fixed interval would cost about 8 times more.
+    assert late < 2.5 * early, (early, late)
+    assert await store.load("r") == (1279, growing(1279))
