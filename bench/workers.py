@@ -120,7 +120,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "workers.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "workers.json")
     args = parser.parse_args()
     times = anyio.run(bench, args.runs, args.repeat)
     summary = {}
