@@ -2,12 +2,12 @@
 
 It keeps what :class:`SQLiteCheckpointer` keeps, the same way: checkpoints as full
 snapshots (at the same seqs: the rule depends on ``seq`` alone) and deltas between,
-each blob ``sha256(sealed) + sealed`` with the same associated data, the run registry with its lifecycle checks,
-claims and the lease history, a person's pending decision, stop requests, and the
-side-effect ledger. The pure parts (deltas, sealing, replay, corruption errors) are
-``_Store``'s own; this module keeps the rows, async end to end, through a psycopg 3
-:class:`~psycopg_pool.AsyncConnectionPool`. Each operation is one transaction,
-shielded from cancellation as the SQLite store's are.
+each blob ``sha256(sealed) + sealed`` with the same associated data, the run registry
+with its lifecycle checks, claims and the lease history, a person's pending decision,
+stop requests, and the side-effect ledger. The pure parts (deltas, sealing, replay,
+corruption errors) are ``_Store``'s own; this module keeps the rows, async end to end,
+through a psycopg 3 :class:`~psycopg_pool.AsyncConnectionPool`. Each operation is one
+transaction, shielded from cancellation as the SQLite store's are.
 
 Tables (prefixed ``statemachine_`` so that they can share a database with an
 application's) are created on first use, in one transaction under an advisory lock,
