@@ -36,7 +36,6 @@ from ._errors import (
     CheckpointError,
     CheckpointOrderError,
     ConfigError,
-    DecisionRefusedError,
     UnknownRunError,
 )
 from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus
@@ -49,7 +48,6 @@ from ._store import (
     LeaseRecord,
     RunRecord,
     Sealer,
-    _decision_aad,
     _diff,
     _EffectRow,
     _Row,
@@ -817,32 +815,7 @@ class PostgresCheckpointer(_Store):
         async with self._session() as connection:
             await self._lock_run(connection, run_id)
             record = await self._fetch_known(connection, run_id, for_update=True)
-            waits = (
-                record.status is RunStatus.INTERRUPTED
-                and record.phase == "AwaitApproval"
-                and record.waiting_for.startswith("approval of ")
-            )
-            if not waits:
-                where = f"{record.status.value} at {record.phase}"
-                if record.waiting_for:
-                    where += f", waiting for {record.waiting_for}"
-                raise DecisionRefusedError(
-                    f"it is not waiting for an approval (it is {where}). Approve or deny "
-                    "only a run that is interrupted waiting for an approval; list those "
-                    "with the registry (status interrupted).",
-                    run_id=run_id,
-                )
-            if record.decision_pending:
-                raise DecisionRefusedError(
-                    "it already has a decision waiting for a worker to resume it with; "
-                    "nothing was changed. One decision per approval: wait for the run to "
-                    "go on, or stop it.",
-                    run_id=run_id,
-                )
-            blob = self._seal({"kind": "decision", "decision": document}, _decision_aad(run_id))
-            changed = record.model_copy(
-                update={"decision_pending": True, "updated_at": self._now()}
-            )
+            blob, changed = self._decided(record, document)
             await connection.execute(
                 "UPDATE statemachine_runs SET decision = %s, updated_at = %s WHERE run_id = %s",
                 (blob, changed.updated_at, run_id),

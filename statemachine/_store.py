@@ -800,35 +800,39 @@ class _Store:
         with self._transaction(write=False):
             return self._lease_rows(run_id)
 
+    def _decided(self, record: RunRecord, document: Document) -> tuple[bytes, RunRecord]:
+        """The sealed decision and the run's new row, or DecisionRefusedError (both stores)."""
+        run_id = record.run_id
+        waits = (
+            record.status is RunStatus.INTERRUPTED
+            and record.phase == "AwaitApproval"
+            and record.waiting_for.startswith("approval of ")
+        )
+        if not waits:
+            where = f"{record.status.value} at {record.phase}"
+            if record.waiting_for:
+                where += f", waiting for {record.waiting_for}"
+            raise DecisionRefusedError(
+                f"it is not waiting for an approval (it is {where}). Approve or deny "
+                "only a run that is interrupted waiting for an approval; list those "
+                "with the registry (status interrupted).",
+                run_id=run_id,
+            )
+        if record.decision_pending:
+            raise DecisionRefusedError(
+                "it already has a decision waiting for a worker to resume it with; "
+                "nothing was changed. One decision per approval: wait for the run to "
+                "go on, or stop it.",
+                run_id=run_id,
+            )
+        blob = self._seal({"kind": "decision", "decision": document}, _decision_aad(run_id))
+        changed = record.model_copy(update={"decision_pending": True, "updated_at": self._now()})
+        return blob, changed
+
     def _submit_decision(self, run_id: str, document: Document) -> RunRecord:
         with self._transaction(write=True):
             record = self._known(run_id)
-            waits = (
-                record.status is RunStatus.INTERRUPTED
-                and record.phase == "AwaitApproval"
-                and record.waiting_for.startswith("approval of ")
-            )
-            if not waits:
-                where = f"{record.status.value} at {record.phase}"
-                if record.waiting_for:
-                    where += f", waiting for {record.waiting_for}"
-                raise DecisionRefusedError(
-                    f"it is not waiting for an approval (it is {where}). Approve or deny "
-                    "only a run that is interrupted waiting for an approval; list those "
-                    "with the registry (status interrupted).",
-                    run_id=run_id,
-                )
-            if record.decision_pending:
-                raise DecisionRefusedError(
-                    "it already has a decision waiting for a worker to resume it with; "
-                    "nothing was changed. One decision per approval: wait for the run to "
-                    "go on, or stop it.",
-                    run_id=run_id,
-                )
-            blob = self._seal({"kind": "decision", "decision": document}, _decision_aad(run_id))
-            changed = record.model_copy(
-                update={"decision_pending": True, "updated_at": self._now()}
-            )
+            blob, changed = self._decided(record, document)
             self._put_record(changed)
             self._put_decision(run_id, blob)
             return changed
