@@ -6,6 +6,11 @@ next phase, so mypy rejects illegal transitions: a write tool reaches
 out. Retries, budgets and approval are owned by the phases, never by the model.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Final
+
 from ._approval import (
     Approval,
     ApprovalGate,
@@ -17,8 +22,6 @@ from ._approval import (
 )
 from ._budget import Budget, Spend
 from ._codec import dump_phase, load_phase
-from ._crypto import CheckpointCipher, generate_key
-from ._diagram import AgentGraph, agent_graph
 from ._errors import (
     ApprovalMismatchError,
     BadArgumentsError,
@@ -80,12 +83,9 @@ from ._guard import (
 )
 from ._json import canonical, canonical_hash, dumps, loads
 from ._lifecycle import RunLifecycle, RunStatus
-from ._local import LlamaCppConfig, LlamaCppModel
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import Money, to_money
 from ._observe import ProgressLine, configure_logging
-from ._openai import OpenAICompatibleModel, TokenPrices
-from ._patch import PatchAccepted, PatchRejected, apply_patch
 from ._phases import (
     Active,
     Agent,
@@ -104,7 +104,6 @@ from ._phases import (
     Runtime,
     ToolCalling,
 )
-from ._postgres import PostgresCheckpointer
 from ._reserve import BudgetMeter, Reservation
 from ._retry import RetryPolicy
 from ._runner import Runner, RunResult, StopReport
@@ -131,7 +130,16 @@ from ._tools import (
     read_tool,
     write_tool,
 )
-from ._worker import Worker
+
+if TYPE_CHECKING:
+    from ._crypto import CheckpointCipher, generate_key
+    from ._diagram import AgentGraph, agent_graph
+    from ._local import LlamaCppConfig, LlamaCppModel
+    from ._openai import OpenAICompatibleModel, TokenPrices
+    from ._patch import PatchAccepted, PatchRejected, apply_patch
+    from ._postgres import PostgresCheckpointer
+    from ._worker import Worker
+
 
 __all__ = (
     "ActionRecord",
@@ -269,3 +277,43 @@ __all__ = (
     "validate_with_retries",
     "write_tool",
 )
+
+# Parts a run of the core does not need are imported on first use, so that
+# ``import statemachine`` does not pay for httpx, cryptography, psycopg, llama.cpp,
+# the diagram or the worker. ``from statemachine import X`` and ``statemachine.X``
+# work as before; the type checkers read the imports above.
+_LAZY: Final[dict[str, str]] = {
+    "AgentGraph": "._diagram",
+    "CheckpointCipher": "._crypto",
+    "LlamaCppConfig": "._local",
+    "LlamaCppModel": "._local",
+    "OpenAICompatibleModel": "._openai",
+    "PatchAccepted": "._patch",
+    "PatchRejected": "._patch",
+    "PostgresCheckpointer": "._postgres",
+    "TokenPrices": "._openai",
+    "Worker": "._worker",
+    "agent_graph": "._diagram",
+    "apply_patch": "._patch",
+    "generate_key": "._crypto",
+}
+
+
+def _lazy_attribute(name: str) -> object:
+    """The public name ``name`` from the module that defines it, imported now."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value: object = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def _names() -> list[str]:
+    """What ``dir(statemachine)`` lists: the names defined so far and the lazy ones."""
+    return sorted(set(globals()) | set(_LAZY))
+
+
+if not TYPE_CHECKING:  # hidden from the type checkers, so a misspelt name stays an error
+    __getattr__ = _lazy_attribute
+    __dir__ = _names

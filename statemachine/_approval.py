@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 
-class ApprovalRequest(BaseModel, frozen=True, extra="forbid"):
+class ApprovalRequest(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """What the person is asked to approve: one exact write call."""
 
     run_id: str
@@ -57,7 +57,7 @@ class ApprovalRequest(BaseModel, frozen=True, extra="forbid"):
         return f"{self.tool}:{self.args_hash}"
 
 
-class Approval(BaseModel, frozen=True, extra="forbid"):
+class Approval(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """A person's yes to one exact call."""
 
     tool: str
@@ -88,14 +88,14 @@ class Approval(BaseModel, frozen=True, extra="forbid"):
         return f"{self.tool}:{self.args_hash}"
 
 
-class Denial(BaseModel, frozen=True, extra="forbid"):
+class Denial(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """A person's no, with the reason the model will be told."""
 
     reason: str = Field(min_length=1)
     denied_by: str = "unknown"
 
 
-class Pending(BaseModel, frozen=True, extra="forbid"):
+class Pending(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """No decision yet: the person was asked and will answer later.
 
     The run stops, interrupted, until it is resumed with the person's decision.

@@ -25,10 +25,7 @@ import binascii
 import os
 import re
 from collections.abc import Mapping
-from typing import Final, final
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from typing import TYPE_CHECKING, Final, final
 
 from ._errors import (
     CheckpointCorruptError,
@@ -36,6 +33,12 @@ from ._errors import (
     CheckpointTamperedError,
     SetupError,
 )
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+# ``cryptography`` is imported where a key is made or used, not at the top: the CLI and
+# the worker import this module whether or not checkpoints are sealed.
 
 __all__ = ["CheckpointCipher", "generate_key"]
 
@@ -50,6 +53,8 @@ _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 
 def generate_key() -> bytes:
     """A new random 256-bit key; store it base64-encoded (``base64.b64encode(key)``)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     return AESGCM.generate_key(bit_length=256)
 
 
@@ -73,6 +78,8 @@ class CheckpointCipher:
     __slots__ = ("_aead", "_current")
 
     def __init__(self, keys: Mapping[str, bytes], current: str) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         aead: dict[str, AESGCM] = {}
         for key_id, key in keys.items():
             _check_key_id(key_id)
@@ -195,6 +202,8 @@ class CheckpointCipher:
         aead = self._aead.get(key_id)
         if aead is None:
             raise CheckpointKeyError(key_id, self.key_ids, run_id=run_id)
+        from cryptography.exceptions import InvalidTag
+
         nonce = blob[end : end + NONCE_BYTES]
         try:
             return aead.decrypt(nonce, blob[end + NONCE_BYTES :], blob[:end] + aad)

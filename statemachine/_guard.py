@@ -104,7 +104,7 @@ _EVIDENCE_CHARS = 200
 # --- diagnostics -----------------------------------------------------------------------
 
 
-class Diagnostic(BaseModel, frozen=True, extra="forbid"):
+class Diagnostic(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """One problem with a reply: what failed, where, what was seen, and how to fix it.
 
     ``code`` is dotted: ``json.*`` (not JSON), ``type.*`` (schema), ``rule.<name>``
@@ -955,7 +955,7 @@ class OutputGuard(Generic[T]):
 
 
 @final
-class CustomerResponse(BaseModel, frozen=True, extra="forbid"):
+class CustomerResponse(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """The reply a customer reads: text, non-empty after trimming, at most 4,000 characters."""
 
     text: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]

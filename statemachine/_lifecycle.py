@@ -15,11 +15,12 @@ run time with ``IllegalStatusChangeError``; nothing leaves ``completed`` or ``ab
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Final
-
-from transitions import Machine, MachineError
+from typing import TYPE_CHECKING, Final
 
 from ._errors import IllegalStatusChangeError
+
+if TYPE_CHECKING:
+    from transitions import Machine
 
 __all__ = ["ATTENTION", "ENDINGS", "RunLifecycle", "RunStatus"]
 
@@ -78,9 +79,13 @@ class RunLifecycle:
     """
 
     def __init__(self, run_id: str, status: RunStatus = RunStatus.RUNNING) -> None:
+        # Imported here, not at the top: ``import statemachine`` should not pay for
+        # ``transitions`` before a run's status is first tracked.
+        from transitions import Machine
+
         self.run_id = run_id
         self._model = _Model()
-        self._machine = Machine(
+        self._machine: Machine = Machine(
             model=self._model,
             states=[member.value for member in RunStatus],
             transitions=[
@@ -139,6 +144,8 @@ class RunLifecycle:
         return self._fire("abort", RunStatus.ABORTED)
 
     def _fire(self, trigger: str, target: RunStatus) -> RunStatus:
+        from transitions import MachineError  # loaded already: __init__ built the machine
+
         here = self.status
         try:
             self._machine.events[trigger].trigger(self._model)

@@ -85,7 +85,7 @@ _ANSWER_SHAPE = '{"text": "<your answer to the customer>"}'
 _CALL_SHAPE = '{"name": "<tool name>", "arguments": {<the tool\'s arguments>}}'
 
 
-class LlamaCppConfig(BaseModel, frozen=True, extra="forbid"):
+class LlamaCppConfig(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """Settings of a :class:`LlamaCppModel`; ``constrained`` chooses constrain vs validate.
 
     ``model_path`` ``None`` means the SmolLM2-135M-Instruct GGUF that the
@@ -198,14 +198,14 @@ class _LlamaCpp:
         return formatter
 
 
-class _Completion(BaseModel):
+class _Completion(BaseModel, defer_build=True):
     """What ``create_completion`` returns, the fields this adapter reads."""
 
-    class Choice(BaseModel):
+    class Choice(BaseModel, defer_build=True):
         text: str
         finish_reason: str | None = None
 
-    class Counts(BaseModel):
+    class Counts(BaseModel, defer_build=True):
         prompt_tokens: int = 0
         completion_tokens: int = 0
 

@@ -26,9 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TextIO, final
 
 import attrs
-import structlog
 from opentelemetry import metrics, trace
-from structlog.testing import capture_logs
 
 from ._errors import SetupError
 from ._governor import Verdict
@@ -163,6 +161,8 @@ def configure_logging(
     (replaced, not added, when called again) that does not pass records on to the
     root logger.
     """
+    import structlog  # here: structlog imports asyncio
+
     out = sys.stderr if stream is None else stream
     renderer: Any
     if json:
@@ -383,6 +383,9 @@ def capture() -> Generator[Capture, None, None]:
     whatever level was configured) and restored after it. Needs ``opentelemetry-sdk``
     (a development dependency: ``pip install opentelemetry-sdk``).
     """
+    import structlog
+    from structlog.testing import capture_logs
+
     try:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader

@@ -33,13 +33,11 @@ import functools
 import math
 import os
 import re
-import ssl
 from decimal import Decimal
 from types import TracebackType
-from typing import Any, Literal, Self, final
+from typing import TYPE_CHECKING, Any, Literal, Self, final
 
 import anyio
-import httpx
 from pydantic import BaseModel, Field
 
 from . import _json
@@ -51,6 +49,14 @@ from ._errors import (
 )
 from ._model import Message, ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import Money
+
+if TYPE_CHECKING:
+    import ssl
+
+    import httpx
+
+# httpx (and the ssl, email and urllib modules it loads) is imported where a client is
+# made or a request sent, not at the top: TokenPrices and building a model need none of it.
 
 __all__ = ["API_KEY_ENV", "OpenAICompatibleModel", "TokenPrices"]
 
@@ -69,7 +75,7 @@ _SCHEMA_NAME = re.compile(r"[^A-Za-z0-9_-]")
 _EXCERPT_CHARS = 300
 
 
-class TokenPrices(BaseModel, frozen=True, extra="forbid"):
+class TokenPrices(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """What a model's tokens cost: exact ``Decimal`` amounts per ``per`` tokens.
 
     ``TokenPrices(input=Decimal("2.50"), output=Decimal("10"), per=1_000_000)`` is
@@ -252,6 +258,8 @@ class OpenAICompatibleModel:
         return self._read(response)
 
     async def _send(self, content: bytes, limit: float) -> httpx.Response:
+        import httpx
+
         headers = {"content-type": "application/json", "accept": "application/json"}
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
@@ -334,6 +342,8 @@ class OpenAICompatibleModel:
 
 
 def _new_client() -> httpx.AsyncClient:
+    import httpx
+
     # Retries belong to the run's policy, never to the transport.
     transport = httpx.AsyncHTTPTransport(retries=0, verify=_tls())
     return httpx.AsyncClient(transport=transport)
@@ -342,6 +352,8 @@ def _new_client() -> httpx.AsyncClient:
 @functools.cache
 def _tls() -> ssl.SSLContext:
     """One TLS context for every client: loading the CA bundle takes a tenth of a second."""
+    import httpx
+
     return httpx.create_ssl_context()
 
 

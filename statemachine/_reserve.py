@@ -33,7 +33,9 @@ __all__ = ["BudgetMeter", "Reservation"]
 
 _Limit = Literal["tokens", "cost", "tool_calls", "wall_clock"]
 _Outcome = Literal["committed", "released"]
-_NOTHING_SPENT = Spend()
+# Built without validation (nothing to validate) so that importing the module does
+# not build Spend's schema, which is deferred to first use.
+_NOTHING_SPENT = Spend.model_construct()
 
 
 @final

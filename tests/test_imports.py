@@ -1,0 +1,95 @@
+"""What ``import statemachine`` loads: the core, and none of the optional parts until used."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import statemachine
+
+# Modules a user of the core does not need: the OpenAI-compatible client (httpx), the
+# checkpoint cipher (cryptography), PostgreSQL, llama.cpp, the diagram and the worker.
+NOT_AT_IMPORT = (
+    "httpx",
+    "cryptography",
+    "psycopg",
+    "psycopg_pool",
+    "llama_cpp",
+    "transitions",
+    "statemachine._crypto",
+    "statemachine._diagram",
+    "statemachine._local",
+    "statemachine._openai",
+    "statemachine._patch",
+    "statemachine._postgres",
+    "statemachine._worker",
+    "structlog",
+    "asyncio",
+    "importlib.metadata",
+)
+
+LAZY = {
+    "AgentGraph": "statemachine._diagram",
+    "CheckpointCipher": "statemachine._crypto",
+    "LlamaCppConfig": "statemachine._local",
+    "LlamaCppModel": "statemachine._local",
+    "OpenAICompatibleModel": "statemachine._openai",
+    "PatchAccepted": "statemachine._patch",
+    "PatchRejected": "statemachine._patch",
+    "PostgresCheckpointer": "statemachine._postgres",
+    "TokenPrices": "statemachine._openai",
+    "Worker": "statemachine._worker",
+    "agent_graph": "statemachine._diagram",
+    "apply_patch": "statemachine._patch",
+    "generate_key": "statemachine._crypto",
+}
+
+
+def loaded_after(code: str) -> set[str]:
+    """The names in sys.modules after running ``code`` in a fresh interpreter."""
+    script = f"import json, sys\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    return set(json.loads(done.stdout))
+
+
+def test_import_loads_none_of_the_optional_parts() -> None:
+    """A fresh ``import statemachine`` leaves every optional dependency and module unloaded."""
+    loaded = loaded_after("import statemachine")
+    assert "statemachine._runner" in loaded
+    assert sorted(name for name in NOT_AT_IMPORT if name in loaded) == []
+
+
+@pytest.mark.parametrize("name", sorted(LAZY))
+def test_a_lazy_name_loads_its_module_on_first_use(name: str) -> None:
+    """``from statemachine import X`` imports X's module then, and only it."""
+    loaded = loaded_after(f"from statemachine import {name}")
+    assert LAZY[name] in loaded
+    # The worker reads the checkpoint keys, so it imports the cipher's module.
+    needed = {"statemachine._crypto"} if name == "Worker" else set()
+    others = {module for module in LAZY.values() if module != LAZY[name]} - needed
+    assert sorted(others & loaded) == []
+
+
+def test_lazy_names_are_the_objects_their_modules_define() -> None:
+    """Each lazy public name is the very object of the module that defines it."""
+    for name, module in LAZY.items():
+        assert getattr(statemachine, name) is getattr(sys.modules[module], name), name
+
+
+def test_lazy_names_are_listed_by_dir_and_all() -> None:
+    """``dir(statemachine)`` and ``__all__`` show the lazy names before they are used."""
+    assert set(LAZY) <= set(dir(statemachine))
+    assert set(LAZY) <= set(statemachine.__all__)
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    """A name the package does not have raises AttributeError with Python's own message."""
+    with pytest.raises(AttributeError) as raised:
+        statemachine.NoSuchName  # type: ignore[attr-defined]  # noqa: B018
+    assert str(raised.value) == "module 'statemachine' has no attribute 'NoSuchName'"
+    assert getattr(statemachine, "NoSuchName", None) is None
