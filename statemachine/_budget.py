@@ -11,12 +11,19 @@ from decimal import Decimal
 
 from pydantic import BaseModel, Field
 
+from ._model import _trusted
 from ._money import Money
 
 __all__ = ["Budget", "Spend"]
 
 
-class Budget(BaseModel, frozen=True, extra="forbid"):
+def _crosses(
+    used: int | Decimal, add: int | Decimal, limit: int | Decimal, open_ended: bool
+) -> bool:
+    return used + add > limit or (open_ended and used >= limit)
+
+
+class Budget(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """Limits for one run; ``None`` means no limit of that kind."""
 
     tokens: int | None = Field(default=None, ge=0)
@@ -42,31 +49,22 @@ class Budget(BaseModel, frozen=True, extra="forbid"):
         ``open_ended`` action (a model call, whose usage is known only afterwards) is
         refused once any limit is already reached.
         """
-
-        def crosses(used: int | Decimal, add: int | Decimal, limit: int | Decimal) -> bool:
-            return used + add > limit or (open_ended and used >= limit)
-
-        def crosses_count(used: int, add: int, limit: int) -> bool:
-            # A count (tool calls) is known ahead even for an open-ended action.
-            return used + add > limit
-
         if self.wall_clock is not None and elapsed >= self.wall_clock:
             return (
                 f"wall-clock budget exhausted: {elapsed:.2f}s of {self.wall_clock:g}s used "
                 f"before {action}"
             )
-        if self.tool_calls is not None and crosses_count(
-            spent.tool_calls, tool_calls, self.tool_calls
-        ):
+        # A count (tool calls) is known ahead even for an open-ended action.
+        if self.tool_calls is not None and spent.tool_calls + tool_calls > self.tool_calls:
             return (
                 f"tool-call budget: {action} would make {spent.tool_calls + tool_calls} "
                 f"tool calls, {self.tool_calls} allowed"
             )
-        if self.tokens is not None and crosses(spent.tokens, tokens, self.tokens):
+        if self.tokens is not None and _crosses(spent.tokens, tokens, self.tokens, open_ended):
             return (
                 f"token budget: {spent.tokens} of {self.tokens} tokens used, no room for {action}"
             )
-        if self.cost is not None and crosses(spent.cost, cost, self.cost):
+        if self.cost is not None and _crosses(spent.cost, cost, self.cost, open_ended):
             return (
                 f"cost budget: {action} would bring the run's cost to ${spent.cost + cost} "
                 f"of ${self.cost} allowed (${spent.cost} spent so far)"
@@ -91,7 +89,7 @@ class Budget(BaseModel, frozen=True, extra="forbid"):
         return remaining
 
 
-class Spend(BaseModel, frozen=True, extra="forbid"):
+class Spend(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """What a run has used so far. Immutable: ``add`` returns a new ``Spend``."""
 
     tokens: int = 0
@@ -108,9 +106,14 @@ class Spend(BaseModel, frozen=True, extra="forbid"):
         model_calls: int = 0,
     ) -> Spend:
         """A new ``Spend`` with the amounts added."""
-        return Spend.model_construct(
-            tokens=self.tokens + tokens,
-            cost=self.cost + cost,
-            tool_calls=self.tool_calls + tool_calls,
-            model_calls=self.model_calls + model_calls,
-        )
+        # As Spend.model_construct(...) with every field would make it, without its work.
+        values = {
+            "tokens": self.tokens + tokens,
+            "cost": self.cost + cost,
+            "tool_calls": self.tool_calls + tool_calls,
+            "model_calls": self.model_calls + model_calls,
+        }
+        return _trusted(Spend, values, set(_SPEND_FIELDS))
+
+
+_SPEND_FIELDS = tuple(Spend.model_fields)

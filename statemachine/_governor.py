@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Literal, Protocol, final
@@ -34,6 +34,7 @@ from pydantic import BaseModel, PrivateAttr
 from . import _json
 from ._budget import Budget, Spend
 from ._errors import SetupError
+from ._model import _trusted
 from ._tools import ReadCall, WriteCall, WriteTool
 
 __all__ = [
@@ -83,7 +84,77 @@ class Decision:
 CONTINUE = Decision(Verdict.CONTINUE)
 
 
-class ActionRecord(BaseModel, frozen=True, extra="forbid"):
+def _each_trigram(text: str) -> Iterator[str]:
+    """The character trigrams of ``text`` with case and spacing folded (repeats included)."""
+    folded = " ".join(text.lower().split())
+    return (folded[i : i + 3] for i in range(max(1, len(folded) - 2)))
+
+
+@lru_cache(maxsize=4096)
+def _trigrams(text: str) -> frozenset[str]:
+    return frozenset(_each_trigram(text))
+
+
+# A bitmask is built with ``|=`` until it is this wide, then through a bytearray
+# (each ``|=`` copies the whole int, which grows with the vocabulary).
+_NARROW_BITS = 4096
+# How many masks and trigrams a run keeps before it starts them again (a cache).
+_MASKS_KEPT = 256
+_TRIGRAMS_KEPT = 1 << 14
+
+
+@final
+class _GramMasks:
+    """Texts' trigram sets as ints, one bit per trigram of one run's vocabulary.
+
+    Then ``|A & B|`` is ``(a & b).bit_count()`` and ``|A|`` is ``a.bit_count()``: the
+    convergence check compares a result with every text of the evidence window without
+    building a set per comparison. Shared by a loop state and its successors (a cache:
+    what it holds never changes a result).
+    """
+
+    __slots__ = ("_bits", "masks")
+
+    def __init__(self) -> None:
+        self._bits: dict[str, int] = {}
+        # text -> (its mask, its number of trigrams)
+        self.masks: dict[str, tuple[int, int]] = {}
+
+    def start(self, window: int) -> None:
+        """Before a comparison: start again if the cache has grown past its bounds.
+
+        Only here, so that the masks of one comparison all share one vocabulary.
+        """
+        if len(self.masks) > max(_MASKS_KEPT, 4 * window) or len(self._bits) > _TRIGRAMS_KEPT:
+            self._bits = {}
+            self.masks = {}
+
+    def mask(self, text: str) -> tuple[int, int]:
+        """The bitmask of ``text``'s trigrams, and how many there are."""
+        known = self.masks.get(text)
+        if known is not None:
+            return known
+        bits = self._bits
+        positions = []
+        for gram in _each_trigram(text):
+            bit = bits.get(gram)
+            if bit is None:
+                bit = bits[gram] = len(bits)
+            positions.append(bit)
+        if len(bits) <= _NARROW_BITS:
+            mask = 0
+            for bit in positions:
+                mask |= 1 << bit
+        else:
+            packed = bytearray((len(bits) >> 3) + 1)
+            for bit in positions:
+                packed[bit >> 3] |= 1 << (bit & 7)
+            mask = int.from_bytes(packed, "little")
+        known = self.masks[text] = (mask, mask.bit_count())
+        return known
+
+
+class ActionRecord(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """One tool call the model asked for, and what became of it."""
 
     call_id: str
@@ -97,7 +168,7 @@ class ActionRecord(BaseModel, frozen=True, extra="forbid"):
     gain: float | None = None
 
 
-class VerdictRecord(BaseModel, frozen=True, extra="forbid"):
+class VerdictRecord(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """A verdict other than continue, as the run's history shows it."""
 
     step: int
@@ -107,7 +178,7 @@ class VerdictRecord(BaseModel, frozen=True, extra="forbid"):
     reason: str
 
 
-class LoopState(BaseModel, frozen=True, extra="forbid"):
+class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """The governor's memory of one run; immutable, carried by every phase.
 
     ``finalize`` holds the reason of a finalize verdict reached after an action,
@@ -129,14 +200,34 @@ class LoopState(BaseModel, frozen=True, extra="forbid"):
     # state and its successors: a state reads only positions below its own length,
     # so a successor's additions never change what an older state sees.
     _index: dict[str, list[int]] = PrivateAttr(default_factory=dict)
+    # The convergence check's trigram bitmasks (a cache), shared the same way.
+    _grams: _GramMasks | None = PrivateAttr(default=None)
 
-    def _evolve(self, **changes: Any) -> LoopState:
-        fields = {name: getattr(self, name) for name in type(self).model_fields}
-        fields.update(changes)
-        evolved = LoopState.model_construct(**fields)
-        # A private attribute, which pydantic lets a frozen model set (pyright does not know).
-        evolved._index = self._index  # pyright: ignore[reportAttributeAccessIssue]
-        return evolved
+    def _private(self) -> dict[str, Any]:
+        """The private attributes, read without pydantic's slow ``__getattr__``."""
+        private = self.__pydantic_private__
+        if private is None:  # pragma: no cover - pydantic sets them on every LoopState
+            private = {"_index": {}, "_grams": None}
+            object.__setattr__(self, "__pydantic_private__", private)
+        return private
+
+    def _evolve(self, *, _index: dict[str, list[int]] | None = None, **changes: Any) -> LoopState:
+        """This state with ``changes``; it shares the private index (or takes ``_index``).
+
+        Made as ``LoopState.model_construct`` with every field would make it (the
+        fields were validated, or made here), in one step instead of pydantic's loop.
+        """
+        if type(self) is LoopState:
+            values = {**self.__dict__, **changes}
+        else:  # a subclass: its own fields are left behind, as model_construct leaves them
+            values = {name: getattr(self, name) for name in _LOOP_FIELDS}
+            values.update(changes)
+        private = self._private()
+        kept = {
+            "_index": private.get("_index", {}) if _index is None else _index,
+            "_grams": private.get("_grams"),
+        }
+        return _trusted(LoopState, values, set(_LOOP_FIELDS), kept)
 
     def __eq__(self, other: object) -> bool:
         """Equal when every field is: the private index is only a cache of ``actions``."""
@@ -145,12 +236,24 @@ class LoopState(BaseModel, frozen=True, extra="forbid"):
         return self.__dict__ == other.__dict__
 
     def _indexed(self) -> dict[str, list[int]]:
-        if not self._index and self.actions:  # restored from a checkpoint: rebuild
+        private = self._private()
+        index: dict[str, list[int]] | None = private.get("_index")
+        if index is None:  # pragma: no cover - pydantic sets the default
+            index = private["_index"] = {}
+        if not index and self.actions:  # restored from a checkpoint: rebuild
             for position, action in enumerate(self.actions):
-                self._index.setdefault(action.exact, []).append(position)
+                index.setdefault(action.exact, []).append(position)
                 if action.key != action.exact:
-                    self._index.setdefault(action.key, []).append(position)
-        return self._index
+                    index.setdefault(action.key, []).append(position)
+        return index
+
+    def _masks(self) -> _GramMasks:
+        """The trigram bitmasks of this run's texts (made on first use)."""
+        private = self._private()
+        masks: _GramMasks | None = private.get("_grams")
+        if masks is None:
+            masks = private["_grams"] = _GramMasks()
+        return masks
 
     def _positions(self, key: str) -> list[int]:
         # The index may be shared with another branch grown from an older state, whose
@@ -179,8 +282,8 @@ class LoopState(BaseModel, frozen=True, extra="forbid"):
         evolved = self._evolve(
             actions=(*self.actions, action),
             tool_iterations=self.tool_iterations + (1 if iteration else 0),
+            _index=index,
         )
-        evolved._index = index  # pyright: ignore[reportAttributeAccessIssue]
         index.setdefault(action.exact, []).append(position)
         if action.key != action.exact:
             index.setdefault(action.key, []).append(position)
@@ -194,17 +297,39 @@ class LoopState(BaseModel, frozen=True, extra="forbid"):
         gain: float | None = None,
     ) -> LoopState:
         """A state where the action ``call_id`` ended with ``outcome``."""
-        for position in range(len(self.actions) - 1, -1, -1):
-            action = self.actions[position]
+        changes = self._settled(call_id, outcome, result, gain)
+        return self if changes is None else self._evolve(**changes)
+
+    def _settled(
+        self,
+        call_id: str,
+        outcome: Literal["ok", "failed", "refused"],
+        result: str,
+        gain: float | None,
+    ) -> dict[str, Any] | None:
+        """The changes that settle the action ``call_id``; ``None`` if there is no such action."""
+        actions = self.actions
+        for position in range(len(actions) - 1, -1, -1):
+            action = actions[position]
             if action.call_id == call_id:
-                settled = action.model_copy(
-                    update={"outcome": outcome, "result": result[:_RESULT_CHARS], "gain": gain}
+                # As action.model_copy(update=...) makes it.
+                values = {
+                    **action.__dict__,
+                    "outcome": outcome,
+                    "result": result[:_RESULT_CHARS],
+                    "gain": gain,
+                }
+                settled = _trusted(
+                    ActionRecord, values, action.__pydantic_fields_set__ | _SETTLED_FIELDS
                 )
-                actions = (*self.actions[:position], settled, *self.actions[position + 1 :])
+                if position == len(actions) - 1:
+                    changed = (*actions[:position], settled)
+                else:
+                    changed = (*actions[:position], settled, *actions[position + 1 :])
                 if outcome == "ok":
-                    return self._evolve(actions=actions)
-                return self._evolve(actions=actions, failures=(*self.failures, position))
-        return self
+                    return {"actions": changed}
+                return {"actions": changed, "failures": (*self.failures, position)}
+        return None
 
     def noted(self, step: int, hook: Hook, decision: Decision, **changes: Any) -> LoopState:
         """A state that remembers ``decision`` (a verdict other than continue)."""
@@ -218,18 +343,17 @@ class LoopState(BaseModel, frozen=True, extra="forbid"):
         return self._evolve(verdicts=(*self.verdicts, record), **changes)
 
 
+_LOOP_FIELDS = tuple(LoopState.model_fields)
+_ACTION_FIELDS = ("call_id", "tool", "effect", "exact", "key", "text")
+_SETTLED_FIELDS = frozenset({"outcome", "result", "gain"})
+
+
 class Similarity(Protocol):
     """How alike two texts are, from 0.0 (nothing shared) to 1.0 (the same)."""
 
     def __call__(self, first: str, second: str) -> float:
         """The similarity of ``first`` and ``second``."""
         ...
-
-
-@lru_cache(maxsize=4096)
-def _trigrams(text: str) -> frozenset[str]:
-    folded = " ".join(text.lower().split())
-    return frozenset(folded[i : i + 3] for i in range(max(1, len(folded) - 2)))
 
 
 def trigram_similarity(first: str, second: str) -> float:
@@ -284,6 +408,17 @@ def _at_least(minimum: int) -> Callable[[object, attrs.Attribute[int], int], Non
             raise SetupError(f"{attribute.name} must be at least {minimum}, got {value}")
 
     return check
+
+
+@lru_cache(maxsize=256)
+def _case_insensitive(model: type[BaseModel]) -> tuple[str, ...]:
+    """The string fields of an arguments model marked ``case_insensitive``."""
+    found = []
+    for name, field in model.model_fields.items():
+        extra = field.json_schema_extra
+        if isinstance(extra, dict) and extra.get("case_insensitive") is True:
+            found.append(name)
+    return tuple(found)
 
 
 def _was(outcome: str) -> str:
@@ -385,26 +520,36 @@ class LoopGovernor:
 
     def action(self, call: ReadCall | WriteCall, raw_arguments: str, call_id: str) -> ActionRecord:
         """The record of ``call`` as the model sent it (``raw_arguments``)."""
-        canonical = _json.canonical(self._folded(call))
-        exact = hashlib.sha256(f"{call.name}\x00{raw_arguments}".encode()).hexdigest()
-        return ActionRecord(
-            call_id=call_id,
-            tool=call.name,
-            effect="write" if isinstance(call.tool, WriteTool) else "read",
-            exact=exact,
+        name = call.name
+        exact = hashlib.sha256(f"{name}\x00{raw_arguments}".encode()).hexdigest()
+        if _case_insensitive(type(call.args)):
+            canonical = _json.canonical(self._folded(call))
+            key = f"{name}:{hashlib.sha256(canonical.encode()).hexdigest()}"
+        else:  # nothing to fold: the call's own canonical text and hash are these
+            canonical = call._canonical
+            key = f"{name}:{call.args_hash}"
+        # As ActionRecord(call_id=..., tool=..., effect=..., exact=..., key=..., text=...)
+        # would validate it: every value is a str made here.
+        values = {
+            "call_id": call_id,
+            "tool": name,
+            "effect": "write" if isinstance(call.tool, WriteTool) else "read",
+            "exact": exact,
             # The same hash as canonical_hash(folded arguments), from the text made once.
-            key=f"{call.name}:{hashlib.sha256(canonical.encode()).hexdigest()}",
-            text=f"{call.name}({canonical})",
-        )
+            "key": key,
+            "text": f"{name}({canonical})",
+            "outcome": "pending",
+            "result": "",
+            "gain": None,
+        }
+        return _trusted(ActionRecord, values, set(_ACTION_FIELDS))
 
     @staticmethod
     def _folded(call: ReadCall | WriteCall) -> dict[str, Any]:
         """Arguments with case-insensitive string fields folded to lower case."""
         plain: dict[str, Any] = call.args.model_dump(mode="python")
-        for name, field in type(call.args).model_fields.items():
-            extra = field.json_schema_extra
-            insensitive = isinstance(extra, dict) and extra.get("case_insensitive") is True
-            if insensitive and isinstance(plain.get(name), str):
+        for name in _case_insensitive(type(call.args)):
+            if isinstance(plain.get(name), str):
                 plain[name] = plain[name].casefold()
         return plain
 
@@ -502,14 +647,20 @@ class LoopGovernor:
         window = loop.evidence[-self.evidence_window :]
         if not window:
             return 1.0
-        if self.similarity is trigram_similarity:  # the default, inlined: one set per text
-            grams = _trigrams(result)
-            if not grams:
-                return 1.0
-            best = max(
-                len(grams & seen) / math.sqrt(len(grams) * len(seen)) if seen else 0.0
-                for seen in map(_trigrams, window)
-            )
+        if self.similarity is trigram_similarity:
+            # The default, inlined: the same scores, from bitmasks (a text has at least
+            # one trigram, so no size is 0).
+            masks = loop._masks()
+            masks.start(self.evidence_window)
+            mine, size = masks.mask(result)
+            known = masks.masks
+            sqrt = math.sqrt
+            best = 0.0
+            for seen in window:
+                theirs, their_size = known.get(seen) or masks.mask(seen)
+                score = (mine & theirs).bit_count() / sqrt(size * their_size)
+                if score > best:
+                    best = score
             return 1.0 - best
         return 1.0 - max(self.similarity(result, seen) for seen in window)
 
@@ -522,9 +673,9 @@ class LoopGovernor:
         gain = self.gain(loop, result)
         streak = loop.low_gain_streak + 1 if gain < self.plateau_gain else 0
         evidence = (*loop.evidence, result[:_RESULT_CHARS])[-self.evidence_window :]
-        loop = loop.settle(call_id, "ok", result, gain)._evolve(
-            evidence=evidence, low_gain_streak=streak
-        )
+        # settle(...) and then the evidence, in one new state.
+        settled = loop._settled(call_id, "ok", result, gain) or {}
+        loop = loop._evolve(**settled, evidence=evidence, low_gain_streak=streak)
         if streak >= self.plateau_steps:
             decision = Decision(
                 Verdict.FINALIZE,

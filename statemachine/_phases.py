@@ -31,7 +31,6 @@ import abc
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext
 from datetime import date
 from decimal import Decimal
 from typing import Any, ClassVar, Generic, TypeVar, assert_never, cast, final
@@ -71,7 +70,7 @@ from ._guard import (
     validate_config,
     validate_with_retries,
 )
-from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest
+from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, _trusted
 from ._retry import RetryPolicy
 from ._store import Checkpointer
 from ._tools import (
@@ -106,6 +105,7 @@ __all__ = [
 
 C = TypeVar("C")
 P = TypeVar("P", bound="Phase[Any]")
+T = TypeVar("T")
 
 
 @final
@@ -142,8 +142,18 @@ class Runtime:
         return budget.remaining_seconds(self.elapsed())
 
 
-def _deadline(seconds: float | None) -> AbstractContextManager[Any]:
-    return nullcontext() if seconds is None else anyio.fail_after(seconds)
+async def _within(call: Awaitable[T], seconds: float | None) -> T:
+    """Await ``call``; one still running ``seconds`` from now is cancelled (``TimeoutError``).
+
+    What ``anyio.fail_after(seconds)`` does, without its two generator-based context
+    managers around the cancel scope (they cost more than a fast tool call).
+    """
+    if seconds is None:
+        return await call
+    with anyio.CancelScope(deadline=anyio.current_time() + seconds):
+        return await call
+    # Reached only when the scope caught its own cancellation: its deadline passed.
+    raise TimeoutError
 
 
 @attrs.frozen(kw_only=True)
@@ -159,24 +169,27 @@ class Phase(Generic[C]):
     ctx: C
     # Left out of repr: a long conversation would flood every log line and traceback.
     transcript: tuple[Message, ...] = attrs.field(default=(), repr=False)
-    spent: Spend = Spend()
+    spent: Spend = Spend.model_construct()
     step: int = 0
     # Out of repr for the same reason as the transcript: it grows with the run.
-    loop: LoopState = attrs.field(default=LoopState(), repr=False)
-    # The single-use cell: the name of the transition that left this phase.
-    _left_by: list[str] = attrs.field(init=False, factory=list, eq=False, repr=False)
+    loop: LoopState = attrs.field(default=LoopState.model_construct(), repr=False)
+    # The single-use cell: the name of the transition that left this phase (set once,
+    # past the frozen class's __setattr__; a slot, so no object is made per phase).
+    _left_by: str | None = attrs.field(init=False, default=None, eq=False, repr=False)
 
     def _leave(self, transition: str) -> None:
-        if self._left_by:
-            raise PhaseReusedError(self.kind, transition, self._left_by[0])
-        self._left_by.append(transition)
+        left_by = self._left_by
+        if left_by is not None:
+            raise PhaseReusedError(self.kind, transition, left_by)
+        _object_setattr(self, "_left_by", transition)
 
     @property
     def left(self) -> bool:
         """Whether a transition has already been taken from this object."""
-        return bool(self._left_by)
+        return self._left_by is not None
 
     def _next(self, cls: type[P], **changes: Any) -> P:
+        """A ``cls`` carrying this phase's fields (``step`` + 1), with ``changes``."""
         fields: dict[str, Any] = {
             "agent": self.agent,
             "ctx": self.ctx,
@@ -184,8 +197,8 @@ class Phase(Generic[C]):
             "spent": self.spent,
             "step": self.step + 1,
             "loop": self.loop,
+            **changes,
         }
-        fields.update(changes)
         return cls(**fields)
 
     def _fail(self, reason: str, **changes: Any) -> Failed[C]:
@@ -274,8 +287,7 @@ class Planning(Active[C]):
         return (Message(role="system", content=system), *self.transcript)
 
     def _asked(self, call: ReadCall | WriteCall, call_id: str) -> tuple[Message, ...]:
-        request = ToolRequest(name=call.name, arguments=_json.dumps(call.args), id=call_id)
-        return (*self.transcript, Message(role="assistant", tool_calls=(request,)))
+        return (*self.transcript, _asking(call.name, _json.dumps(call.args), call_id))
 
     def _action(self, call: ReadCall | WriteCall, raw_arguments: str | None) -> ActionRecord:
         raw = _json.dumps(call.args) if raw_arguments is None else raw_arguments
@@ -489,14 +501,16 @@ class Planning(Active[C]):
         schema = None
         if answering and guard is not None and guard.mode is GuardMode.CONSTRAINED:
             schema = guard.output_schema
-        # The messages are validated already; constructing skips validating them again.
-        request = ModelRequest.model_construct(
-            messages=messages, tools=tools, timeout=remaining, output_schema=schema
+        # The messages are validated already; constructing skips validating them again
+        # (as ModelRequest.model_construct(...) with these four fields would).
+        request = _trusted(
+            ModelRequest,
+            {"messages": messages, "tools": tools, "timeout": remaining, "output_schema": schema},
+            set(_REQUEST_FIELDS),
         )
         loop = self.agent.governor.flag(self.loop, self.step)
         try:
-            with _deadline(remaining):
-                reply = await rt.model.complete(request)
+            reply = await _within(rt.model.complete(request), remaining)
         except TimeoutError:
             reason = f"wall-clock budget: the model did not answer within the {remaining:.2f}s left"
             return reason, attrs.evolve(self, loop=loop)
@@ -715,8 +729,10 @@ class ToolCalling(Active[C]):
     attempt: int = 1
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.call, ReadCall | ApprovedCall):
-            raise UnapprovedWriteError(getattr(self.call, "name", repr(self.call)))
+        call = self.call
+        # The exact type first: cheaper than isinstance on a union, and nearly always it.
+        if type(call) is not ReadCall and not isinstance(call, ReadCall | ApprovedCall):
+            raise UnapprovedWriteError(getattr(call, "name", repr(call)))
 
     async def execute(self, rt: Runtime) -> Observing[C] | Retrying[C] | Failed[C]:
         """Run the tool once, under its timeout and the run's deadline.
@@ -764,8 +780,7 @@ class ToolCalling(Active[C]):
         timeout = tool.timeout if remaining is None else min(tool.timeout, remaining)
         token = _IDEMPOTENCY_KEY.set(key)
         try:
-            with anyio.fail_after(timeout):
-                output = await tool.fn(self.call.args)
+            output = await _within(tool.fn(self.call.args), timeout)
         except Exception as error:
             if agent.retry_for(tool).retries(error):
                 return self._next(
@@ -846,7 +861,7 @@ class Observing(Active[C]):
         """Show the result to the model and plan again."""
         self._leave("observe")
         content = _json.dumps(_json.to_plain(self.output))
-        told = Message(role="tool", content=content, tool_call_id=self.call_id, name=self.call.name)
+        told = _told(content, self.call_id, self.call.name)
         loop = self.agent.governor.after_action(
             self.loop,
             call_id=self.call_id,
@@ -1043,9 +1058,54 @@ class Phases(Generic[C]):
 
 
 _ONCE = RetryPolicy(max_attempts=1, retry_on=())
+_ASKING_FIELDS = frozenset({"role", "tool_calls"})
+_REQUEST_ID_FIELDS = frozenset({"name", "arguments", "id"})
+_TOLD_FIELDS = frozenset({"role", "content", "tool_call_id", "name"})
 
 
-class RetrySettings(BaseModel, frozen=True, extra="forbid"):
+def _asking(name: str, arguments: str, call_id: str) -> Message:
+    """``Message(role="assistant", tool_calls=(ToolRequest(name=..., arguments=..., id=...),))``.
+
+    Text is not validated again (on the hot path, as pydantic would make the two
+    models); anything else goes through validation, and its error, as before.
+    """
+    if type(name) is str and type(arguments) is str and type(call_id) is str:
+        request = _trusted(
+            ToolRequest,
+            {"name": name, "arguments": arguments, "id": call_id},
+            set(_REQUEST_ID_FIELDS),
+        )
+        values = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": (request,),
+            "tool_call_id": "",
+            "name": "",
+        }
+        return _trusted(Message, values, set(_ASKING_FIELDS))
+    request = ToolRequest(name=name, arguments=arguments, id=call_id)
+    return Message(role="assistant", tool_calls=(request,))
+
+
+def _told(content: str, call_id: str, name: str) -> Message:
+    """``Message(role="tool", content=..., tool_call_id=..., name=...)``, as ``_asking``."""
+    if type(content) is str and type(call_id) is str and type(name) is str:
+        values = {
+            "role": "tool",
+            "content": content,
+            "tool_calls": (),
+            "tool_call_id": call_id,
+            "name": name,
+        }
+        return _trusted(Message, values, set(_TOLD_FIELDS))
+    return Message(role="tool", content=content, tool_call_id=call_id, name=name)
+
+
+_REQUEST_FIELDS = tuple(ModelRequest.model_fields)
+_object_setattr = object.__setattr__
+
+
+class RetrySettings(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """``RetryPolicy`` as configuration."""
 
     max_attempts: int = Field(default=3, ge=1)
@@ -1055,7 +1115,7 @@ class RetrySettings(BaseModel, frozen=True, extra="forbid"):
     jitter: float = Field(default=0.5, ge=0, le=1)
 
 
-class AgentConfig(BaseModel, frozen=True, extra="forbid"):
+class AgentConfig(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """An agent's settings as they come from a file or the environment.
 
     Read with :meth:`Agent.from_config`: an unknown key (a typo) fails at start-up,
@@ -1063,8 +1123,8 @@ class AgentConfig(BaseModel, frozen=True, extra="forbid"):
     """
 
     instructions: str = ""
-    budget: Budget = Budget()
-    retry: RetrySettings = RetrySettings()
+    budget: Budget = Budget.model_construct()
+    retry: RetrySettings = RetrySettings.model_construct()
     max_steps: int = Field(default=50, ge=1)
     max_tool_iterations: int | None = Field(default=None, ge=0)
     max_invalid_calls: int = Field(default=3, ge=1)
@@ -1095,7 +1155,7 @@ class Agent(Generic[C]):
     name: str
     tools: ToolRegistry = attrs.field(factory=lambda: ToolRegistry(()), converter=_registry)
     instructions: str = ""
-    budget: Budget = Budget()
+    budget: Budget = Budget.model_construct()
     retry: RetryPolicy = RetryPolicy()
     max_steps: int = 50
     max_tool_iterations: int | None = None

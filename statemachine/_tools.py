@@ -16,6 +16,7 @@ with an exhaustive ``match``.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
@@ -53,6 +54,7 @@ ToolFunction = Callable[[A], Awaitable[Any]]
 CostFunction = Callable[[Any], Decimal]
 
 DEFAULT_TIMEOUT = 10.0
+_FREE = Decimal(0)
 
 
 def _args_model(fn: Callable[..., Any]) -> type[BaseModel]:
@@ -111,7 +113,7 @@ class _Tool(Generic[A]):
     def price(self, args: BaseModel) -> Decimal:
         """What one call with ``args`` costs against the run's cost budget."""
         if self.cost is None:
-            return Decimal(0)
+            return _FREE
         return to_money(self.cost(args))
 
     def _validate(self, args: A | Mapping[str, Any]) -> A:
@@ -193,13 +195,18 @@ class _Call:
 
     args: BaseModel
     args_hash: str = attrs.field(init=False)
+    # The canonical JSON that args_hash hashes, kept for the governor's action record.
+    _canonical: str = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         try:
-            args_hash = _json.canonical_hash(self.args)
+            # What _json.canonical_hash(self.args) computes, with the text kept.
+            canonical = _json.canonical(self.args)
+            args_hash = hashlib.sha256(canonical.encode()).hexdigest()
         except (ValueError, ArithmeticError) as error:
             raise BadArgumentsError(self.name, (f"not a JSON value: {error}",)) from None
         object.__setattr__(self, "args_hash", args_hash)
+        object.__setattr__(self, "_canonical", canonical)
 
     @property
     def name(self) -> str:

@@ -6,6 +6,7 @@ model was told, which tools really ran, and the verdicts in the run's history.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -20,10 +21,11 @@ import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from support import CityArgs, FlightArgs, exactly
 
 from statemachine import (
+    ActionRecord,
     Agent,
     Budget,
     Decision,
@@ -46,6 +48,7 @@ from statemachine import (
     trigram_similarity,
     write_tool,
 )
+from statemachine._json import canonical, canonical_hash
 from statemachine.testing import AutoApproveGate, AutoDenyGate, ScriptedGate, ScriptedModel, reply
 from statemachine.testing import tool_call as call
 
@@ -677,6 +680,93 @@ def test_gain_is_one_minus_the_highest_similarity_to_the_evidence() -> None:
     loop = LoopState(evidence=("red green", "blue yellow"))
     assert governor.gain(loop, "red green blue") == pytest.approx(1 - 2 / 3)
     assert LoopGovernor().gain(loop, "Red   GREEN") == 0.0  # the default ignores case, spacing
+
+
+@functools.lru_cache(maxsize=1024)
+def _grams(text: str) -> frozenset[str]:
+    folded = " ".join(text.lower().split())
+    return frozenset(folded[i : i + 3] for i in range(max(1, len(folded) - 2)))
+
+
+def _gain_by_sets(window: tuple[str, ...], result: str) -> float:
+    """The default gain as the set formula states it: 1 - max |A & B| / sqrt(|A| |B|)."""
+    grams = _grams
+    mine = grams(result)
+    return 1.0 - max(
+        len(mine & grams(seen)) / math.sqrt(len(mine) * len(grams(seen))) for seen in window
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.text(alphabet='abcAB {}:,"\n', max_size=40), min_size=1, max_size=40),
+    st.text(alphabet='abcAB {}:,"\n', max_size=40),
+)
+def test_the_default_gain_is_exactly_the_trigram_formula(window: list[str], result: str) -> None:
+    """The default gain (computed from bitmasks) equals the set formula, float for float."""
+    governor = LoopGovernor(evidence_window=64)
+    loop = LoopState(evidence=tuple(window))
+    assert governor.gain(loop, result) == _gain_by_sets(tuple(window), result)
+    # Asked again (the masks now cached), the same value.
+    assert governor.gain(loop, result) == _gain_by_sets(tuple(window), result)
+
+
+def test_the_default_gain_is_exact_past_a_large_vocabulary() -> None:
+    """Texts with thousands of distinct trigrams (wide masks) and a run long enough to
+    start its cache again still give the set formula's gain."""
+    rng = random.Random(7)
+    letters = "abcdefghijklmnopqrstuvwxyz0123456789!#$%&()*+-./:;<=>?@[]^_{|}~"
+    governor = LoopGovernor()
+    loop = LoopState()
+    seen: list[str] = []
+    for n in range(300):
+        result = "".join(rng.choice(letters) for _ in range(1_500 if n % 5 == 0 else 30))
+        window = tuple(seen[-governor.evidence_window :])
+        expected = _gain_by_sets(window, result) if window else 1.0
+        assert governor.gain(loop, result) == expected
+        action = governor.action(unit_call("search", f'{{"query":"q{n}"}}'), "{}", f"call-{n}")
+        loop = governor.after_action(
+            loop.record(action), call_id=f"call-{n}", effect="read", result=result, ctx=None, step=n
+        )
+        seen.append(result[:2_000])
+    assert loop.actions[-1].gain == governor.gain(LoopState(evidence=tuple(seen[-33:-1])), seen[-1])
+
+
+@pytest.mark.parametrize(
+    ("tool_name", "raw", "folded"),
+    [
+        ("stock", '{"quantity": 2.0, "sku": "A-1"}', {"sku": "A-1", "quantity": 2}),
+        ("forecast", '{"city": "OSLO"}', {"city": "oslo"}),
+    ],
+)
+def test_an_action_is_keyed_by_the_canonical_folded_arguments(
+    tool_name: str, raw: str, folded: dict[str, Any]
+) -> None:
+    """key and text are the canonical JSON of the (case-folded) arguments and its hash."""
+    action = LoopGovernor().action(unit_call(tool_name, raw), raw, "call-1")
+    assert action.key == f"{tool_name}:{canonical_hash(folded)}"
+    assert action.text == f"{tool_name}({canonical(folded)})"
+
+
+def test_evolved_states_and_settled_actions_are_the_models_pydantic_would_make() -> None:
+    """A state made on the hot path dumps, compares and validates as one built by pydantic."""
+    governor = LoopGovernor()
+    action = governor.action(unit_call("search", '{"query":"q"}'), '{"query":"q"}', "call-1")
+    assert action == ActionRecord.model_validate(action.model_dump())
+    assert action.model_fields_set == {"call_id", "tool", "effect", "exact", "key", "text"}
+    loop = governor.after_action(
+        LoopState().record(action), call_id="call-1", effect="read", result="r", ctx=None, step=1
+    )
+    rebuilt = LoopState.model_validate(loop.model_dump())
+    assert loop == rebuilt
+    assert loop.model_dump() == rebuilt.model_dump()
+    assert list(loop.model_dump()) == list(LoopState.model_fields)
+    assert loop.model_fields_set == set(LoopState.model_fields)
+    settled = loop.actions[0]
+    assert settled == action.model_copy(update={"outcome": "ok", "result": "r", "gain": 1.0})
+    assert settled.model_fields_set == action.model_fields_set | {"outcome", "result", "gain"}
+    with pytest.raises(ValidationError, match="frozen"):
+        loop.tool_iterations = 3  # type: ignore[misc]  # pyright: ignore[reportAttributeAccessIssue]
 
 
 async def test_the_agents_completion_signal_finalizes() -> None:

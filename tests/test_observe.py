@@ -7,17 +7,26 @@ from typing import Any
 
 import pytest
 import structlog
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from pydantic import BaseModel
 from structlog.testing import capture_logs
 
 from agents.travel import FakeProvider, travel_agent
 from agents.travel._scenarios import ASK, FLIGHT, TRIP
-from statemachine import Runner
+from statemachine import Agent, Runner, read_tool
 from statemachine.testing import ScriptedGate, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio
+
+
+class WhereArgs(BaseModel):
+    """A city."""
+
+    city: str
 
 
 def tracing() -> tuple[Any, InMemorySpanExporter]:
@@ -82,6 +91,37 @@ async def test_a_phase_that_raises_ends_its_span_with_the_error() -> None:
     assert not failing.status.is_ok
     assert failing.events[0].name == "exception"
     assert "run travel" in spans
+
+
+async def test_a_transition_span_that_is_not_recorded_is_still_current_in_its_phase() -> None:
+    """With spans sampled out, each transition's span is still the current span while its
+    phase runs (instrumentation inside the phase sees it): one per transition, one trace."""
+    seen: list[trace.Span] = []
+
+    @read_tool
+    async def where(args: WhereArgs) -> str:
+        """Note the current span."""
+        seen.append(trace.get_current_span())
+        return args.city
+
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    model = ScriptedModel(
+        [tool_call("where", {"city": "Oslo"}), tool_call("where", {"city": "Rome"}), reply("Ok.")]
+    )
+    runner = Runner(
+        Agent[None](name="a", tools=[where]),
+        model=model,
+        gate=ScriptedGate([]),
+        tracer=provider.get_tracer("test"),
+    )
+    await runner.run(None, "Where?")
+    contexts = [span.get_span_context() for span in seen]
+    assert len(contexts) == 2
+    assert all(context.is_valid for context in contexts)
+    assert not any(span.is_recording() for span in seen)
+    assert contexts[0].trace_id == contexts[1].trace_id
+    assert contexts[0].span_id != contexts[1].span_id
+    assert not trace.get_current_span().get_span_context().is_valid  # and none after the run
 
 
 async def test_no_event_is_built_when_nothing_takes_it_and_one_per_transition_when_it_does(

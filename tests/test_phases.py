@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 import types
 import typing
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from decimal import Decimal
 from typing import Any, cast
 
 import anyio
+import anyio.lowlevel
 import attrs
 import pytest
 from support import CityArgs, FlightArgs, exactly
@@ -41,6 +43,7 @@ from statemachine import (
     Spend,
     ToolCalling,
     ToolError,
+    ToolRequest,
     UnapprovedWriteError,
     WriteCall,
     read_tool,
@@ -506,6 +509,33 @@ def test_observing_shows_the_model_the_output_with_exact_numbers() -> None:
     )
 
 
+def test_the_messages_of_a_tool_call_are_the_models_pydantic_would_make() -> None:
+    """The assistant's call and the tool's answer, added on the hot path, dump and
+    compare as the same Message built and validated by pydantic."""
+    agent = Agent[None](name="a", tools=[weather_tool(Calls())])
+    call = agent.tools.call("weather", {"city": "Oslo"})
+    nxt = planning(agent).call_tool(call)
+    observed = agent.phases.observing(
+        agent=agent, ctx=None, call=call, call_id=nxt.call_id, output={"sky": "sunny"}
+    ).observe()
+    asked, told = nxt.transcript[-1], observed.transcript[-1]
+    request = ToolRequest(name="weather", arguments='{"city":"Oslo"}', id=nxt.call_id)
+    expected = [
+        (asked, Message(role="assistant", tool_calls=(request,))),
+        (
+            told,
+            Message(
+                role="tool", content='{"sky":"sunny"}', tool_call_id=nxt.call_id, name="weather"
+            ),
+        ),
+    ]
+    for made, validated in expected:
+        assert made == validated
+        assert made.model_dump_json() == validated.model_dump_json()
+        assert made.model_fields_set == validated.model_fields_set
+        assert Message.model_validate(made.model_dump()) == made
+
+
 async def test_a_tool_slower_than_its_timeout_is_cancelled_and_retried() -> None:
     """A slow tool is cancelled at its await (later code never runs); the run goes to Retrying."""
     calls = Calls()
@@ -516,6 +546,64 @@ async def test_a_tool_slower_than_its_timeout_is_cancelled_and_retried() -> None
     assert isinstance(nxt, Retrying)
     assert (nxt.attempt, nxt.error) == (1, "timed out")
     assert nxt.spent.tool_calls == 1
+    assert calls.cancelled == ["Oslo"]
+    assert calls.finished == []
+
+
+async def test_a_tool_that_waits_many_times_within_its_timeout_returns_its_output() -> None:
+    """A tool that waits on the event loop again and again gets each answer and finishes."""
+    waited: list[int] = []
+
+    @read_tool(name="weather", timeout=5.0)
+    async def weather(args: CityArgs) -> dict[str, str]:
+        for n in range(3):
+            await anyio.lowlevel.checkpoint()
+            async with anyio.create_task_group() as group:  # a wait answered by a child task
+                group.start_soon(anyio.sleep, 0.001)
+            waited.append(n)
+        return {"city": args.city, "sky": "sunny"}
+
+    agent = Agent[None](name="a", tools=[weather])
+    with anyio.fail_after(2):
+        nxt = await calling(agent, agent.tools.call("weather", {"city": "Oslo"})).execute(runtime())
+    assert isinstance(nxt, Observing)
+    assert nxt.output == {"city": "Oslo", "sky": "sunny"}
+    assert waited == [0, 1, 2]
+
+
+async def test_a_tools_timeout_counts_from_the_call_not_from_its_first_wait() -> None:
+    """Work done before a tool's first await uses up its timeout too: 0.08 s of blocking
+    plus a 0.06 s wait outlasts a 0.1 s timeout, and the wait is cancelled."""
+    calls = Calls()
+
+    @read_tool(name="weather", timeout=0.1)
+    async def weather(args: CityArgs) -> str:
+        calls.started.append(args.city)
+        time.sleep(0.08)  # noqa: ASYNC251 - the point: blocking work before the first await
+        try:
+            await anyio.sleep(0.06)
+        except anyio.get_cancelled_exc_class():
+            calls.cancelled.append(args.city)
+            raise
+        calls.finished.append(args.city)
+        return "sunny"
+
+    agent = Agent[None](name="a", tools=[weather])
+    with anyio.fail_after(2):
+        nxt = await calling(agent, agent.tools.call("weather", {"city": "Oslo"})).execute(runtime())
+    assert isinstance(nxt, Retrying)
+    assert nxt.error == "timed out"
+    assert (calls.cancelled, calls.finished) == (["Oslo"], [])
+
+
+async def test_a_tool_cancelled_from_outside_is_cancelled_not_timed_out() -> None:
+    """A cancellation from an enclosing scope reaches the tool and goes on out of execute."""
+    calls = Calls()
+    agent = Agent[None](name="a", tools=[slow_weather_tool(calls, timeout=10.0)])
+    phase = calling(agent, agent.tools.call("weather", {"city": "Oslo"}))
+    with anyio.fail_after(2), anyio.move_on_after(0.02) as outer:
+        await phase.execute(runtime())
+    assert outer.cancelled_caught
     assert calls.cancelled == ["Oslo"]
     assert calls.finished == []
 
