@@ -33,9 +33,14 @@ with :class:`SetupError`, when the checkpoint is written, not when it is needed.
 
 from __future__ import annotations
 
+import enum
 import functools
 import hashlib
 import importlib
+import itertools
+import operator
+import sys
+import types
 import typing
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -127,11 +132,20 @@ def _importable(cls: type[Any], what: str) -> str:
 
 def _keeps(value: Decimal) -> bool:
     """Whether a JSON number gives back this very ``Decimal`` (its digits and exponent)."""
+    return _keeps_spelled(str(value))  # str spells the digits and the exponent, exactly
+
+
+@functools.lru_cache(maxsize=1024)
+def _keeps_spelled(spelled: str) -> bool:
+    value = Decimal(spelled)
     try:
-        back = _json.loads(_json.dumps(value))
+        text = _json.number_text(value)  # what dumps writes for it
     except (ValueError, ArithmeticError):
         return False
-    return type(back) is Decimal and back.as_tuple() == value.as_tuple()
+    # loads reads a number without a fraction or an exponent as int.
+    if "." not in text and "E" not in text and "e" not in text:
+        return False
+    return Decimal(text).as_tuple() == value.as_tuple()
 
 
 def _encode(value: Any) -> Any:
@@ -147,7 +161,16 @@ def _encode(value: Any) -> Any:
     if isinstance(value, Decimal):
         return value if _keeps(value) else {"$decimal": str(value)}
     if isinstance(value, BaseModel):
-        return _encode(value.model_dump(mode="python"))
+        plan = _plan(type(value))
+        if plan is _Plan.TEXT:
+            return value.model_dump(mode="json")  # the same values, built in Rust
+        dumped = value.model_dump(mode="python")
+        if plan is _Plan.FLAT:  # only the fields that are not text, int, bool or None
+            for key, item in dumped.items():
+                if type(item) not in _PLAIN:
+                    dumped[key] = _encode(item)
+            return dumped
+        return _encode(dumped)
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -167,6 +190,69 @@ def _encode(value: Any) -> Any:
     if type(plain) is type(value):
         raise TypeError(f"{type(value).__name__} is not a JSON value")
     return _encode(plain)
+
+
+class _Plan(enum.Enum):
+    """How a pydantic model class is encoded: see :func:`_plan`."""
+
+    TEXT = "text"
+    FLAT = "flat"
+    NESTED = "nested"
+
+
+_PLAIN: Final = frozenset({str, int, bool, type(None)})
+_SCALAR_TYPES: Final = frozenset({str, int, bool, float, Decimal, type(None)})
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(cls: type[BaseModel]) -> _Plan:
+    """How to encode instances of ``cls`` exactly as ``_encode(model_dump())`` does, fast.
+
+    ``TEXT``: every field is text (or a tuple of such models), so ``model_dump(mode=
+    "json")`` is the encoding. ``FLAT``: every field is a scalar (text, numbers, bools,
+    ``None``), so only the values that are not text, int, bool or ``None`` need
+    encoding. ``NESTED``: anything else (or a dump a serializer, a computed field or
+    extra fields may change), encoded value by value.
+    """
+    decorators = cls.__pydantic_decorators__
+    if (
+        decorators.field_serializers
+        or decorators.model_serializers
+        or cls.model_computed_fields
+        or cls.model_config.get("extra") == "allow"
+    ):
+        return _Plan.NESTED
+    fields = cls.model_fields.values()
+    # A serializer in a field's metadata may write the JSON form differently.
+    if all(not field.metadata and _text_annotation(field.annotation) for field in fields):
+        return _Plan.TEXT
+    annotations = [field.annotation for field in fields]
+    if all(_scalar_annotation(annotation) for annotation in annotations):
+        return _Plan.FLAT
+    return _Plan.NESTED
+
+
+def _text_annotation(annotation: Any) -> bool:
+    if annotation is str:
+        return True
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Literal:
+        return all(type(arg) is str for arg in args)
+    if typing.get_origin(annotation) is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = args[0]
+        return isinstance(item, type) and issubclass(item, BaseModel) and _plan(item) is _Plan.TEXT
+    return False
+
+
+def _scalar_annotation(annotation: Any) -> bool:
+    if annotation in _SCALAR_TYPES:
+        return True
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return all(type(arg) in _SCALAR_TYPES for arg in args)
+    if origin is typing.Union or origin is types.UnionType:
+        return all(_scalar_annotation(arg) for arg in args)
+    return False
 
 
 def _decode(value: Any) -> Any:
@@ -622,3 +708,198 @@ class _Loader:
             normalised=tuple(_text(note, "note") for note in value["normalised"]),
             warnings=tuple(Diagnostic.model_validate(_decode(w)) for w in value["warnings"]),
         )
+
+
+# --- incremental dump ------------------------------------------------------------------
+
+# Fields whose value is deeply immutable (frozen models of text, numbers and tuples of
+# them), so that the same object has the same encoding: a field holding the very object
+# the phase before held keeps that phase's encoding. Other fields (the context, a call's
+# arguments, a tool's output) may be changed in place by their owner, so they are
+# encoded again and compared exactly.
+_SAME_BY_IDENTITY: Final = frozenset({"transcript", "spent", "loop", *_SCALARS})
+# How many items dropped from the front of a sliding window are looked for (as the store).
+_SHIFT: Final = 8
+
+
+# CPython keeps a tuple's items inline, as an array of pointers right after its header:
+# two runs of items are the very same objects exactly when those bytes are equal.
+_INLINE_ITEMS: Final = sys.implementation.name == "cpython"
+
+
+@functools.cache
+def _memory() -> Callable[[int, int], bytes]:
+    import ctypes  # only when a run is checkpointed: it costs an import
+
+    return ctypes.string_at
+
+
+def _kept(old: tuple[Any, ...], new: tuple[Any, ...], start: int, count: int) -> bool:
+    """Whether ``new[:count]`` holds the very objects ``old[start:start + count]``.
+
+    Identity, not equality: an equal item may encode differently (1 and 1.0). In C:
+    on CPython the two arrays of item pointers are compared as bytes, without copying
+    an item or calling its ``__eq__``.
+    """
+    if count > len(new) or start + count > len(old):
+        return False
+    if _INLINE_ITEMS and type(old) is tuple and type(new) is tuple:
+        read, head, size = _memory(), tuple.__basicsize__, tuple.__itemsize__
+        return read(id(new) + head, count * size) == read(
+            id(old) + head + start * size, count * size
+        )
+    kept = itertools.islice(old, start, start + count)
+    return all(map(operator.is_, itertools.islice(new, count), kept))
+
+
+def _tuple_change(
+    old: tuple[Any, ...], encoded: list[Any], new: tuple[Any, ...], path: list[str]
+) -> tuple[list[Any], list[Any] | None]:
+    """``new``'s encoding from ``old``'s, and the op from one to the other (``None``: same)."""
+    size = len(old)
+    if len(new) >= size and _kept(old, new, 0, size):  # grew at the end
+        if len(new) == size:
+            return encoded, None
+        added = [_encode(item) for item in new[size:]]
+        return encoded + added, ["append", path, added]
+    if size and len(new) >= size and _kept(old, new, 0, size - 1):  # the last replaced
+        added = [_encode(item) for item in new[size - 1 :]]
+        return encoded[: size - 1] + added, ["splice", path, size - 1, added]
+    for dropped in range(1, min(_SHIFT, size) + 1):  # a sliding window moved on
+        rest = size - dropped
+        if rest <= len(new) and _kept(old, new, dropped, rest):
+            added = [_encode(item) for item in new[rest:]]
+            return encoded[dropped:] + added, ["shift", path, dropped, added]
+    whole = [_encode(item) for item in new]
+    return whole, ["set", path, whole]
+
+
+def _same(encoded: Any, before: Any) -> bool:
+    """Whether two encodings are the same JSON, exactly (1, 1.0, True and 1.00 differ)."""
+    if encoded is before:
+        return True
+    if type(encoded) is not type(before):
+        return False
+    if type(encoded) is str or type(encoded) is int:
+        return bool(encoded == before)
+    return _json.fingerprint(encoded) == _json.fingerprint(before)
+
+
+def _loop_change(
+    old: LoopState, encoded: dict[str, Any], new: LoopState, ops: list[list[Any]]
+) -> dict[str, Any]:
+    """``new``'s encoding from ``old``'s, field by field; the ops go to ``ops``."""
+    result: dict[str, Any] = {}
+    for name in type(new).model_fields:
+        value, before = getattr(new, name), getattr(old, name)
+        if value is before:
+            result[name] = encoded[name]
+            continue
+        path = ["fields", "loop", name]
+        if isinstance(value, tuple) and isinstance(before, tuple):
+            result[name], op = _tuple_change(before, encoded[name], value, path)
+            if op is not None:
+                ops.append(op)
+            continue
+        result[name] = _encode(value)
+        if _same(result[name], encoded[name]):
+            result[name] = encoded[name]
+        else:
+            ops.append(["set", path, result[name]])
+    return result
+
+
+_DUMPED: dict[type[Any], tuple[attrs.Attribute[Any], ...]] = {}
+
+
+def _dumped_fields(cls: type[Phase[Any]]) -> tuple[attrs.Attribute[Any], ...]:
+    """The fields :func:`dump_phase` writes, in its order."""
+    found = _DUMPED.get(cls)
+    if found is None:
+        found = _DUMPED[cls] = tuple(f for f in attrs.fields(cls) if f.init and f.name != "agent")
+    return found
+
+
+class PhaseDumper:
+    """Dumps the successive phases of one run, encoding only what changed since the last.
+
+    A phase shares most of its fields with the phase before it (the same objects), and
+    its transcript and the governor's lists grow at the end, move on as a window, or
+    have their last item replaced. :meth:`dump` returns what :func:`dump_phase` gives,
+    built from the previous document, and the delta ops (the store's op language) that
+    turn the previous document into it. The documents it returns are never changed
+    after, so they may share parts.
+    """
+
+    def __init__(self) -> None:
+        self._phase: Phase[Any] | None = None
+        self._document: dict[str, Any] | None = None
+
+    def forget(self) -> None:
+        """Start again: the next :meth:`dump` encodes the whole phase and gives no ops."""
+        self._phase = self._document = None
+
+    def dump(self, phase: Phase[Any]) -> tuple[dict[str, Any], list[list[Any]] | None]:
+        """``dump_phase(phase)``, and the ops from the previous document (``None``: first)."""
+        old, before = self._phase, self._document
+        if old is None or before is None or not isinstance(phase, Phase):
+            document, ops = dump_phase(phase), None
+        else:
+            document, ops = self._change(old, before, phase)
+        self._phase, self._document = phase, document
+        return document, ops
+
+    @staticmethod
+    def _change(
+        old: Phase[Any], before: dict[str, Any], phase: Phase[Any]
+    ) -> tuple[dict[str, Any], list[list[Any]]]:
+        cls = type(phase)
+        ops: list[list[Any]] = []
+        document: dict[str, Any] = {
+            "version": DOCUMENT_VERSION,
+            "kind": phase.kind,
+            "class": _class_path(cls),
+            "agent": phase.agent.name,
+        }
+        for key, value in document.items():
+            if before.get(key) != value or key not in before:
+                ops.append(["set", [key], value])
+            else:
+                document[key] = before[key]
+        fields_before: dict[str, Any] = before["fields"]
+        fields: dict[str, Any] = {}
+        changed: list[list[Any]] = []
+        for field in _dumped_fields(cls):
+            name = field.name
+            value = getattr(phase, name)
+            path = ["fields", name]
+            if name not in fields_before:
+                fields[name] = _dump_field(cls, field, value)
+                changed.append(["set", path, fields[name]])
+                continue
+            previous = getattr(old, name, _FAILED)
+            encoded = fields_before[name]
+            if value is previous and name in _SAME_BY_IDENTITY:
+                fields[name] = encoded
+            elif name == "transcript" and type(value) is tuple and type(previous) is tuple:
+                fields[name], op = _tuple_change(previous, encoded, value, path)
+                if op is not None:
+                    changed.append(op)
+            elif name == "loop" and type(value) is LoopState and type(previous) is LoopState:
+                fields[name] = _loop_change(previous, encoded, value, changed)
+            else:
+                fields[name] = _dump_field(cls, field, value)
+                # An immutable value that is not the same object has changed, nearly always:
+                # comparing would cost more than the op. Others may be the same, changed in place.
+                if name not in _SAME_BY_IDENTITY and _same(fields[name], encoded):
+                    fields[name] = encoded
+                else:
+                    changed.append(["set", path, fields[name]])
+        ops.extend(["drop", ["fields", key]] for key in fields_before if key not in fields)
+        ops.extend(changed)
+        expected = [key for key in fields_before if key in fields]
+        expected += [key for key in fields if key not in fields_before]
+        if list(fields) != expected:
+            ops.append(["order", ["fields"], list(fields)])
+        document["fields"] = fields
+        return document, ops

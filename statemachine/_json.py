@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import threading
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel
 
@@ -96,6 +98,11 @@ def _number(value: Decimal, *, canonical: bool) -> str:
     return f"{minus}{mantissa}E{point - 1:+d}"
 
 
+def number_text(value: Decimal) -> str:
+    """How :func:`dumps` writes ``value``; ``ValueError`` if it is not finite."""
+    return _number(value, canonical=False)
+
+
 def _integer(value: int, *, canonical: bool) -> str:
     if -(10**_PLAIN_DIGITS) < value < 10**_PLAIN_DIGITS:
         return str(value)
@@ -150,6 +157,135 @@ def dumps(value: Any) -> str:
     out: list[str] = []
     _write(value, out, canonical=False)
     return "".join(out)
+
+
+# --- the C writer, for checkpoints --------------------------------------------------------
+
+# What the C writer is given for a Decimal: a string it writes as "\u0000" and the number,
+# put back unquoted afterwards. A string of the document's own that holds the same
+# characters is written the same way, so the marks are counted before they are replaced.
+_MARK: Final = "\x00"
+_MARKED: Final = re.compile(r'"\\u0000(-?[0-9][0-9.E+-]*)"')
+# Spellings on which the C writer and ``dumps`` would disagree about what is read back:
+# a float that ``repr`` writes with a positive exponent ("1e+16": ``dumps`` writes its
+# digits, read back as int), and an int of more than ``_PLAIN_DIGITS`` digits (``dumps``
+# writes an exponent). Looked for in C: "e+" anywhere, and a run of that many digits
+# (every digit turned into "0" first), in strings too, which only costs a slower write.
+_ZEROS: Final = bytes.maketrans(b"123456789", b"000000000")
+_TOO_LONG: Final = b"0" * (_PLAIN_DIGITS + 1)
+
+
+def _disagrees(text: str) -> bool:
+    if "e+" in text:
+        return True
+    return len(text) > _PLAIN_DIGITS and _TOO_LONG in text.encode().translate(_ZEROS)
+
+
+class _Fallback(Exception):
+    """A value the C writer cannot write as ``dumps`` does; ``dumps`` writes it."""
+
+
+_marks = threading.local()  # how many Decimals the C writer marked, in this thread's write
+
+
+def _mark(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        _marks.count += 1
+        return _MARK + _number(value, canonical=False)
+    raise _Fallback
+
+
+_c_writer: Final = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_mark
+)
+
+
+def dumps_fast(value: Any) -> str:
+    """``dumps(value)``, read back by ``loads`` exactly as it would be, written in C.
+
+    For a document of dicts with text keys, lists, text, ints, floats, bools, ``None``
+    and ``Decimal`` (a checkpoint's); anything else, and the few numbers the C writer
+    spells differently (see ``_disagrees``), go through ``dumps``. Keys that are not
+    text are the caller's to refuse: the C writer turns an int key into text.
+    """
+    _marks.count = 0
+    try:
+        text = _c_writer.encode(value)
+    except (_Fallback, ValueError):
+        return dumps(value)
+    marked: int = _marks.count
+    if _disagrees(text):
+        return dumps(value)
+    if marked or "\\u0000" in text:
+        replaced, found = _MARKED.subn(r"\1", text)
+        if found != marked:  # a string of the document's own looks like a mark
+            return dumps(value)
+        text = replaced
+    return text
+
+
+# A list item's text, kept by the item's identity: (the item, its text).
+Texts = dict[int, tuple[Any, str]]
+
+
+def dumps_reusing(value: Any, texts: Texts) -> tuple[str, Texts]:
+    """``dumps_fast(value)``, writing each object or list found in a list only once.
+
+    ``value``'s parts must never change (a checkpoint's document, whose successors share
+    its lists' items): an item whose text ``texts`` holds, under the very same object,
+    is not written again. Returns the text and the texts of this value's list items,
+    for the next call. What ``loads`` reads back is what it reads from ``dumps(value)``.
+    """
+    kept: Texts = {}
+    out: list[str] = []
+    _reusing(value, texts, kept, out)
+    return "".join(out), kept
+
+
+def _reusing(value: Any, texts: Texts, kept: Texts, out: list[str]) -> None:
+    if type(value) is dict:
+        out.append("{")
+        for index, (key, item) in enumerate(value.items()):
+            if type(key) is not str:
+                raise TypeError(f"JSON object keys must be strings, got {key!r}")
+            out.append(("," if index else "") + _encode_str(key) + ":")
+            _reusing(item, texts, kept, out)
+        out.append("}")
+    elif type(value) is list:
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            if type(item) is dict or type(item) is list:
+                known = texts.get(id(item))
+                text = known[1] if known is not None and known[0] is item else dumps_fast(item)
+                kept[id(item)] = (item, text)
+                out.append(text)
+            else:
+                out.append(dumps_fast(item))
+        out.append("]")
+    else:
+        out.append(dumps_fast(value))
+
+
+def fingerprint(value: Any) -> str:
+    """An exact fingerprint of a JSON value: 1, 1.0, True and Decimal("1.00") all differ."""
+    return _fingerprint_encoder.encode(value)
+
+
+def _tag(value: object) -> object:
+    # Decimal spells its digits ("800.00" != "800.0"); other non-JSON values keep their type.
+    if isinstance(value, Decimal):
+        return {_TAG + "Decimal": str(value)}
+    from pydantic_core import to_jsonable_python
+
+    return {_TAG + type(value).__qualname__: to_jsonable_python(value)}
+
+
+_TAG: Final = "\x00statemachine\x00"
+_fingerprint_encoder: Final = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), default=_tag
+)
 
 
 def canonical(value: Any) -> str:

@@ -34,7 +34,6 @@ import anyio
 from ._approval import dump_decision, load_decision
 from ._errors import (
     CheckpointError,
-    CheckpointOrderError,
     ConfigError,
     UnknownRunError,
 )
@@ -48,10 +47,9 @@ from ._store import (
     LeaseRecord,
     RunRecord,
     Sealer,
-    _diff,
+    _Change,
     _EffectRow,
     _Row,
-    _seen_of,
     _statuses,
     _Store,
     _system_clock,
@@ -519,6 +517,8 @@ class PostgresCheckpointer(_Store):
         status: RunStatus | str,
         phase: str,
         waiting_for: str = "",
+        base: Mapping[str, Any] | None = None,
+        ops: list[list[Any]] | None = None,
     ) -> RunRecord:
         """Store checkpoint ``seq`` of the run and update its registry row, atomically.
 
@@ -526,67 +526,40 @@ class PostgresCheckpointer(_Store):
         a change of ``status`` must be legal from the run's current one (a new run
         starts ``running``), else ``IllegalStatusChangeError``. Either way nothing is
         saved. Two processes saving the same run take turns; the second is refused.
+        ``ops`` and ``base``: as for :class:`SQLiteCheckpointer`.
         """
-        target = RunStatus(status)
+        change = None if ops is None else _Change(base, ops)
         async with self._session() as connection:
             await self._lock_run(connection, run_id)
             record = await self._fetch_record(connection, run_id, for_update=True)
-            expected = 0 if record is None else record.seq + 1
-            if seq != expected:
-                raise CheckpointOrderError(run_id, seq=seq, expected=expected)
-            current = RunStatus.RUNNING if record is None else record.status
-            if current is RunStatus.CANCELLED and target is not RunStatus.CANCELLED:
-                # Stopped from elsewhere while a runner still drove it (a resume sets it
-                # running first): the phase it finished is kept, and the run stays
-                # stopped - unless that phase ended it.
-                if target is RunStatus.COMPLETED:
-                    current = RunStatus.RUNNING
-                else:
-                    target, waiting_for = RunStatus.CANCELLED, ""
-            if target != current:
-                RunLifecycle(run_id, current).move_to(target)
-            snapshot = self._snapshot_at(seq)
-            if snapshot or record is None:  # seq 0 is always a snapshot
-                payload: dict[str, Any] = {"kind": "full", "document": document}
-                seen = _seen_of(document)
-            else:
-                previous = self._recent.get(run_id)
-                if previous is None or previous[0] != record.seq:
-                    # Another process saved, or this store forgot the run: rebuild.
-                    chain = await self._fetch_chain(connection, record)
-                    previous = (record.seq, _seen_of(self._replay(run_id, chain, record)[1]))
-                ops: list[list[Any]] = []
-                seen = _diff(previous[1], document, [], ops)
-                payload = {"kind": "delta", "ops": ops}
-            now = self._now()
-            saved = RunRecord(
-                run_id=run_id,
-                agent=agent,
-                status=target,
-                phase=phase,
-                waiting_for=waiting_for,
-                updated_at=now,
-                seq=seq,
-                # A stop request stands until the run is stopped (or ends); a pending
-                # decision was used by the phase whose result this checkpoint is.
-                stop_requested=record is not None
-                and record.stop_requested
-                and target not in _SETTLED,
+            target, waiting_for = self._saved_status(
+                run_id, seq, record, RunStatus(status), waiting_for
             )
+            prepared = self._prepare(run_id, seq, record, document, change, None)
+            if prepared is None:  # a delta against what is stored, which this store forgot
+                assert record is not None
+                chain = await self._fetch_chain(connection, record)
+                stored = self._replay(run_id, chain, record)[1]
+                prepared = self._prepare(run_id, seq, record, document, change, stored)
+                assert prepared is not None
+            payload, seen = prepared
+            blob, texts = self._blob(run_id, seq, payload, change)
+            now = self._now()
+            saved = self._saved_record(record, run_id, seq, agent, target, phase, waiting_for, now)
             await connection.execute(
                 "INSERT INTO statemachine_checkpoints (run_id, seq, kind, phase, blob, at) "
                 "VALUES (%s, %s, %s, %s, %s, %s)",
                 (
                     run_id,
                     seq,
-                    "full" if snapshot else "delta",
+                    payload["kind"],
                     phase,
-                    self._encode(run_id, seq, payload),
+                    blob,
                     now,
                 ),
             )
             await self._store_record(connection, saved)
-        self._remember(run_id, seq, seen)
+        self._remember(run_id, seq, document, seen, texts)
         return saved
 
     async def load(self, run_id: str) -> tuple[int, Document]:

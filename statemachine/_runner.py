@@ -5,25 +5,25 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import date, timedelta
 from decimal import Decimal
-from functools import partial
+from functools import cache, partial
 from typing import Any, Generic, Literal, TypeVar, cast, final
 
 import anyio
 import attrs
-import structlog
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
-from structlog.testing import LogCapture
 
 from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending, load_decision
 from ._budget import Spend
-from ._codec import dump_phase, load_phase
+from ._codec import PhaseDumper, dump_phase, load_phase
 from ._errors import (
     CheckpointOrderError,
     EffectUncertainError,
@@ -36,7 +36,7 @@ from ._lifecycle import RunStatus
 from ._model import Model
 from ._observe import Instruments, default_instruments
 from ._phases import Active, Agent, AwaitApproval, Done, Failed, Phase, Planning, Runtime
-from ._store import Checkpointer, RunRecord
+from ._store import Checkpointer, RunRecord, _Store
 
 __all__ = ["RunResult", "Runner", "StopReport"]
 
@@ -246,7 +246,7 @@ class Runner(Generic[C]):
             attributes={"statemachine.run_id": rt.run_id, "statemachine.agent": self._agent.name},
         )
         in_run = trace.set_span_in_context(run_span)
-        log = _log.bind(run_id=rt.run_id, agent=self._agent.name)
+        log = _log().bind(run_id=rt.run_id, agent=self._agent.name)
         saver = _Saver(self._checkpointer, rt, self._agent.name, _seq)
         # Known from the start, so that stop() finds the run even before its first save.
         driving = self._running.setdefault(rt.run_id, _Driving())
@@ -313,24 +313,51 @@ class Runner(Generic[C]):
         return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
 
     async def _step(self, rt: Runtime, before: Active[C], in_run: Context, log: Any) -> Phase[C]:
-        """One transition, in one span named after it, and one log event with the same keys."""
+        """One transition, in one span named after it, and one log event with the same keys.
+
+        The span is started and made current as ``start_as_current_span`` does it. Its
+        name and attributes, and the event's keys, are built only when someone takes
+        them: a span that records, a logger that listens.
+        """
         name = f"{before.kind} -> ?"
         entered = rt.clock()
-        with self._tracer.start_as_current_span(name, context=in_run) as span:
+        span = self._tracer.start_span(name, context=in_run)
+        keys: dict[str, Any] | None = None
+        if span.is_recording():
+            with trace.use_span(span, end_on_exit=True):
+                try:
+                    after = await before.advance(rt)
+                except BaseException as error:
+                    self._metrics.failed(before, rt.clock() - entered)
+                    span.record_exception(error)
+                    span.set_status(Status(StatusCode.ERROR, str(error)))
+                    raise
+                took = rt.clock() - entered
+                keys = _transition_keys(rt, before, after)
+                span.update_name(f"{before.kind} -> {after.kind}")
+                span.set_attributes({f"statemachine.{key}": value for key, value in keys.items()})
+        else:
+            # Current all the same (spans that others start inside the phase see it), but
+            # without use_span's generator: nothing of it is recorded. The no-op tracer
+            # gives back the span that is current already: nothing to attach then.
+            token = None
+            if span is not trace.get_current_span():
+                token = otel_context.attach(trace.set_span_in_context(span))
             try:
                 after = await before.advance(rt)
-            except BaseException as error:
+            except BaseException:
                 self._metrics.failed(before, rt.clock() - entered)
-                span.record_exception(error)
-                span.set_status(Status(StatusCode.ERROR, str(error)))
                 raise
+            finally:
+                if token is not None:
+                    otel_context.detach(token)
+                span.end()
             took = rt.clock() - entered
-            keys = _transition_keys(rt, before, after)
-            span.update_name(f"{before.kind} -> {after.kind}")
-            span.set_attributes({f"statemachine.{key}": value for key, value in keys.items()})
         self._metrics.transition(before, after, took)
         if _events_wanted():
-            log.info("transition", **keys)
+            log.info(
+                "transition", **(_transition_keys(rt, before, after) if keys is None else keys)
+            )
         return after
 
     async def resume(
@@ -433,7 +460,7 @@ class Runner(Generic[C]):
     ) -> None:
         """Renew the lease every third of it; when it is lost, stop driving the run."""
         every = lease.total_seconds() / 3
-        log = _log.bind(run_id=run_id, agent=self._agent.name, owner=owner)
+        log = _log().bind(run_id=run_id, agent=self._agent.name, owner=owner)
         while True:
             await anyio.sleep(every)  # real time, whatever sleep the phases are given
             try:
@@ -588,7 +615,14 @@ def _status(state: Phase[Any]) -> tuple[RunStatus, str]:
 # Through the standard library's "statemachine" logger, so that nothing is printed
 # unless the application configures logging (or structlog) to show it.
 _library_logger = logging.getLogger("statemachine")
-_log = structlog.wrap_logger(_library_logger)
+
+
+@cache
+def _log() -> Any:
+    """The library's structlog logger, made on first use: structlog imports asyncio."""
+    import structlog
+
+    return structlog.wrap_logger(_library_logger)
 
 
 def _events_wanted() -> bool:
@@ -602,6 +636,11 @@ def _events_wanted() -> bool:
     """
     if _library_logger.isEnabledFor(logging.INFO):
         return True
+    structlog = sys.modules.get("structlog")
+    if structlog is None:  # never imported, so nothing captures its events
+        return False
+    from structlog.testing import LogCapture
+
     processors = structlog.get_config()["processors"]
     return bool(processors) and isinstance(processors[-1], LogCapture)
 
@@ -663,7 +702,10 @@ class _Saver:
     """Saves each phase of one run as the next checkpoint (when there is a checkpointer).
 
     ``seq`` is the checkpoint the run's current phase already has (a resumed run), or
-    ``None`` for a new run, whose first phase is saved as checkpoint 0.
+    ``None`` for a new run, whose first phase is saved as checkpoint 0. For the
+    library's own stores each phase is dumped from the one saved before it
+    (:class:`PhaseDumper`) and the store is handed the delta with the document, so a
+    save costs what changed, not the whole state.
     """
 
     def __init__(
@@ -674,6 +716,12 @@ class _Saver:
         self._run_id = rt.run_id
         self._agent = agent
         self._seq = seq
+        self._dumper = PhaseDumper()
+        # The document saved last, to which the next save's ops apply (None: give no ops).
+        self._saved: dict[str, Any] | None = None
+        # The library's stores take ops and never change a document; other checkpointers
+        # get a whole new document, alone: their save may not take ops.
+        self._gives_ops = isinstance(checkpointer, _Store)
 
     async def save(self, state: Phase[Any], *, first: bool = False) -> RunRecord | None:
         """Save ``state`` as the next checkpoint; return the run's row (``None``: not saved)."""
@@ -686,16 +734,36 @@ class _Saver:
         else:
             self._seq = 0 if self._seq is None else self._seq + 1
         status, waiting = _status(state)
-        return await self._checkpointer.save(
-            self._run_id,
-            self._seq,
-            # The clock is part of what is saved: a resumed run's time goes on.
-            {**dump_phase(state), "elapsed": round(self._rt.elapsed(), 6)},
-            agent=self._agent,
-            status=status,
-            phase=state.kind,
-            waiting_for=waiting,
-        )
+        if self._gives_ops:
+            dumped, ops = self._dumper.dump(state)
+        else:  # a document of its own, which that checkpointer may keep or change
+            dumped, ops = dump_phase(state), None
+        # The clock is part of what is saved: a resumed run's time goes on.
+        elapsed = round(self._rt.elapsed(), 6)
+        document = {**dumped, "elapsed": elapsed}
+        base = self._saved
+        if ops is not None and base is not None:
+            ops.append(["set", ["elapsed"], elapsed])
+            extra: dict[str, Any] = {"base": base, "ops": ops}
+        else:
+            extra = {}
+        self._saved = None
+        try:
+            record = await self._checkpointer.save(
+                self._run_id,
+                self._seq,
+                document,
+                agent=self._agent,
+                status=status,
+                phase=state.kind,
+                waiting_for=waiting,
+                **extra,
+            )
+        except BaseException:
+            self._dumper.forget()  # not saved: the next save starts from nothing
+            raise
+        self._saved = document
+        return record
 
     async def mark(self, status: RunStatus, *, waiting_for: str = "") -> None:
         if self._checkpointer is not None and self._seq is not None:

@@ -22,6 +22,14 @@ transition the longer the run; a growing one keeps their bytes per transition
 bounded, and a load still reads one snapshot and fewer than ``max(snapshot_every,
 seq / 8)`` deltas. The rule depends on ``seq`` alone, so every process agrees.
 
+The runner's saver knows what changed (it dumps each phase from the one before, see
+``PhaseDumper``), so it hands the store the delta's ops with the document (``ops=``,
+``base=``). The store uses them, without looking at the document, only when ``base`` is
+the very document it saved as the run's latest checkpoint; otherwise (another process
+saved since, the store forgot the run, or it never saw it) it diffs as above. Such
+documents never change once given, so they are written with the C JSON writer, and a
+snapshot writes again only the list items no earlier snapshot of the run wrote.
+
 Each stored blob is ``sha256(sealed) + sealed``, where ``sealed`` is the encoded JSON
 passed through the optional :class:`Sealer` (encryption at rest) with the
 associated data ``b"<run_id>:<seq>"``. The checksum catches a truncated or
@@ -51,14 +59,12 @@ row its next ``save`` returns.
 from __future__ import annotations
 
 import hashlib
-import json
 import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Generator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, TypeVar
 
@@ -74,7 +80,7 @@ from ._errors import (
     DecisionRefusedError,
     UnknownRunError,
 )
-from ._json import dumps, loads
+from ._json import Texts, dumps, dumps_fast, dumps_reusing, fingerprint, loads
 from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus
 
 __all__ = [
@@ -93,13 +99,14 @@ Document = dict[str, Any]
 DEFAULT_RETENTION: Final = timedelta(days=30)
 _DIGEST: Final = 32  # bytes of SHA-256 in front of every stored blob
 _RECENT_RUNS: Final = 256  # runs whose last document's fingerprints are kept for diffing
+_BUSY_MS: Final = 5000  # how long SQLite waits for another connection's write lock
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)  # the time of a checkpoint saved with none
 # A stop request and a pending decision end with the run's part in them.
 _SETTLED: Final = frozenset({RunStatus.CANCELLED, RunStatus.COMPLETED, RunStatus.ABORTED})
 _T = TypeVar("_T")
 
 
-class RunRecord(BaseModel):
+class RunRecord(BaseModel, defer_build=True):
     """One run's row in the registry: what a person needs to find and triage it.
 
     ``stop_requested``: someone asked the worker driving the run to stop it (it stops
@@ -120,7 +127,7 @@ class RunRecord(BaseModel):
     decision_pending: bool = False
 
 
-class CheckpointEntry(BaseModel):
+class CheckpointEntry(BaseModel, defer_build=True):
     """One stored checkpoint, read without decoding it: its phase, form, size and time.
 
     ``at`` is when it was saved, by the store's clock (UTC).
@@ -135,7 +142,7 @@ class CheckpointEntry(BaseModel):
     at: datetime
 
 
-class LeaseRecord(BaseModel):
+class LeaseRecord(BaseModel, defer_build=True):
     """One lease in the history: who held a run, from when, until when.
 
     ``until`` is where the lease lapses (moved on by each renewal); ``released_at`` is
@@ -159,7 +166,7 @@ class LeaseRecord(BaseModel):
         return min(self.released_at, self.until)
 
 
-class EffectRecord(BaseModel):
+class EffectRecord(BaseModel, defer_build=True):
     """One write-tool call in the side-effect ledger, under its idempotency key.
 
     ``status`` is ``intent`` (recorded before the call: it may or may not have gone
@@ -203,8 +210,15 @@ class Checkpointer(Protocol):
         status: RunStatus | str,
         phase: str,
         waiting_for: str = "",
+        base: Mapping[str, Any] | None = None,
+        ops: list[list[Any]] | None = None,
     ) -> RunRecord:
-        """Store checkpoint ``seq`` (the run's next: 0 for a new run) and update its row."""
+        """Store checkpoint ``seq`` (the run's next: 0 for a new run) and update its row.
+
+        ``ops``, with ``base``, is optional help a store may ignore: the delta ops that
+        turn ``base`` (the document this caller saved as checkpoint ``seq - 1``) into
+        ``document``. A caller that gives them leaves both documents unchanged after.
+        """
         ...
 
     async def load(self, run_id: str) -> tuple[int, Document]:
@@ -308,7 +322,6 @@ class Checkpointer(Protocol):
 # each item (else None); objects down to _DEPTH levels hold the same one level down.
 _Leaf = tuple[str, tuple[str, ...] | None]
 _Seen = dict[str, Any]  # key -> _Leaf, or (an object within _DEPTH) key -> _Seen
-_TAG: Final = "\x00statemachine\x00"
 # Objects are diffed inside down to this depth: the document, its "fields", and the
 # objects among them (the governor's "loop"), so that a list deep in the state (the
 # loop's actions) changes by the items that changed, not as a whole.
@@ -318,25 +331,13 @@ _DEPTH: Final = 3
 _SHIFT: Final = 8
 
 
-def _tag(value: object) -> object:
-    # Decimal spells its digits ("800.00" != "800.0"); other non-JSON values keep their type.
-    if isinstance(value, Decimal):
-        return {_TAG + "Decimal": str(value)}
-    from pydantic_core import to_jsonable_python
-
-    return {_TAG + type(value).__qualname__: to_jsonable_python(value)}
-
-
-_fingerprint_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_tag)
-
-
 def _leaf(value: Any) -> _Leaf:
     """Exact fingerprint: 1, 1.0, True and Decimal("1.00") all differ; written in C.
 
     A list is fingerprinted item by item, so that a change can be told apart from
     items appended, dropped from the front, or replaced at the end.
     """
-    encode = _fingerprint_encoder.encode
+    encode = fingerprint
     if isinstance(value, list | tuple):
         items = tuple(encode(item) for item in value)
         return "[" + ",".join(items) + "]", items
@@ -453,6 +454,26 @@ def _apply(document: Document, ops: Any) -> None:
 # --- the store -----------------------------------------------------------------------------
 
 
+class _Change(NamedTuple):
+    """A caller's delta: the ops that turn ``base`` into the document it saves."""
+
+    base: Mapping[str, Any] | None
+    ops: list[list[Any]]
+
+
+class _Last(NamedTuple):
+    """What a store remembers of a run's latest checkpoint that it saved itself.
+
+    ``seen`` (the fingerprints to diff the next document against) is ``None`` when the
+    document came with a caller's ops: it is then taken from ``document`` if needed.
+    """
+
+    seq: int
+    document: Mapping[str, Any]
+    seen: _Seen | None
+    texts: Texts  # the JSON text of list items a snapshot wrote, to write the next one
+
+
 class _Row(NamedTuple):
     seq: int
     snapshot: bool
@@ -524,7 +545,7 @@ class _Store:
         self.snapshot_every = snapshot_every
         self._sealer = sealer
         self._clock = clock
-        self._recent: OrderedDict[str, tuple[int, _Seen]] = OrderedDict()
+        self._recent: OrderedDict[str, _Last] = OrderedDict()
 
     # -- what subclasses provide (synchronous, inside _transaction) --
 
@@ -534,8 +555,16 @@ class _Store:
     async def _call(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
         raise NotImplementedError
 
+    async def _call_save(self, run_id: str, function: Callable[..., _T], *args: Any) -> _T:
+        """Run a save (a short write): by default as every other operation."""
+        return await self._call(run_id, function, *args)
+
     def _get_record(self, run_id: str) -> RunRecord | None:
         raise NotImplementedError
+
+    def _get_record_to_save(self, run_id: str) -> RunRecord | None:
+        """The run's row, read to save its next checkpoint (a store may know it already)."""
+        return self._get_record(run_id)
 
     def _put_record(self, record: RunRecord) -> None:
         raise NotImplementedError
@@ -614,6 +643,8 @@ class _Store:
         status: RunStatus | str,
         phase: str,
         waiting_for: str = "",
+        base: Mapping[str, Any] | None = None,
+        ops: list[list[Any]] | None = None,
     ) -> RunRecord:
         """Store checkpoint ``seq`` of the run and update its registry row, atomically.
 
@@ -624,10 +655,15 @@ class _Store:
         is saved) unless ``status`` is ``completed``: the runner driving it sees that in
         the row returned and stops. A pending decision is cleared; a stop request is
         kept until the run is cancelled, completed or aborted.
+
+        ``ops`` (the delta from ``base``, see :class:`Checkpointer`) is used as the
+        checkpoint's delta when ``base`` is the very document this store saved as the
+        run's latest checkpoint; else the store diffs ``document`` itself.
         """
         target = RunStatus(status)
-        return await self._call(
-            run_id, self._save, run_id, seq, document, agent, target, phase, waiting_for
+        change = None if ops is None else _Change(base, ops)
+        return await self._call_save(
+            run_id, self._save, run_id, seq, document, agent, target, phase, waiting_for, change
         )
 
     async def load(self, run_id: str) -> tuple[int, Document]:
@@ -944,58 +980,118 @@ class _Store:
         status: RunStatus,
         phase: str,
         waiting_for: str,
+        change: _Change | None,
     ) -> RunRecord:
         with self._transaction(write=True):
-            record = self._get_record(run_id)
-            expected = 0 if record is None else record.seq + 1
-            if seq != expected:
-                raise CheckpointOrderError(run_id, seq=seq, expected=expected)
-            current = RunStatus.RUNNING if record is None else record.status
-            if current is RunStatus.CANCELLED and status is not RunStatus.CANCELLED:
-                # Stopped from elsewhere while a runner still drove it (a resume sets it
-                # running first): the phase it finished is kept, and the run stays
-                # stopped - unless that phase ended it.
-                if status is RunStatus.COMPLETED:
-                    current = RunStatus.RUNNING
-                else:
-                    status, waiting_for = RunStatus.CANCELLED, ""
-            if status != current:  # building the machine costs more than the whole delta
-                RunLifecycle(run_id, current).move_to(status)
-            snapshot = self._snapshot_at(seq)
-            if snapshot or record is None:  # seq 0 is always a snapshot
-                payload: dict[str, Any] = {"kind": "full", "document": document}
-                seen = _seen_of(document)
-            else:
-                previous = self._recent.get(run_id)
-                if previous is None or previous[0] != record.seq:
-                    # Another process saved, or this store forgot the run: rebuild.
-                    previous = (record.seq, _seen_of(self._rebuild(run_id, record)[1]))
-                ops: list[list[Any]] = []
-                seen = _diff(previous[1], document, [], ops)
-                payload = {"kind": "delta", "ops": ops}
-            blob = self._encode(run_id, seq, payload)
+            record = self._get_record_to_save(run_id)
+            status, waiting_for = self._saved_status(run_id, seq, record, status, waiting_for)
+            prepared = self._prepare(run_id, seq, record, document, change, None)
+            if prepared is None:  # a delta against what is stored, which this store forgot
+                assert record is not None
+                stored = self._rebuild(run_id, record)[1]
+                prepared = self._prepare(run_id, seq, record, document, change, stored)
+                assert prepared is not None
+            payload, seen = prepared
+            blob, texts = self._blob(run_id, seq, payload, change)
             now = self._now()
-            saved = RunRecord(
-                run_id=run_id,
-                agent=agent,
-                status=status,
-                phase=phase,
-                waiting_for=waiting_for,
-                updated_at=now,
-                seq=seq,
-                # A stop request stands until the run is stopped (or ends); a pending
-                # decision was used by the phase whose result this checkpoint is.
-                stop_requested=record is not None
-                and record.stop_requested
-                and status not in _SETTLED,
-            )
+            saved = self._saved_record(record, run_id, seq, agent, status, phase, waiting_for, now)
             # Everything that can fail is done: the memory store has no rollback.
-            self._put_row(run_id, _Row(seq, snapshot, phase, blob, now))
+            self._put_row(run_id, _Row(seq, payload["kind"] == "full", phase, blob, now))
             self._put_record(saved)
             if record is not None and record.decision_pending:
                 self._put_decision(run_id, None)
-        self._remember(run_id, seq, seen)
+        self._remember(run_id, seq, document, seen, texts)
         return saved
+
+    def _saved_status(
+        self,
+        run_id: str,
+        seq: int,
+        record: RunRecord | None,
+        status: RunStatus,
+        waiting_for: str,
+    ) -> tuple[RunStatus, str]:
+        """The status and wait a checkpoint ``seq`` is saved with, or the error refusing it.
+
+        ``CheckpointOrderError`` unless ``seq`` is the run's next; ``IllegalStatusChangeError``
+        for a change the lifecycle refuses. Both stores use it.
+        """
+        expected = 0 if record is None else record.seq + 1
+        if seq != expected:
+            raise CheckpointOrderError(run_id, seq=seq, expected=expected)
+        current = RunStatus.RUNNING if record is None else record.status
+        if current is RunStatus.CANCELLED and status is not RunStatus.CANCELLED:
+            # Stopped from elsewhere while a runner still drove it (a resume sets it
+            # running first): the phase it finished is kept, and the run stays
+            # stopped - unless that phase ended it.
+            if status is RunStatus.COMPLETED:
+                current = RunStatus.RUNNING
+            else:
+                status, waiting_for = RunStatus.CANCELLED, ""
+        if status != current:  # building the machine costs more than the whole delta
+            RunLifecycle(run_id, current).move_to(status)
+        return status, waiting_for
+
+    @staticmethod
+    def _saved_record(
+        record: RunRecord | None,
+        run_id: str,
+        seq: int,
+        agent: str,
+        status: RunStatus,
+        phase: str,
+        waiting_for: str,
+        now: datetime,
+    ) -> RunRecord:
+        """The run's row once checkpoint ``seq`` is saved (both stores)."""
+        return RunRecord.model_construct(  # every value is of its field's type already
+            run_id=run_id,
+            agent=agent,
+            status=status,
+            phase=phase,
+            waiting_for=waiting_for,
+            updated_at=now,
+            seq=seq,
+            # A stop request stands until the run is stopped (or ends); a pending
+            # decision was used by the phase whose result this checkpoint is.
+            stop_requested=record is not None and record.stop_requested and status not in _SETTLED,
+        )
+
+    def _prepare(
+        self,
+        run_id: str,
+        seq: int,
+        record: RunRecord | None,
+        document: Mapping[str, Any],
+        change: _Change | None,
+        stored: Mapping[str, Any] | None,
+    ) -> tuple[dict[str, Any], _Seen | None] | None:
+        """The payload of checkpoint ``seq`` and what to remember of it (both stores).
+
+        ``None`` when it is a delta and this store no longer knows the run's latest
+        document: call again with that document as ``stored``. The caller's ops are
+        the delta when their base is the document this store saved last, as the run's
+        latest checkpoint; nothing is fingerprinted then. A caller that gives ops keeps
+        its documents unchanged, so the fingerprints are taken later if ever needed.
+        """
+        last = self._recent.get(run_id)
+        if last is not None and (record is None or last.seq != record.seq):
+            last = None  # another process saved since, or the run is new again
+        remember_later = change is not None
+        if record is None or self._snapshot_at(seq):  # seq 0 is always a snapshot
+            seen = None if remember_later else _seen_of(document)
+            return {"kind": "full", "document": document}, seen
+        if change is not None and last is not None and change.base is last.document:
+            return {"kind": "delta", "ops": change.ops}, None
+        if last is not None:
+            previous = last.seen if last.seen is not None else _seen_of(last.document)
+        elif stored is not None:
+            previous = _seen_of(stored)
+        else:
+            return None
+        ops: list[list[Any]] = []
+        seen = _diff(previous, document, [], ops)
+        return {"kind": "delta", "ops": ops}, seen
 
     def _snapshot_at(self, seq: int) -> bool:
         """Whether checkpoint ``seq`` is a full snapshot (see the module's docstring)."""
@@ -1004,8 +1100,33 @@ class _Store:
             interval *= 2
         return seq % interval == 0
 
-    def _remember(self, run_id: str, seq: int, seen: _Seen) -> None:
-        self._recent[run_id] = (seq, seen)
+    def _blob(
+        self, run_id: str, seq: int, payload: dict[str, Any], change: _Change | None
+    ) -> tuple[bytes, Texts]:
+        """Checkpoint ``seq``'s blob, and the texts of its list items to reuse (both stores).
+
+        A caller that gives ops gives documents whose parts never change (from the phase
+        codec): they are written in C, and a snapshot reuses the text of every list item
+        an earlier snapshot of the run already wrote, so it costs what is new.
+        """
+        last = self._recent.get(run_id)
+        texts: Texts = {} if last is None else last.texts
+        if change is None:
+            return self._encode(run_id, seq, payload), texts
+        if payload["kind"] != "full":
+            return self._encode(run_id, seq, payload, fast=True), texts
+        text, texts = dumps_reusing(payload, texts)
+        return self._seal_text(text, _aad(run_id, seq)), texts
+
+    def _remember(
+        self,
+        run_id: str,
+        seq: int,
+        document: Mapping[str, Any],
+        seen: _Seen | None,
+        texts: Texts,
+    ) -> None:
+        self._recent[run_id] = _Last(seq, document, seen, texts)
         self._recent.move_to_end(run_id)
         while len(self._recent) > _RECENT_RUNS:
             self._recent.popitem(last=False)
@@ -1135,14 +1256,20 @@ class _Store:
 
     # -- blobs --
 
-    def _encode(self, run_id: str, seq: int, payload: Mapping[str, Any]) -> bytes:
-        return self._seal(payload, _aad(run_id, seq))
+    def _encode(
+        self, run_id: str, seq: int, payload: Mapping[str, Any], *, fast: bool = False
+    ) -> bytes:
+        return self._seal(payload, _aad(run_id, seq), fast=fast)
 
     def _encode_effect(self, row: _EffectRow, payload: Mapping[str, Any]) -> bytes:
         return self._seal(payload, _effect_aad(row))
 
-    def _seal(self, payload: Mapping[str, Any], aad: bytes) -> bytes:
-        plain = dumps(payload).encode("utf-8")
+    def _seal(self, payload: Mapping[str, Any], aad: bytes, *, fast: bool = False) -> bytes:
+        # ``fast``: a document from the phase codec (text keys only), written in C.
+        return self._seal_text(dumps_fast(payload) if fast else dumps(payload), aad)
+
+    def _seal_text(self, text: str, aad: bytes) -> bytes:
+        plain = text.encode("utf-8")
         sealed = plain if self._sealer is None else self._sealer.seal(plain, aad=aad)
         return hashlib.sha256(sealed).digest() + sealed
 
@@ -1454,12 +1581,16 @@ class SQLiteCheckpointer(_Store):
 
     The embedded default. One connection per checkpointer, used by one worker thread
     at a time; a save is one ``BEGIN IMMEDIATE`` transaction, so two processes on
-    the same file cannot both save the same seq. ``synchronous=NORMAL``: a process
-    crash loses nothing committed; a power cut may lose the last commits, never the
-    file. The side-effect ledger is written with ``synchronous=FULL``: a recorded
-    intent or result survives a power cut too. Its ``effects`` table is created, like
-    the others, when the file is first opened. Call ``aclose()`` (or use ``async
-    with``) when done.
+    the same file cannot both save the same seq. A save runs on the event loop itself
+    when the connection is free and no other connection holds the write lock (it never
+    waits for one there): a commit that need not reach the disk costs less than a hop
+    to a thread. The run's registry row is read from memory when no other connection
+    has committed since this one wrote it (``PRAGMA data_version``).
+    ``synchronous=NORMAL``: a process crash loses nothing committed; a power cut may
+    lose the last commits, never the file. The side-effect ledger is written with
+    ``synchronous=FULL``: a recorded intent or result survives a power cut too. Its
+    ``effects`` table is created, like the others, when the file is first opened. Call
+    ``aclose()`` (or use ``async with``) when done.
     """
 
     def __init__(
@@ -1475,6 +1606,11 @@ class SQLiteCheckpointer(_Store):
         self._where = f"the checkpoint store {str(self.path)!r}"
         self._lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
+        # The rows this connection wrote last, valid while no other connection has
+        # committed since (PRAGMA data_version stays ``_version``): a save reads its
+        # run's row from here instead of the file.
+        self._written: dict[str, RunRecord] = {}
+        self._version: int | None = None
 
     async def __aenter__(self) -> SQLiteCheckpointer:
         return self
@@ -1491,22 +1627,51 @@ class SQLiteCheckpointer(_Store):
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+            self._written.clear()
+            self._version = None  # each connection counts data_version on its own
 
     async def _call(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
         def locked() -> _T:
             with self._lock:
-                try:
-                    return function(*args)
-                except sqlite3.OperationalError:
-                    raise  # locked, busy, disk full: not the data's fault
-                except sqlite3.DatabaseError as exc:
-                    raise CheckpointCorruptError(
-                        f"{self._where} cannot be read ({exc}). Nothing was changed. Restore "
-                        "the file from a backup, or move it aside to start with an empty store.",
-                        run_id=run_id,
-                    ) from exc
+                return self._guarded(run_id, function, *args)
 
         return await anyio.to_thread.run_sync(locked)
+
+    async def _call_save(self, run_id: str, function: Callable[..., _T], *args: Any) -> _T:
+        """Run a save on the event loop when that cannot wait: else in a worker thread.
+
+        A save is one short transaction; with WAL and ``synchronous=NORMAL`` its commit
+        does not wait for the disk, so a hop to a thread would cost more than the save.
+        It runs here only when the connection is open and free, and it does not wait
+        for another process's write lock: then (``SQLITE_BUSY``) it goes to a thread.
+        """
+        connection = self._connection
+        if connection is None or not self._lock.acquire(blocking=False):
+            return await self._call(run_id, function, *args)
+        try:
+            connection.execute("PRAGMA busy_timeout = 0")
+            try:
+                return self._guarded(run_id, function, *args)
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                    raise
+            finally:
+                connection.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+        finally:
+            self._lock.release()
+        return await self._call(run_id, function, *args)  # nothing was saved: wait for it
+
+    def _guarded(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
+        try:
+            return function(*args)
+        except sqlite3.OperationalError:
+            raise  # locked, busy, disk full: not the data's fault
+        except sqlite3.DatabaseError as exc:
+            raise CheckpointCorruptError(
+                f"{self._where} cannot be read ({exc}). Nothing was changed. Restore "
+                "the file from a backup, or move it aside to start with an empty store.",
+                run_id=run_id,
+            ) from exc
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -1514,7 +1679,7 @@ class SQLiteCheckpointer(_Store):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             try:
-                connection.execute("PRAGMA busy_timeout = 5000")
+                connection.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
                 connection.execute("PRAGMA journal_mode = WAL")
                 connection.execute("PRAGMA synchronous = NORMAL")
                 # One transaction: one commit, and one process creates or upgrades at a time.
@@ -1541,9 +1706,14 @@ class SQLiteCheckpointer(_Store):
             try:
                 yield db
             except BaseException:
+                self._written.clear()  # what was written is undone
                 db.execute("ROLLBACK")
                 raise
-            db.execute("COMMIT")
+            try:
+                db.execute("COMMIT")
+            except BaseException:
+                self._written.clear()
+                raise
         finally:
             if durable:
                 db.execute("PRAGMA synchronous = NORMAL")
@@ -1553,6 +1723,15 @@ class SQLiteCheckpointer(_Store):
             f"SELECT {_RECORD_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
         return None if row is None else _record_of(row)
+
+    def _get_record_to_save(self, run_id: str) -> RunRecord | None:
+        # Inside the save's write transaction: no other connection can commit until it ends.
+        (version,) = self._db.execute("PRAGMA data_version").fetchone()
+        if version != self._version:
+            self._written.clear()  # another connection committed: any row may have changed
+            self._version = version
+        record = self._written.get(run_id)
+        return self._get_record(run_id) if record is None else record
 
     def _put_record(self, record: RunRecord) -> None:
         # An upsert, not a replace: the row's decision is written by _put_decision only.
@@ -1573,6 +1752,7 @@ class SQLiteCheckpointer(_Store):
                 int(record.stop_requested),
             ),
         )
+        self._written[record.run_id] = record
 
     def _put_row(self, run_id: str, row: _Row) -> None:
         self._db.execute(
@@ -1643,6 +1823,7 @@ class SQLiteCheckpointer(_Store):
         self._db.executemany("DELETE FROM claims WHERE run_id = ?", [(r,) for r in removed])
         self._db.executemany("DELETE FROM leases WHERE run_id = ?", [(r,) for r in removed])
         self._db.executemany("DELETE FROM runs WHERE run_id = ?", [(r,) for r in removed])
+        self._written.clear()
         return removed
 
     def _get_claim(self, run_id: str) -> tuple[str, datetime] | None:
@@ -1686,6 +1867,7 @@ class SQLiteCheckpointer(_Store):
 
     def _put_decision(self, run_id: str, blob: bytes | None) -> None:
         self._db.execute("UPDATE runs SET decision = ? WHERE run_id = ?", (blob, run_id))
+        self._written.pop(run_id, None)  # its decision_pending is read back when needed
 
     def _runnable(
         self, agents: tuple[str, ...] | None, now: datetime, limit: int
