@@ -49,7 +49,9 @@ from ._store import (
     Sealer,
     _Change,
     _EffectRow,
+    _Last,
     _Row,
+    _since_of,
     _statuses,
     _Store,
     _system_clock,
@@ -536,14 +538,15 @@ class PostgresCheckpointer(_Store):
                 run_id, seq, record, RunStatus(status), waiting_for
             )
             prepared = self._prepare(run_id, seq, record, document, change, None)
-            if prepared is None:  # a delta against what is stored, which this store forgot
+            if prepared is None:  # this store does not know what is stored: read it
                 assert record is not None
                 chain = await self._fetch_chain(connection, record)
-                stored = self._replay(run_id, chain, record)[1]
+                stored = (self._replay(run_id, chain, record)[1], _since_of(chain))
                 prepared = self._prepare(run_id, seq, record, document, change, stored)
                 assert prepared is not None
-            payload, seen = prepared
+            payload, seen, since = prepared
             blob, texts = self._blob(run_id, seq, payload, change)
+            snapshot = payload["kind"] == "full"
             now = self._now()
             saved = self._saved_record(record, run_id, seq, agent, target, phase, waiting_for, now)
             await connection.execute(
@@ -559,7 +562,9 @@ class PostgresCheckpointer(_Store):
                 ),
             )
             await self._store_record(connection, saved)
-        self._remember(run_id, seq, document, seen, texts)
+        self._remember(
+            run_id, _Last(seq, document, seen, texts, since.after(seq, snapshot, len(blob)))
+        )
         return saved
 
     async def load(self, run_id: str) -> tuple[int, Document]:

@@ -14,13 +14,14 @@ A path leads through objects up to three levels deep (``["fields", "loop",
 as the items appended, one whose last item changed (an action settled) as a splice,
 a sliding window as a shift, so the bytes per transition stay flat as a run grows.
 
-A full snapshot is written at seq 0 and every ``snapshot_every`` checkpoints while
-the run is young; the interval doubles each time the run reaches 16 intervals
-(``snapshot_every`` 50: every 50 up to seq 800, every 100 up to 1,600, ...). A state
-grows with its run, so a fixed interval would make snapshots cost more per
-transition the longer the run; a growing one keeps their bytes per transition
-bounded, and a load still reads one snapshot and fewer than ``max(snapshot_every,
-seq / 8)`` deltas. The rule depends on ``seq`` alone, so every process agrees.
+A full snapshot is written at seq 0, then at the first checkpoint at least
+``snapshot_every`` (default 50) after the last snapshot at which the deltas stored since
+add up to that snapshot's size. A state grows with its run, so a fixed interval would
+make snapshots cost more per transition the longer the run; by this rule they never cost
+more bytes than the deltas between them, so the bytes per transition stay flat, and a
+load reads one snapshot and at most about its size again in deltas. A store that did
+not write the run's last checkpoint (another process, a restart) reads the sizes from
+the stored chain, so every process applies the same rule to the same rows.
 
 The runner's saver knows what changed (it dumps each phase from the one before, see
 ``PhaseDumper``), so it hands the store the delta's ops with the document (``ops=``,
@@ -461,6 +462,23 @@ class _Change(NamedTuple):
     ops: list[list[Any]]
 
 
+class _Since(NamedTuple):
+    """A run's last snapshot (its seq and bytes) and the bytes of the deltas stored after it."""
+
+    seq: int
+    size: int
+    deltas: int
+
+    def after(self, seq: int, snapshot: bool, size: int) -> _Since:
+        """What it is once checkpoint ``seq`` (``size`` bytes) is stored."""
+        return _Since(seq, size, 0) if snapshot else self._replace(deltas=self.deltas + size)
+
+
+def _since_of(rows: list[_Row]) -> _Since:
+    """``_Since`` of a chain as ``_chain`` reads it: the last snapshot, then its deltas."""
+    return _Since(rows[0].seq, len(rows[0].blob), sum(len(row.blob) for row in rows[1:]))
+
+
 class _Last(NamedTuple):
     """What a store remembers of a run's latest checkpoint that it saved itself.
 
@@ -472,6 +490,7 @@ class _Last(NamedTuple):
     document: Mapping[str, Any]
     seen: _Seen | None
     texts: Texts  # the JSON text of list items a snapshot wrote, to write the next one
+    since: _Since  # the last snapshot and the deltas after it, for the next snapshot rule
 
 
 class _Row(NamedTuple):
@@ -986,21 +1005,25 @@ class _Store:
             record = self._get_record_to_save(run_id)
             status, waiting_for = self._saved_status(run_id, seq, record, status, waiting_for)
             prepared = self._prepare(run_id, seq, record, document, change, None)
-            if prepared is None:  # a delta against what is stored, which this store forgot
+            if prepared is None:  # this store does not know what is stored: read it
                 assert record is not None
-                stored = self._rebuild(run_id, record)[1]
+                rows = self._chain(run_id)
+                stored = (self._replay(run_id, rows, record)[1], _since_of(rows))
                 prepared = self._prepare(run_id, seq, record, document, change, stored)
                 assert prepared is not None
-            payload, seen = prepared
+            payload, seen, since = prepared
             blob, texts = self._blob(run_id, seq, payload, change)
+            snapshot = payload["kind"] == "full"
             now = self._now()
             saved = self._saved_record(record, run_id, seq, agent, status, phase, waiting_for, now)
             # Everything that can fail is done: the memory store has no rollback.
-            self._put_row(run_id, _Row(seq, payload["kind"] == "full", phase, blob, now))
+            self._put_row(run_id, _Row(seq, snapshot, phase, blob, now))
             self._put_record(saved)
             if record is not None and record.decision_pending:
                 self._put_decision(run_id, None)
-        self._remember(run_id, seq, document, seen, texts)
+        self._remember(
+            run_id, _Last(seq, document, seen, texts, since.after(seq, snapshot, len(blob)))
+        )
         return saved
 
     def _saved_status(
@@ -1064,12 +1087,14 @@ class _Store:
         record: RunRecord | None,
         document: Mapping[str, Any],
         change: _Change | None,
-        stored: Mapping[str, Any] | None,
-    ) -> tuple[dict[str, Any], _Seen | None] | None:
-        """The payload of checkpoint ``seq`` and what to remember of it (both stores).
+        stored: tuple[Mapping[str, Any], _Since] | None,
+    ) -> tuple[dict[str, Any], _Seen | None, _Since] | None:
+        """The payload of checkpoint ``seq``, what to remember of it, and the run's
+        ``_Since`` before it (both stores).
 
-        ``None`` when it is a delta and this store no longer knows the run's latest
-        document: call again with that document as ``stored``. The caller's ops are
+        ``None`` when this store does not know the run's latest checkpoint (another
+        process saved since, or it forgot the run): call again with the stored document
+        and the ``_Since`` of the stored chain as ``stored``. The caller's ops are
         the delta when their base is the document this store saved last, as the run's
         latest checkpoint; nothing is fingerprinted then. A caller that gives ops keeps
         its documents unchanged, so the fingerprints are taken later if ever needed.
@@ -1078,27 +1103,36 @@ class _Store:
         if last is not None and (record is None or last.seq != record.seq):
             last = None  # another process saved since, or the run is new again
         remember_later = change is not None
-        if record is None or self._snapshot_at(seq):  # seq 0 is always a snapshot
+        if record is None:  # seq 0 is always a snapshot
             seen = None if remember_later else _seen_of(document)
-            return {"kind": "full", "document": document}, seen
-        if change is not None and last is not None and change.base is last.document:
-            return {"kind": "delta", "ops": change.ops}, None
+            return {"kind": "full", "document": document}, seen, _Since(seq, 0, 0)
         if last is not None:
-            previous = last.seen if last.seen is not None else _seen_of(last.document)
+            since = last.since
         elif stored is not None:
-            previous = _seen_of(stored)
+            since = stored[1]
         else:
             return None
+        if self._snapshot_due(seq, since):
+            seen = None if remember_later else _seen_of(document)
+            return {"kind": "full", "document": document}, seen, since
+        if change is not None and last is not None and change.base is last.document:
+            return {"kind": "delta", "ops": change.ops}, None, since
+        if last is not None:
+            previous = last.seen if last.seen is not None else _seen_of(last.document)
+        else:
+            assert stored is not None
+            previous = _seen_of(stored[0])
         ops: list[list[Any]] = []
         seen = _diff(previous, document, [], ops)
-        return {"kind": "delta", "ops": ops}, seen
+        return {"kind": "delta", "ops": ops}, seen, since
 
-    def _snapshot_at(self, seq: int) -> bool:
-        """Whether checkpoint ``seq`` is a full snapshot (see the module's docstring)."""
-        interval = self.snapshot_every
-        while interval * 16 <= seq:
-            interval *= 2
-        return seq % interval == 0
+    def _snapshot_due(self, seq: int, since: _Since) -> bool:
+        """Whether checkpoint ``seq`` is a full snapshot (see the module's docstring).
+
+        At least ``snapshot_every`` checkpoints after the last snapshot, and once the
+        deltas stored since add up to that snapshot's size.
+        """
+        return seq - since.seq >= self.snapshot_every and since.deltas >= since.size
 
     def _blob(
         self, run_id: str, seq: int, payload: dict[str, Any], change: _Change | None
@@ -1118,15 +1152,8 @@ class _Store:
         text, texts = dumps_reusing(payload, texts)
         return self._seal_text(text, _aad(run_id, seq)), texts
 
-    def _remember(
-        self,
-        run_id: str,
-        seq: int,
-        document: Mapping[str, Any],
-        seen: _Seen | None,
-        texts: Texts,
-    ) -> None:
-        self._recent[run_id] = _Last(seq, document, seen, texts)
+    def _remember(self, run_id: str, last: _Last) -> None:
+        self._recent[run_id] = last
         self._recent.move_to_end(run_id)
         while len(self._recent) > _RECENT_RUNS:
             self._recent.popitem(last=False)

@@ -5,6 +5,7 @@ The behaviour suite runs against both the in-memory and the SQLite store.
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -139,29 +140,36 @@ async def test_a_growing_run_round_trips_over_1000_saves(make_store: Factory) ->
 
 
 async def test_bytes_per_transition_stay_flat_and_load_reads_few(make_store: Factory) -> None:
-    """A late delta costs what an early one did; loading opens one snapshot and its deltas.
+    """A late delta costs what an early one did; snapshots cost no more than the deltas;
+    loading opens the last snapshot and the deltas after it, nothing older.
 
-    Checkpoints 100 and 900 are snapshots (every 50th), so 101 and 901 are compared;
-    loading seq 920 opens snapshot 900 and deltas 901..920, nothing older.
+    A snapshot is written once the deltas since the last one add up to its size (and at
+    least ``snapshot_every`` checkpoints after it): the transcript grows by one message
+    a step, so snapshots come further apart as it grows, and never cost more than the
+    deltas between them.
     """
     sealer = ToySealer()
     store = make_store(sealer=sealer)
     await save_run(store, "r1", 921)
-    sizes = {entry.seq: entry for entry in await store.history("r1")}
+    history = await store.history("r1")
+    sizes = {entry.seq: entry for entry in history}
+    snapshots = [entry.seq for entry in history if entry.snapshot]
+    assert snapshots[:3] == [0, 50, 100]
+    for before, after in itertools.pairwise(snapshots):
+        deltas = sum(sizes[seq].size for seq in range(before + 1, after))
+        assert after - before >= store.snapshot_every
+        assert deltas >= sizes[before].size
+        if after - before > store.snapshot_every:  # due at the first checkpoint it could be
+            assert sizes[before].size > deltas - sizes[after - 1].size
     early, late = sizes[101], sizes[901]
-    assert [sizes[seq].snapshot for seq in (0, 100, 101, 900, 901)] == [
-        True,
-        True,
-        False,
-        True,
-        False,
-    ]
+    assert not early.snapshot
+    assert not late.snapshot
     assert abs(late.size - early.size) <= 8
-    assert late.size * 100 < sizes[900].size
+    snapshot_bytes = sum(sizes[seq].size for seq in snapshots)
+    assert snapshot_bytes < sum(entry.size for entry in history) - snapshot_bytes
     sealer.opened.clear()
     assert (await store.load("r1"))[0] == 920
-    assert sealer.opened == [f"r1:{seq}".encode() for seq in range(900, 921)]
-    assert len(sealer.opened) - 1 < store.snapshot_every
+    assert sealer.opened == [f"r1:{seq}".encode() for seq in range(snapshots[-1], 921)]
 
 
 async def test_a_store_reopened_rebuilds_and_continues_with_deltas(make_store: Factory) -> None:
