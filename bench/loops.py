@@ -14,6 +14,8 @@
   (the result as JSON, the governor's convergence check).
 - ``ours``: the full run in memory: ``Runner`` with ``ScriptedModel``, the governor,
   the budget and the default (no-op) tracer.
+- ``ours-lean``: the same with ``Runner(keep_states=False)``: the result keeps only the
+  final phase, not every phase with its own copy of the conversation.
 - ``ours-otel``: the same with the OpenTelemetry SDK on (a batch span processor and
   an exporter that drops the spans), for the tracing overhead.
 - ``ours-sqlite``: the full run with ``SQLiteCheckpointer`` saving after every transition.
@@ -158,6 +160,18 @@ def ours(calls: int, db: str | None, cap: Cap) -> Run:
     counted, count = _counter()
     runner = Runner(
         _agent(), model=CappedModel(calls, cap), gate=AutoDenyGate(), on_transition=count
+    )
+    return _run_ours(runner, counted)
+
+
+def ours_lean(calls: int, db: str | None, cap: Cap) -> Run:
+    counted, count = _counter()
+    runner = Runner(
+        _agent(),
+        model=CappedModel(calls, cap),
+        gate=AutoDenyGate(),
+        on_transition=count,
+        keep_states=False,
     )
     return _run_ours(runner, counted)
 
@@ -420,6 +434,7 @@ WORKLOADS: dict[str, Workload] = {
     "ours-bare": ours_bare,
     "ours-phases": ours_phases,
     "ours": ours,
+    "ours-lean": ours_lean,
     "ours-otel": ours_otel,
     "ours-sqlite": ours_sqlite,
     "floor-sqlite-full": floor_sqlite_full,

@@ -90,6 +90,7 @@ IN_MEMORY = (
     Framework("statemachine: bare typed transition", "ours-bare", True, "statemachine"),
     Framework("statemachine: phase methods, no runner", "ours-phases", True, "statemachine"),
     Framework("statemachine: full run (Runner)", "ours", True, "statemachine"),
+    Framework("statemachine: full run, keep_states=False", "ours-lean", True, "statemachine"),
     Framework("statemachine: full run, OTel SDK on", "ours-otel", True, "opentelemetry-sdk"),
     Framework("transitions", "transitions", False, "transitions"),
     Framework("python-statemachine", "python-statemachine", False, "python-statemachine"),
@@ -421,6 +422,11 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Tracing overhead (OpenTelemetry SDK with a batch processor vs the default no-op"
         f" tracer): {_fmt(otel and ours and otel - ours, '{:,.1f}')} us per transition.",
+        "",
+        "LangGraph / full run with `Runner(keep_states=False)` (only the final phase kept"
+        " in `RunResult.states`): "
+        + _fmt(_ratio(_us(memory, "langgraph"), _us(memory, "ours-lean")), "{:.2f}x")
+        + " (the target row below uses the default, which keeps every phase).",
         "",
         "### Durable: a SQLite checkpoint after every transition",
         "",

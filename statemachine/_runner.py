@@ -50,11 +50,20 @@ DEFAULT_LEASE = timedelta(minutes=1)
 @final
 @attrs.frozen(kw_only=True)
 class RunResult(Generic[C]):
-    """How a run ended (or where it waits for a person), and every phase it went through."""
+    """How a run ended (or where it waits for a person), and every phase it went through.
+
+    ``states`` holds every phase, unless the runner was told not to keep them
+    (``Runner(keep_states=False)``): then only the final one. ``path`` holds the kind
+    and step of every phase either way, which ``history`` and ``trace`` read.
+    """
 
     run_id: str
     final: Phase[C]
     states: tuple[Phase[C], ...] = attrs.field(repr=False)
+    path: tuple[tuple[str, int], ...] = attrs.field(
+        default=attrs.Factory(lambda result: _path_of(result.states), takes_self=True),
+        repr=False,
+    )
 
     @property
     def ok(self) -> bool:
@@ -82,7 +91,7 @@ class RunResult(Generic[C]):
     @property
     def history(self) -> tuple[str, ...]:
         """The phases of the run by kind, e.g. ``('Idle', 'Planning', ..., 'Done')``."""
-        return tuple(state.kind for state in self.states)
+        return tuple(kind for kind, _ in self.path)
 
     def trace(self) -> str:
         """The state sequence as one line, verdicts on the arrows they caused.
@@ -92,12 +101,16 @@ class RunResult(Generic[C]):
         by_step: dict[int, list[str]] = {}
         for record in self.verdicts:
             by_step.setdefault(record.step, []).append(f"{record.verdict}: {record.check}")
-        parts = [self.states[0].kind]
-        for before, after in itertools.pairwise(self.states):
-            said = by_step.get(before.step)
+        parts = [self.path[0][0]]
+        for (_, step), (kind, _) in itertools.pairwise(self.path):
+            said = by_step.get(step)
             parts.append(f" -[{'; '.join(said)}]-> " if said else " -> ")
-            parts.append(after.kind)
+            parts.append(kind)
         return "".join(parts)
+
+
+def _path_of(states: tuple[Phase[Any], ...]) -> tuple[tuple[str, int], ...]:
+    return tuple((state.kind, state.step) for state in states)
 
 
 @final
@@ -113,6 +126,10 @@ class Runner(Generic[C]):
     ``statemachine.validation.fallbacks``). With a ``checkpointer`` every run is
     saved as it goes and held under a lease of ``lease`` while it is driven, so
     that many workers can share one store (see :meth:`resume` and :meth:`submit`).
+    ``keep_states=False`` keeps only the final phase in ``RunResult.states`` (the
+    kinds and steps stay in ``RunResult.path``): every phase holds its own copy of the
+    conversation, so keeping them all costs memory, and time, that grow with the
+    square of a run's length (a worker, which reads only the store, needs none).
     """
 
     __slots__ = (
@@ -121,6 +138,7 @@ class Runner(Generic[C]):
         "_clock",
         "_fallbacks",
         "_gate",
+        "_keep_states",
         "_lease",
         "_metrics",
         "_model",
@@ -148,6 +166,7 @@ class Runner(Generic[C]):
         lease: timedelta = DEFAULT_LEASE,
         tracer: trace.Tracer | None = None,
         meter: metrics.Meter | None = None,
+        keep_states: bool = True,
     ) -> None:
         if agent.answer_guard is not None:
             # At start-up: a constrained guard refuses a backend that cannot enforce it.
@@ -169,6 +188,7 @@ class Runner(Generic[C]):
         self._lease = lease
         self._running: dict[str, _Driving] = {}
         self._tracer = trace.get_tracer("statemachine") if tracer is None else tracer
+        self._keep_states = keep_states
 
     @property
     def agent(self) -> Agent[C]:
@@ -240,7 +260,7 @@ class Runner(Generic[C]):
             # A resumed run's clock goes on from the time it had already used.
             started=self._clock() - _elapsed,
         )
-        states: list[Phase[C]] = [state]
+        went = _Went(state, keep=self._keep_states)
         run_span = self._tracer.start_span(
             f"run {self._agent.name}",
             attributes={"statemachine.run_id": rt.run_id, "statemachine.agent": self._agent.name},
@@ -263,32 +283,32 @@ class Runner(Generic[C]):
                 problems = state.input_problems()
                 if problems:
                     state = state.reject_input(problems)
-                    states.append(state)
+                    went.add(state)
                     await saver.save(state)
             with driving.scope as scope:
                 while isinstance(state, Active):
                     if driving.hand_back is not None and driving.hand_back.is_set():
                         # A worker shutting down: the run stays running, for another.
-                        return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+                        return went.result(rt.run_id, state)
                     before = state
                     state = await self._step(rt, before, in_run, log)
-                    states.append(state)
+                    went.add(state)
                     record = await saver.save(state)
                     if self._on_transition is not None:
                         self._on_transition(before, state)
                     if _stop_asked(record) and isinstance(state, Active):
                         # Stopped from elsewhere (the store): as stop(), at this checkpoint.
                         await saver.mark(RunStatus.CANCELLED)
-                        stopped = RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+                        stopped = went.result(rt.run_id, state)
                         driving.result = stopped
                         return stopped
                     if _waits_for_a_person(state):
-                        return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+                        return went.result(rt.run_id, state)
             if scope.cancelled_caught:  # stop(): the last phase saved is where it stopped
                 if not driving.lost:  # else another worker holds the run now: not ours to mark
                     with anyio.CancelScope(shield=True):
                         await saver.mark(RunStatus.CANCELLED)
-                stopped = RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+                stopped = went.result(rt.run_id, state)
                 driving.result = stopped
                 return stopped
         except anyio.get_cancelled_exc_class():
@@ -310,7 +330,7 @@ class Runner(Generic[C]):
             self._forget(rt.run_id, driving)
         if not isinstance(state, Done | Failed):  # pragma: no cover - Phase has no third kind
             raise TypeError(f"{type(state).__name__} is neither active nor terminal")
-        return RunResult(run_id=rt.run_id, final=state, states=tuple(states))
+        return went.result(rt.run_id, state)
 
     async def _step(self, rt: Runtime, before: Active[C], in_run: Context, log: Any) -> Phase[C]:
         """One transition, in one span named after it, and one log event with the same keys.
@@ -669,6 +689,26 @@ def _transition_keys(rt: Runtime, before: Phase[Any], after: Phase[Any]) -> dict
     if isinstance(after, Failed):
         keys["reason"] = after.reason
     return keys
+
+
+class _Went(Generic[C]):
+    """The phases one ``drive`` went through: all of them, or only their kinds and steps."""
+
+    __slots__ = ("_keep", "_path", "_states")
+
+    def __init__(self, first: Phase[C], *, keep: bool) -> None:
+        self._keep = keep
+        self._states: list[Phase[C]] = [first] if keep else []
+        self._path = [(first.kind, first.step)]
+
+    def add(self, state: Phase[C]) -> None:
+        self._path.append((state.kind, state.step))
+        if self._keep:
+            self._states.append(state)
+
+    def result(self, run_id: str, final: Phase[C]) -> RunResult[C]:
+        states = tuple(self._states) if self._keep else (final,)
+        return RunResult(run_id=run_id, final=final, states=states, path=tuple(self._path))
 
 
 class _Driving:

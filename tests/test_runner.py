@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import re
 import types
 import typing
+import weakref
 from decimal import Decimal
 from typing import Any
 
@@ -401,3 +403,65 @@ async def test_max_steps_is_never_exceeded(cap: int) -> None:
     assert isinstance(result.final, Failed)
     assert len(model.requests) == cap
     assert result.final.spent.model_calls == cap
+
+
+# --- keeping the phases ------------------------------------------------------------------
+
+
+def _repeating_model() -> ScriptedModel:
+    """A lookup, the same lookup again (suppressed: exact duplicate), then an answer."""
+    return ScriptedModel(
+        [
+            tool_call("weather", {"city": "Oslo"}),
+            tool_call("weather", {"city": "Oslo"}),
+            reply("Sunny in Oslo."),
+        ]
+    )
+
+
+async def test_a_runner_that_keeps_no_states_keeps_the_final_phase_and_the_same_history() -> None:
+    """keep_states=False: states holds only the final phase; history, trace, path and the
+    final phase are those of a runner that keeps every phase."""
+    seen: list[weakref.ref[Phase[None]]] = []
+
+    def remember(before: Phase[None], after: Phase[None]) -> None:
+        seen.append(weakref.ref(after))
+
+    kept = await Runner(Service().agent(), model=_repeating_model(), gate=AutoDenyGate()).run(
+        None, "Weather in Oslo?"
+    )
+    lean_runner = Runner(
+        Service().agent(),
+        model=_repeating_model(),
+        gate=AutoDenyGate(),
+        keep_states=False,
+        on_transition=remember,
+    )
+    lean = await lean_runner.run(None, "Weather in Oslo?")
+    assert "-[suppress: exact]->" in kept.trace()
+    assert lean.trace() == kept.trace()
+    assert lean.history == kept.history
+    assert lean.path == kept.path == tuple((s.kind, s.step) for s in kept.states)
+    assert lean.states == (lean.final,)
+    assert lean.final == kept.final
+    assert lean.ok
+    # The phases between the first and the last are not held: they can be collected.
+    gc.collect()
+    alive = [ref() for ref in seen]
+    assert alive[-1] is lean.final
+    assert all(phase is None for phase in alive[:-1]), [type(p).__name__ for p in alive]
+
+
+async def test_a_runner_keeps_every_state_by_default() -> None:
+    """The default: every phase stays in states, in order, each the object the run made."""
+    made: list[Phase[None]] = []
+
+    def remember(before: Phase[None], after: Phase[None]) -> None:
+        made.append(after)
+
+    runner = Runner(
+        Service().agent(), model=_repeating_model(), gate=AutoDenyGate(), on_transition=remember
+    )
+    result = await runner.run(None, "Weather in Oslo?")
+    assert len(result.states) == len(result.path) == len(made) + 1
+    assert all(a is b for a, b in zip(result.states[1:], made, strict=True))

@@ -181,6 +181,7 @@ def worker_runner(
         model=DeskModel() if model is None else model,
         gate=RefundPolicy(up_to),
         checkpointer=checkpointer,
+        keep_states=False,  # a worker reads the store, not the phases in memory
     )
 
 
