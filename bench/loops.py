@@ -12,7 +12,7 @@
   routed and validated, ``Planning.call_tool`` (the governor's action record),
   ``ToolCalling.execute`` (budget check, deadline, the tool), ``Observing.observe``
   (the result as JSON, the governor's convergence check).
-- ``ours``: the full run in memory: ``Runner`` with ``ScriptedModel``, the governor,
+- ``ours``: the full run in memory: ``Runner`` with the scripted turns, the governor,
   the budget and the default (no-op) tracer.
 - ``ours-lean``: the same with ``Runner(keep_states=False)``: the result keeps only the
   final phase, not every phase with its own copy of the conversation.
@@ -49,7 +49,7 @@ from statemachine import (
     SQLiteCheckpointer,
     read_tool,
 )
-from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
+from statemachine.testing import AutoDenyGate, reply, tool_call
 
 # --- our agent ----------------------------------------------------------------------------
 
@@ -70,19 +70,24 @@ def _agent() -> Agent[None]:
 
 
 class CappedModel:
-    """``ScriptedModel`` with the precomputed turns, checking the run's time cap first."""
+    """The precomputed turns, one per call, checking the run's time cap first.
+
+    Unlike ``ScriptedModel`` (a testing helper that records every request, each holding
+    the whole conversation), it keeps nothing: the peers' loops keep no request either.
+    """
 
     def __init__(self, calls: int, cap: Cap) -> None:
-        turns = [
-            reply("done") if turn is None else tool_call(turn.name, turn.arguments)
-            for turn in script(calls)
-        ]
-        self.scripted = ScriptedModel(turns)
+        self.turns = iter(
+            [
+                reply("done") if turn is None else tool_call(turn.name, turn.arguments)
+                for turn in script(calls)
+            ]
+        )
         self.cap = cap
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         self.cap.check()
-        return await self.scripted.complete(request)
+        return next(self.turns)
 
 
 def _read_call(agent: Agent[None], name: str, arguments: str) -> ReadCall:
