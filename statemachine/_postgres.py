@@ -49,9 +49,7 @@ from ._store import (
     Sealer,
     _Change,
     _EffectRow,
-    _Last,
     _Row,
-    _since_of,
     _statuses,
     _Store,
     _system_clock,
@@ -540,13 +538,10 @@ class PostgresCheckpointer(_Store):
             prepared = self._prepare(run_id, seq, record, document, change, None)
             if prepared is None:  # this store does not know what is stored: read it
                 assert record is not None
-                chain = await self._fetch_chain(connection, record)
-                stored = (self._replay(run_id, chain, record)[1], _since_of(chain))
+                stored = self._stored(run_id, await self._fetch_chain(connection, record), record)
                 prepared = self._prepare(run_id, seq, record, document, change, stored)
                 assert prepared is not None
-            payload, seen, since = prepared
-            blob, texts = self._blob(run_id, seq, payload, change)
-            snapshot = payload["kind"] == "full"
+            snapshot, blob, last = self._checkpoint(run_id, seq, document, prepared, change)
             now = self._now()
             saved = self._saved_record(record, run_id, seq, agent, target, phase, waiting_for, now)
             await connection.execute(
@@ -555,16 +550,14 @@ class PostgresCheckpointer(_Store):
                 (
                     run_id,
                     seq,
-                    payload["kind"],
+                    "full" if snapshot else "delta",
                     phase,
                     blob,
                     now,
                 ),
             )
             await self._store_record(connection, saved)
-        self._remember(
-            run_id, _Last(seq, document, seen, texts, since.after(seq, snapshot, len(blob)))
-        )
+        self._remember(run_id, last)
         return saved
 
     async def load(self, run_id: str) -> tuple[int, Document]:

@@ -1007,13 +1007,10 @@ class _Store:
             prepared = self._prepare(run_id, seq, record, document, change, None)
             if prepared is None:  # this store does not know what is stored: read it
                 assert record is not None
-                rows = self._chain(run_id)
-                stored = (self._replay(run_id, rows, record)[1], _since_of(rows))
+                stored = self._stored(run_id, self._chain(run_id), record)
                 prepared = self._prepare(run_id, seq, record, document, change, stored)
                 assert prepared is not None
-            payload, seen, since = prepared
-            blob, texts = self._blob(run_id, seq, payload, change)
-            snapshot = payload["kind"] == "full"
+            snapshot, blob, last = self._checkpoint(run_id, seq, document, prepared, change)
             now = self._now()
             saved = self._saved_record(record, run_id, seq, agent, status, phase, waiting_for, now)
             # Everything that can fail is done: the memory store has no rollback.
@@ -1021,10 +1018,33 @@ class _Store:
             self._put_record(saved)
             if record is not None and record.decision_pending:
                 self._put_decision(run_id, None)
-        self._remember(
-            run_id, _Last(seq, document, seen, texts, since.after(seq, snapshot, len(blob)))
-        )
+        self._remember(run_id, last)
         return saved
+
+    def _stored(
+        self, run_id: str, rows: list[_Row], record: RunRecord
+    ) -> tuple[Mapping[str, Any], _Since]:
+        """The stored document and ``_Since`` of a chain read by ``_chain`` (both stores)."""
+        return self._replay(run_id, rows, record)[1], _since_of(rows)
+
+    def _checkpoint(
+        self,
+        run_id: str,
+        seq: int,
+        document: Mapping[str, Any],
+        prepared: tuple[dict[str, Any], _Seen | None, _Since],
+        change: _Change | None,
+    ) -> tuple[bool, bytes, _Last]:
+        """Whether checkpoint ``seq`` is a snapshot, its blob, and what to remember of it
+        once it is stored (both stores)."""
+        payload, seen, since = prepared
+        blob, texts = self._blob(run_id, seq, payload, change)
+        snapshot = payload["kind"] == "full"
+        return (
+            snapshot,
+            blob,
+            _Last(seq, document, seen, texts, since.after(seq, snapshot, len(blob))),
+        )
 
     def _saved_status(
         self,
