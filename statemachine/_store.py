@@ -64,7 +64,7 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Generator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, TypeVar
@@ -101,6 +101,10 @@ DEFAULT_RETENTION: Final = timedelta(days=30)
 _DIGEST: Final = 32  # bytes of SHA-256 in front of every stored blob
 _RECENT_RUNS: Final = 256  # runs whose last document's fingerprints are kept for diffing
 _BUSY_MS: Final = 5000  # how long SQLite waits for another connection's write lock
+# Pages written to SQLite's WAL after which it is copied back into the database file (by
+# a thread of the checkpointer's own, not by the commit that crossed the mark): SQLite's
+# own default for its automatic checkpoint.
+_WAL_PAGES: Final = 1000
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)  # the time of a checkpoint saved with none
 # A stop request and a pending decision end with the run's part in them.
 _SETTLED: Final = frozenset({RunStatus.CANCELLED, RunStatus.COMPLETED, RunStatus.ABORTED})
@@ -1623,6 +1627,71 @@ def _upgrade(connection: sqlite3.Connection) -> None:
             connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
 
+class _WalCheckpoint:
+    """Copies a SQLite file's WAL back into the file, mostly in a thread of its own.
+
+    ``start()`` returns at once (a no-op while one is under way): a thread, with a
+    connection of its own, copies back every page the WAL holds then (``PASSIVE``: it
+    never waits for a lock, so it holds up no save). The saves committed meanwhile are
+    copied back by ``catch_up()``, which the saving connection calls after its next
+    commit: a few pages, and then the WAL is wholly in the file, so that the next write
+    starts it again from its beginning instead of making it longer. ``close()`` waits
+    for the thread.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()  # guards _thread
+        self._running = threading.Lock()  # held by the thread's copy; guards _connection
+        self._thread: threading.Thread | None = None
+        self._connection: sqlite3.Connection | None = None
+        self.finished = False  # the thread's copy is done; the catch-up is not
+        self.done = 0  # copies the thread made (tests read it)
+        self.failed: sqlite3.Error | None = None  # the thread's last error, if it failed
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(
+                target=self._run, name="statemachine-wal-checkpoint", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        with self._running:
+            try:
+                if self._connection is None:
+                    self._connection = sqlite3.connect(
+                        self._path, isolation_level=None, check_same_thread=False
+                    )
+                self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.Error as exc:  # the disk is full, the file was moved: try later
+                self.failed = exc
+            else:
+                self.failed = None
+            self.done += 1
+            self.finished = True
+
+    def catch_up(self, connection: sqlite3.Connection) -> None:
+        """Copy back, from the saving connection, what was committed during the thread's copy."""
+        self.finished = False
+        # On failure the next start() tries again; what was committed stays in the WAL.
+        with suppress(sqlite3.Error):
+            connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        with self._running:
+            self.finished = False
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+
 class SQLiteCheckpointer(_Store):
     """Checkpoints in one SQLite file (WAL), created with its tables on first use.
 
@@ -1638,6 +1707,13 @@ class SQLiteCheckpointer(_Store):
     ``synchronous=FULL``: a recorded intent or result survives a power cut too. Its
     ``effects`` table is created, like the others, when the file is first opened. Call
     ``aclose()`` (or use ``async with``) when done.
+
+    The WAL is copied back into the database file (a checkpoint, which waits for the
+    disk) by a thread of this checkpointer's own, with a connection of its own, once
+    about 1,000 pages were written since the last one: not by the commit that happens to
+    cross the mark, as SQLite's automatic checkpoint does. A checkpoint that fails (the
+    disk is full) is tried again after the next 1,000 pages; what was committed stays in
+    the WAL, which SQLite reads as part of the file, so nothing is lost.
     """
 
     def __init__(
@@ -1658,6 +1734,13 @@ class SQLiteCheckpointer(_Store):
         # run's row from here instead of the file.
         self._written: dict[str, RunRecord] = {}
         self._version: int | None = None
+        # The connection's busy timeout: 0 while a save runs on the event loop.
+        self._busy_ms = _BUSY_MS
+        # Pages written to the WAL since the last checkpoint (an estimate), the pages of
+        # the transaction under way, and the thread that copies the WAL back.
+        self._wal_pages = 0
+        self._tx_pages = 0
+        self._wal = _WalCheckpoint(self.path)
 
     async def __aenter__(self) -> SQLiteCheckpointer:
         return self
@@ -1671,15 +1754,18 @@ class SQLiteCheckpointer(_Store):
 
     def _close(self) -> None:
         with self._lock:
+            self._wal.close()  # before the last connection closes, which checkpoints
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
             self._written.clear()
             self._version = None  # each connection counts data_version on its own
+            self._wal_pages = 0
 
     async def _call(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
         def locked() -> _T:
             with self._lock:
+                self._wait_for_locks(_BUSY_MS)
                 return self._guarded(run_id, function, *args)
 
         return await anyio.to_thread.run_sync(locked)
@@ -1692,21 +1778,25 @@ class SQLiteCheckpointer(_Store):
         It runs here only when the connection is open and free, and it does not wait
         for another process's write lock: then (``SQLITE_BUSY``) it goes to a thread.
         """
-        connection = self._connection
-        if connection is None or not self._lock.acquire(blocking=False):
+        if self._connection is None or not self._lock.acquire(blocking=False):
             return await self._call(run_id, function, *args)
         try:
-            connection.execute("PRAGMA busy_timeout = 0")
+            # Set only when it changes: a run's saves follow each other on the event loop.
+            self._wait_for_locks(0)
             try:
                 return self._guarded(run_id, function, *args)
             except sqlite3.OperationalError as exc:
                 if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                     raise
-            finally:
-                connection.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
         finally:
             self._lock.release()
         return await self._call(run_id, function, *args)  # nothing was saved: wait for it
+
+    def _wait_for_locks(self, ms: int) -> None:
+        """Set how long a statement waits for another connection's lock (under ``_lock``)."""
+        if self._busy_ms != ms and self._connection is not None:
+            self._connection.execute(f"PRAGMA busy_timeout = {ms}")
+            self._busy_ms = ms
 
     def _guarded(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
         try:
@@ -1729,6 +1819,8 @@ class SQLiteCheckpointer(_Store):
                 connection.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
                 connection.execute("PRAGMA journal_mode = WAL")
                 connection.execute("PRAGMA synchronous = NORMAL")
+                # Checkpoints are _WalCheckpoint's, in a thread of their own.
+                connection.execute("PRAGMA wal_autocheckpoint = 0")
                 # One transaction: one commit, and one process creates or upgrades at a time.
                 connection.executescript("BEGIN IMMEDIATE;\n" + _SCHEMA)
                 try:
@@ -1741,6 +1833,7 @@ class SQLiteCheckpointer(_Store):
                 connection.close()
                 raise
             self._connection = connection
+            self._busy_ms = _BUSY_MS
         return self._connection
 
     @contextmanager
@@ -1762,8 +1855,17 @@ class SQLiteCheckpointer(_Store):
                 self._written.clear()
                 raise
         finally:
+            pages, self._tx_pages = self._tx_pages, 0
             if durable:
                 db.execute("PRAGMA synchronous = NORMAL")
+        if write:
+            # A page or two of each table and index the transaction wrote, and its blobs.
+            self._wal_pages += 4 + pages
+            if self._wal.finished:
+                self._wal.catch_up(db)
+            elif self._wal_pages >= _WAL_PAGES:
+                self._wal_pages = 0
+                self._wal.start()
 
     def _get_record(self, run_id: str) -> RunRecord | None:
         row = self._db.execute(
@@ -1802,6 +1904,7 @@ class SQLiteCheckpointer(_Store):
         self._written[record.run_id] = record
 
     def _put_row(self, run_id: str, row: _Row) -> None:
+        self._tx_pages += len(row.blob) >> 12
         self._db.execute(
             "INSERT INTO checkpoints (run_id, seq, kind, phase, blob, at) "
             "VALUES (?, ?, ?, ?, ?, ?)",
