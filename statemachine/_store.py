@@ -63,8 +63,8 @@ import hashlib
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Generator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from collections.abc import Callable, Collection, Mapping
+from contextlib import AbstractContextManager, nullcontext, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, TypeVar
@@ -83,6 +83,7 @@ from ._errors import (
 )
 from ._json import Texts, dumps, dumps_fast, dumps_reusing, fingerprint, loads
 from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus
+from ._model import _trusted
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -108,6 +109,17 @@ _WAL_PAGES: Final = 1000
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)  # the time of a checkpoint saved with none
 # A stop request and a pending decision end with the run's part in them.
 _SETTLED: Final = frozenset({RunStatus.CANCELLED, RunStatus.COMPLETED, RunStatus.ABORTED})
+# The fields of the row a save writes that it sets (``decision_pending`` is its default).
+_SAVED_FIELDS: Final = (
+    "run_id",
+    "agent",
+    "status",
+    "phase",
+    "waiting_for",
+    "updated_at",
+    "seq",
+    "stop_requested",
+)
 _T = TypeVar("_T")
 
 
@@ -1091,18 +1103,23 @@ class _Store:
         now: datetime,
     ) -> RunRecord:
         """The run's row once checkpoint ``seq`` is saved (both stores)."""
-        return RunRecord.model_construct(  # every value is of its field's type already
-            run_id=run_id,
-            agent=agent,
-            status=status,
-            phase=phase,
-            waiting_for=waiting_for,
-            updated_at=now,
-            seq=seq,
+        # Every value is of its field's type already: made as model_construct makes it.
+        values = {
+            "run_id": run_id,
+            "agent": agent,
+            "status": status,
+            "phase": phase,
+            "waiting_for": waiting_for,
+            "updated_at": now,
+            "seq": seq,
             # A stop request stands until the run is stopped (or ends); a pending
             # decision was used by the phase whose result this checkpoint is.
-            stop_requested=record is not None and record.stop_requested and status not in _SETTLED,
-        )
+            "stop_requested": record is not None
+            and record.stop_requested
+            and status not in _SETTLED,
+            "decision_pending": False,
+        }
+        return _trusted(RunRecord, values, set(_SAVED_FIELDS))
 
     def _prepare(
         self,
@@ -1627,6 +1644,39 @@ def _upgrade(connection: sqlite3.Connection) -> None:
             connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
 
+class _SQLiteTransaction:
+    """One transaction of a :class:`SQLiteCheckpointer`'s connection (``with``).
+
+    A class rather than a generator: a save opens one per checkpoint.
+    """
+
+    __slots__ = ("_db", "_durable", "_store", "_write")
+
+    def __init__(self, store: SQLiteCheckpointer, write: bool, durable: bool) -> None:
+        self._store, self._write, self._durable = store, write, durable
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._db = self._store._begin(self._write, self._durable)
+        return self._db
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        store, db = self._store, self._db
+        try:
+            if kind is not None:
+                store._written.clear()  # what was written is undone
+                db.execute("ROLLBACK")
+                return
+            try:
+                db.execute("COMMIT")
+            except BaseException:
+                store._written.clear()
+                raise
+        finally:
+            pages = store._end(db, self._durable)
+        if self._write:
+            store._committed(db, pages)
+
+
 class _WalCheckpoint:
     """Copies a SQLite file's WAL back into the file, mostly in a thread of its own.
 
@@ -1741,6 +1791,7 @@ class SQLiteCheckpointer(_Store):
         self._wal_pages = 0
         self._tx_pages = 0
         self._wal = _WalCheckpoint(self.path)
+        self._stamped = (_EPOCH, _stamp(_EPOCH))  # the last moment stamped, and its text
 
     async def __aenter__(self) -> SQLiteCheckpointer:
         return self
@@ -1836,36 +1887,42 @@ class SQLiteCheckpointer(_Store):
             self._busy_ms = _BUSY_MS
         return self._connection
 
-    @contextmanager
-    def _transaction(self, *, write: bool, durable: bool = False) -> Generator[object, None, None]:
+    def _transaction(self, *, write: bool, durable: bool = False) -> _SQLiteTransaction:
+        return _SQLiteTransaction(self, write, durable)
+
+    def _begin(self, write: bool, durable: bool) -> sqlite3.Connection:
         db = self._db
         if durable:  # set outside the transaction: the commit is what must reach the disk
             db.execute("PRAGMA synchronous = FULL")
         try:
             db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield db
-            except BaseException:
-                self._written.clear()  # what was written is undone
-                db.execute("ROLLBACK")
-                raise
-            try:
-                db.execute("COMMIT")
-            except BaseException:
-                self._written.clear()
-                raise
-        finally:
-            pages, self._tx_pages = self._tx_pages, 0
-            if durable:
-                db.execute("PRAGMA synchronous = NORMAL")
-        if write:
-            # A page or two of each table and index the transaction wrote, and its blobs.
-            self._wal_pages += 4 + pages
-            if self._wal.finished:
-                self._wal.catch_up(db)
-            elif self._wal_pages >= _WAL_PAGES:
-                self._wal_pages = 0
-                self._wal.start()
+        except BaseException:
+            self._end(db, durable)
+            raise
+        return db
+
+    def _end(self, db: sqlite3.Connection, durable: bool) -> int:
+        """What follows a transaction, committed or not; the pages it wrote to the WAL."""
+        pages, self._tx_pages = self._tx_pages, 0
+        if durable:
+            db.execute("PRAGMA synchronous = NORMAL")
+        return pages
+
+    def _committed(self, db: sqlite3.Connection, pages: int) -> None:
+        # A page or two of each table and index the transaction wrote, and its blobs.
+        self._wal_pages += 4 + pages
+        if self._wal.finished:
+            self._wal.catch_up(db)
+        elif self._wal_pages >= _WAL_PAGES:
+            self._wal_pages = 0
+            self._wal.start()
+
+    def _stamp(self, moment: datetime) -> str:
+        """``_stamp(moment)``; a save stamps its row and its registry row with one moment."""
+        stamped = self._stamped
+        if stamped[0] is not moment:
+            stamped = self._stamped = (moment, _stamp(moment))
+        return stamped[1]
 
     def _get_record(self, run_id: str) -> RunRecord | None:
         row = self._db.execute(
@@ -1896,7 +1953,7 @@ class SQLiteCheckpointer(_Store):
                 record.status.value,
                 record.phase,
                 record.waiting_for,
-                _stamp(record.updated_at),
+                self._stamp(record.updated_at),
                 record.seq,
                 int(record.stop_requested),
             ),
@@ -1914,7 +1971,7 @@ class SQLiteCheckpointer(_Store):
                 "full" if row.snapshot else "delta",
                 row.phase,
                 row.blob,
-                _stamp(row.at),
+                self._stamp(row.at),
             ),
         )
 
