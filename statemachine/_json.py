@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final
 
@@ -195,9 +195,32 @@ def _mark(value: Any) -> Any:
     raise _Fallback
 
 
-_c_writer: Final = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_mark
-)
+def _c_encoder() -> Callable[[Any], str]:
+    """The C writer: what ``JSONEncoder(ensure_ascii=False, separators=(",", ":"),
+    allow_nan=False, default=_mark).encode`` does, built once instead of at every call.
+
+    Without the check for circular containers (a checkpoint's document has none); where
+    CPython's ``_json`` is missing, that encoder's own ``encode``.
+    """
+    encoder = json.JSONEncoder(
+        ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_mark
+    )
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return encoder.encode
+    # markers, default, encoder, indent, key separator, item separator, sort_keys,
+    # skipkeys, allow_nan: the order of json.encoder's own call.
+    chunks = make(None, _mark, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+
+    def encode(value: Any) -> str:
+        if isinstance(value, str):
+            return encoder.encode(value)
+        return "".join(chunks(value, 0))
+
+    return encode
+
+
+_c_writer: Final = _c_encoder()
 
 
 def dumps_fast(value: Any) -> str:
@@ -210,7 +233,7 @@ def dumps_fast(value: Any) -> str:
     """
     _marks.count = 0
     try:
-        text = _c_writer.encode(value)
+        text = _c_writer(value)
     except (_Fallback, ValueError):
         return dumps(value)
     marked: int = _marks.count
