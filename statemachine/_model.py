@@ -18,8 +18,6 @@ __all__ = ["Message", "Model", "ModelReply", "ModelRequest", "ToolRequest", "Usa
 
 M = TypeVar("M", bound=BaseModel)
 
-_object_setattr = object.__setattr__
-
 
 # Used by the governor, the phases and the budget (pyright counts uses in this module only).
 def _trusted(  # pyright: ignore[reportUnusedFunction]
@@ -37,11 +35,19 @@ def _trusted(  # pyright: ignore[reportUnusedFunction]
     attributes (``None`` for a model without any). ``cls`` must not allow extra fields.
     """
     model = cls.__new__(cls)
-    _object_setattr(model, "__dict__", values)
-    _object_setattr(model, "__pydantic_fields_set__", fields_set)
-    _object_setattr(model, "__pydantic_extra__", None)
-    _object_setattr(model, "__pydantic_private__", private)
+    _set_dict(model, values)
+    _set_fields_set(model, fields_set)
+    _set_extra(model, None)
+    _set_private(model, private)
     return model
+
+
+# BaseModel's own slots, set through their descriptors: what object.__setattr__ finds for
+# these names on any model class, without looking them up on every call.
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 class ToolRequest(BaseModel, frozen=True, extra="forbid", defer_build=True):

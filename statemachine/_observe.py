@@ -106,10 +106,12 @@ class Instruments:
         )
         if isinstance(before, Retrying) and isinstance(after, ToolCalling):
             self.retries.add(1, {_AGENT: agent, "statemachine.tool": before.call.name})
-        # The governor's memory only grows: what this transition added is the tail.
-        for record in after.loop.verdicts[len(before.loop.verdicts) :]:
-            if record.verdict is Verdict.SUPPRESS:
-                self.suppressions.add(1, {_AGENT: agent, "statemachine.tier": record.check})
+        # The governor's memory only grows: what this transition added is the tail (none
+        # when the new phase carries the very same memory).
+        if after.loop is not before.loop:
+            for record in after.loop.verdicts[len(before.loop.verdicts) :]:
+                if record.verdict is Verdict.SUPPRESS:
+                    self.suppressions.add(1, {_AGENT: agent, "statemachine.tier": record.check})
         if isinstance(before, AwaitApproval) and before.waiting:
             self.waiting.add(-1, {_AGENT: agent, "statemachine.tool": before.call.name})
         if isinstance(after, AwaitApproval) and after.waiting:

@@ -33,7 +33,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import date
 from decimal import Decimal
-from typing import Any, ClassVar, Generic, TypeVar, assert_never, cast, final
+from types import MemberDescriptorType
+from typing import Any, ClassVar, Generic, Self, TypeVar, assert_never, cast, final
 
 import anyio
 import attrs
@@ -189,7 +190,21 @@ class Phase(Generic[C]):
         return self._left_by is not None
 
     def _next(self, cls: type[P], **changes: Any) -> P:
-        """A ``cls`` carrying this phase's fields (``step`` + 1), with ``changes``."""
+        """A ``cls`` carrying this phase's fields (``step`` + 1), with ``changes``.
+
+        What ``cls(agent=self.agent, ..., step=self.step + 1, **changes)`` makes. A class
+        whose ``__init__`` only sets its fields (no validator, converter or ``takes_self``
+        factory) is built by a function made for it (``_builder``); any other class, and
+        ``changes`` that the function does not take as they are (an unknown or a missing
+        argument), go through ``cls(...)`` and its checks and errors.
+        """
+        build = _BUILDERS.get(cls)
+        if build is None:
+            build = _BUILDERS[cls] = _builder(cls, copy=False)
+        if build is not _by_init:
+            made: P | None = build(self, changes)
+            if made is not None:
+                return made
         fields: dict[str, Any] = {
             "agent": self.agent,
             "ctx": self.ctx,
@@ -200,6 +215,18 @@ class Phase(Generic[C]):
             **changes,
         }
         return cls(**fields)
+
+    def _copy(self, **changes: Any) -> Self:
+        """``attrs.evolve(self, **changes)``: a copy not yet left, built as ``_next`` builds."""
+        cls = type(self)
+        build = _COPIERS.get(cls)
+        if build is None:
+            build = _COPIERS[cls] = _builder(cls, copy=True)
+        if build is not _by_init:
+            made: Self | None = build(self, changes)
+            if made is not None:
+                return made
+        return attrs.evolve(self, **changes)
 
     def _fail(self, reason: str, **changes: Any) -> Failed[C]:
         return self._next(Failed, reason=reason, from_phase=self.kind, **changes)
@@ -256,7 +283,7 @@ class Idle(Active[C]):
         self._leave("receive")
         return self._next(
             self.agent.phases.planning,
-            transcript=(*self.transcript, Message(role="user", content=text)),
+            transcript=_appended(self.transcript, Message(role="user", content=text)),
         )
 
     async def advance(self, rt: Runtime) -> Planning[C]:
@@ -284,10 +311,13 @@ class Planning(Active[C]):
         system = self.instructions()
         if not system:
             return self.transcript
-        return (Message(role="system", content=system), *self.transcript)
+        head = (_system(system),)
+        transcript = self.transcript
+        # Concatenated when it is a tuple: one copy of a long conversation, not two.
+        return head + transcript if type(transcript) is tuple else (*head, *transcript)
 
     def _asked(self, call: ReadCall | WriteCall, call_id: str) -> tuple[Message, ...]:
-        return (*self.transcript, _asking(call.name, _json.dumps(call.args), call_id))
+        return _appended(self.transcript, _asking(call.name, _json.dumps(call.args), call_id))
 
     def _action(self, call: ReadCall | WriteCall, raw_arguments: str | None) -> ActionRecord:
         raw = _json.dumps(call.args) if raw_arguments is None else raw_arguments
@@ -348,7 +378,7 @@ class Planning(Active[C]):
         loop = self.loop.record(action).noted(self.step, "before_action", decision)
         return self._next(
             self.agent.phases.planning,
-            transcript=(*self._asked(call, action.call_id), told),
+            transcript=_appended(self._asked(call, action.call_id), told),
             loop=loop,
         )
 
@@ -367,7 +397,9 @@ class Planning(Active[C]):
         )
         return self._next(
             self.agent.phases.planning,
-            transcript=(*self.transcript, Message(role="assistant", tool_calls=(asked,)), told),
+            transcript=_appended(
+                self.transcript, Message(role="assistant", tool_calls=(asked,)), told
+            ),
             invalid_streak=self.invalid_streak + 1,
             loop=self.loop._evolve(tool_iterations=self.loop.tool_iterations + 1),
         )
@@ -393,7 +425,7 @@ class Planning(Active[C]):
     def _ruled(self, hook: Hook, decision: Decision) -> Planning[C]:
         """This phase with ``decision`` in its loop memory (before leaving it)."""
         loop = self.loop.noted(self.step, hook, decision)
-        return attrs.evolve(self, loop=loop)
+        return self._copy(loop=loop)
 
     async def advance(
         self, rt: Runtime
@@ -426,7 +458,7 @@ class Planning(Active[C]):
                 self._leave("advance")
                 # A finalize reached after the last action is in the history already.
                 carried = decision.reason == self.loop.finalize
-                ruled = attrs.evolve(self) if carried else self._ruled("begin_step", decision)
+                ruled = self._copy() if carried else self._ruled("begin_step", decision)
                 return await ruled._finalize(rt, decision.reason)
             case Verdict.CONTINUE | Verdict.SUPPRESS:
                 pass
@@ -513,14 +545,14 @@ class Planning(Active[C]):
             reply = await _within(rt.model.complete(request), remaining)
         except TimeoutError:
             reason = f"wall-clock budget: the model did not answer within the {remaining:.2f}s left"
-            return reason, attrs.evolve(self, loop=loop)
+            return reason, self._copy(loop=loop)
         except (ModelUnavailableError, ModelRequestError, ModelResponseError) as error:
             # Retries of a model call are not the model's to decide, nor this phase's:
             # the run stops with the service's words, and can be started again.
-            return f"the model could not be asked: {error}", attrs.evolve(self, loop=loop)
+            return f"the model could not be asked: {error}", self._copy(loop=loop)
         # The model's usage belongs to this step whatever it chose.
         spent = self.spent.add(tokens=reply.usage.tokens, cost=reply.usage.cost, model_calls=1)
-        return reply, attrs.evolve(self, spent=spent, loop=loop)
+        return reply, self._copy(spent=spent, loop=loop)
 
     async def _finalize(self, rt: Runtime, reason: str) -> Responding[C] | Failed[C]:
         note = (
@@ -674,7 +706,7 @@ class AwaitApproval(Active[C]):
         )
         return self._next(
             self.agent.phases.planning,
-            transcript=(*self.transcript, told),
+            transcript=_appended(self.transcript, told),
             loop=self.loop.settle(self.call_id, "refused", reason),
         )
 
@@ -860,7 +892,7 @@ class Observing(Active[C]):
     def observe(self) -> Planning[C]:
         """Show the result to the model and plan again."""
         self._leave("observe")
-        content = _json.dumps(_json.to_plain(self.output))
+        content = _result_text(_json.to_plain(self.output))
         told = _told(content, self.call_id, self.call.name)
         loop = self.agent.governor.after_action(
             self.loop,
@@ -871,7 +903,7 @@ class Observing(Active[C]):
             step=self.step,
         )
         return self._next(
-            self.agent.phases.planning, transcript=(*self.transcript, told), loop=loop
+            self.agent.phases.planning, transcript=_appended(self.transcript, told), loop=loop
         )
 
     async def advance(self, rt: Runtime) -> Planning[C]:
@@ -958,7 +990,7 @@ class Responding(Active[C]):
             answer=self.text,
             verified=self.verified,
             answer_sha256=sha256,
-            transcript=(*self.transcript, said),
+            transcript=_appended(self.transcript, said),
         )
 
     def _ships(self, data: bytes) -> bool:
@@ -1061,6 +1093,7 @@ _ONCE = RetryPolicy(max_attempts=1, retry_on=())
 _ASKING_FIELDS = frozenset({"role", "tool_calls"})
 _REQUEST_ID_FIELDS = frozenset({"name", "arguments", "id"})
 _TOLD_FIELDS = frozenset({"role", "content", "tool_call_id", "name"})
+_SYSTEM_FIELDS = frozenset({"role", "content"})
 
 
 def _asking(name: str, arguments: str, call_id: str) -> Message:
@@ -1087,6 +1120,20 @@ def _asking(name: str, arguments: str, call_id: str) -> Message:
     return Message(role="assistant", tool_calls=(request,))
 
 
+def _system(content: str) -> Message:
+    """``Message(role="system", content=content)``, as ``_asking`` makes its message."""
+    if type(content) is str:
+        values = {
+            "role": "system",
+            "content": content,
+            "tool_calls": (),
+            "tool_call_id": "",
+            "name": "",
+        }
+        return _trusted(Message, values, set(_SYSTEM_FIELDS))
+    return Message(role="system", content=content)
+
+
 def _told(content: str, call_id: str, name: str) -> Message:
     """``Message(role="tool", content=..., tool_call_id=..., name=...)``, as ``_asking``."""
     if type(content) is str and type(call_id) is str and type(name) is str:
@@ -1103,6 +1150,171 @@ def _told(content: str, call_id: str, name: str) -> Message:
 
 _REQUEST_FIELDS = tuple(ModelRequest.model_fields)
 _object_setattr = object.__setattr__
+
+
+def _appended(transcript: tuple[Message, ...], *new: Message) -> tuple[Message, ...]:
+    """``(*transcript, *new)``, by concatenation when ``transcript`` is a tuple.
+
+    Unpacking copies a long conversation twice (into a list, then a tuple); ``+``
+    copies it once. Anything else given as a transcript is unpacked, as before.
+    """
+    if type(transcript) is tuple:
+        return transcript + new
+    return (*transcript, *new)
+
+
+def _result_text(value: Any) -> str:
+    """``_json.dumps(value)``: in C (``dumps_fast``) when ``_c_writes_as_dumps(value)``."""
+    if _c_writes_as_dumps(value):
+        return _json.dumps_fast(value)
+    return _json.dumps(value)
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None), Decimal})
+
+
+def _c_writes_as_dumps(value: Any) -> bool:
+    """Whether ``_json.dumps_fast(value)`` is ``_json.dumps(value)``, error for error.
+
+    ``dumps_fast`` writes a key that is not text (``dumps`` refuses it), an int or float
+    subclass as its number (``dumps`` writes its ``str`` and ``repr``), and a list
+    subclass as a list, whatever its ``__iter__`` (``dumps`` iterates it). Those, and
+    subclasses of dict and tuple, are left to ``dumps``; a value of any other type
+    ``dumps_fast`` hands to ``dumps`` whole itself.
+    """
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            if not isinstance(key, str) or not _c_writes_as_dumps(item):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(_c_writes_as_dumps(item) for item in value)
+    if kind in _LEAVES:
+        return True
+    return not isinstance(value, int | float | dict | list | tuple)
+
+
+# --- building the next phase ------------------------------------------------------------
+
+# A builder makes ``cls`` from the phase it leaves and the changes; ``None``: build it
+# with ``cls(...)`` instead (the changes are not what the builder takes as they are).
+_Builder = Callable[[Phase[Any], dict[str, Any]], Any]
+# Every phase class _next (and _copy) has built, and how: a builder of its own, or
+# ``_by_init``. Kept for the life of the process, as attrs keeps a class's methods.
+_BUILDERS: dict[type[Any], _Builder] = {}
+_COPIERS: dict[type[Any], _Builder] = {}
+# The fields _next carries from the phase it leaves (``step`` + 1).
+_CARRIED = ("agent", "ctx", "transcript", "spent", "step", "loop")
+# What an ``__init__`` that attrs wrote refers to when it only sets fields (the defaults
+# through ``attr_dict``, factories through ``__attr_factory_<name>``), and then maybe
+# calls ``__attrs_post_init__``. Anything else (validators, converters, hooks) is work
+# the builder would not do, so such a class is built by its ``__init__``.
+_PLAIN_INIT_NAMES = frozenset({"_cached_setattr_get", "attr_dict", "default", "NOTHING"})
+
+
+def _by_init(leaving: Phase[Any], changes: dict[str, Any]) -> Any:
+    """The marker for a class built by its own ``__init__``; never called."""
+    raise AssertionError("_by_init is a marker")  # pragma: no cover
+
+
+def _builder(cls: type[Any], *, copy: bool) -> _Builder:
+    """A function that builds ``cls`` as its attrs ``__init__`` does, slot by slot.
+
+    It sets each field through the slot's descriptor, in the order ``__init__`` sets
+    them, to the value in the changes, else the leaving phase's (for ``_next``: the
+    carried fields, ``step`` + 1; for ``_copy``: every field ``__init__`` takes, as
+    ``attrs.evolve`` does), else the field's default or ``factory()``, then calls
+    ``__attrs_post_init__`` when ``__init__`` calls it. ``_by_init`` for a class whose
+    ``__init__`` does more (see ``_PLAIN_INIT_NAMES``), is not attrs's, or has a slot
+    that is not a field (its ``__init__`` may set it).
+    """
+    if not isinstance(cls, type):  # a generic alias such as Planning[Trip]: called as is
+        return _by_init
+    owner = next((c for c in cls.__mro__ if "__attrs_attrs__" in c.__dict__), None)
+    init = getattr(cls, "__init__", None)
+    code = getattr(init, "__code__", None)
+    new: object = cls.__new__
+    if (
+        owner is None
+        or init is not owner.__dict__.get("__init__")
+        or code is None
+        or not code.co_filename.startswith("<attrs generated")
+        or new is not object.__new__
+    ):
+        return _by_init
+    fields = attrs.fields(owner)
+    names = {field.name for field in fields}
+    takes = frozenset(field.alias for field in fields if field.init)
+    if not takes >= set(_CARRIED):  # _next would pass an argument __init__ does not take
+        return _by_init
+    allowed = set(_PLAIN_INIT_NAMES)
+    if "__attrs_post_init__" in code.co_names:
+        allowed.add("__attrs_post_init__")
+    slots = {
+        slot
+        for c in cls.__mro__
+        for slot in ((c.__dict__.get("__slots__") or ()) if c is not object else ())
+    }
+    if not slots <= names | {"__weakref__", "__dict__"}:
+        return _by_init
+    namespace: dict[str, Any] = {"_new": object.__new__, "cls": cls}
+    lines = ["def build(leaving, changes):"]
+    required: list[str] = []
+    steps: list[str] = []
+    for index, field in enumerate(fields):
+        slot = next((c.__dict__[field.name] for c in cls.__mro__ if field.name in c.__dict__), 0)
+        if (
+            field.validator is not None
+            or field.converter is not None
+            or not isinstance(slot, MemberDescriptorType)
+        ):
+            return _by_init
+        namespace[f"_set{index}"] = slot.__set__
+        default: Any = field.default
+        if isinstance(default, _FACTORY):
+            if default.takes_self:
+                return _by_init
+            allowed.add(f"__attr_factory_{field.name}")
+            namespace[f"_default{index}"] = default.factory
+            fallback = f"_default{index}()"
+        else:
+            namespace[f"_default{index}"] = default
+            fallback = f"_default{index}"
+        alias = field.alias
+        if not field.init:
+            value = fallback
+        elif copy:
+            value = f"changes[{alias!r}] if {alias!r} in changes else leaving.{field.name}"
+        elif alias in _CARRIED:  # the arguments _next passes, read as it reads them
+            carried = "leaving.step + 1" if alias == "step" else f"leaving.{alias}"
+            value = f"changes[{alias!r}] if {alias!r} in changes else {carried}"
+        elif default is attrs.NOTHING:
+            required.append(alias)
+            value = f"changes[{alias!r}]"
+        else:
+            value = f"changes[{alias!r}] if {alias!r} in changes else {fallback}"
+        steps.append(f"    _set{index}(new, {value})")
+    if not set(code.co_names) <= allowed:
+        return _by_init
+    namespace["_takes"] = takes
+    lines.append("    if not changes.keys() <= _takes:")
+    lines.append("        return None")
+    for alias in required:
+        lines.append(f"    if {alias!r} not in changes:")
+        lines.append("        return None")
+    lines.append("    new = _new(cls)")
+    lines.extend(steps)
+    if "__attrs_post_init__" in code.co_names:
+        lines.append("    new.__attrs_post_init__()")
+    lines.append("    return new")
+    source = "\n".join(lines)
+    kind = "copier" if copy else "builder"
+    exec(compile(source, f"<statemachine {kind} {cls.__qualname__}>", "exec"), namespace)
+    return cast("_Builder", namespace["build"])
+
+
+_FACTORY: type[Any] = type(attrs.Factory(list))
 
 
 class RetrySettings(BaseModel, frozen=True, extra="forbid", defer_build=True):

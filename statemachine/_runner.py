@@ -268,6 +268,7 @@ class Runner(Generic[C]):
         in_run = trace.set_span_in_context(run_span)
         log = _log().bind(run_id=rt.run_id, agent=self._agent.name)
         saver = _Saver(self._checkpointer, rt, self._agent.name, _seq)
+        saving = self._checkpointer is not None
         # Known from the start, so that stop() finds the run even before its first save.
         driving = self._running.setdefault(rt.run_id, _Driving())
         try:
@@ -293,7 +294,8 @@ class Runner(Generic[C]):
                     before = state
                     state = await self._step(rt, before, in_run, log)
                     went.add(state)
-                    record = await saver.save(state)
+                    # Without a checkpointer there is nothing to save: no coroutine to await.
+                    record = await saver.save(state) if saving else None
                     if self._on_transition is not None:
                         self._on_transition(before, state)
                     if _stop_asked(record) and isinstance(state, Active):
@@ -656,13 +658,14 @@ def _events_wanted() -> bool:
     """
     if _library_logger.isEnabledFor(logging.INFO):
         return True
-    structlog = sys.modules.get("structlog")
-    if structlog is None:  # never imported, so nothing captures its events
+    # LogCapture is defined in structlog.testing (which structlog imports): not imported,
+    # nothing captures. Read from sys.modules: an import statement per transition costs
+    # more than the rest of this check.
+    testing = sys.modules.get("structlog.testing")
+    if testing is None:
         return False
-    from structlog.testing import LogCapture
-
-    processors = structlog.get_config()["processors"]
-    return bool(processors) and isinstance(processors[-1], LogCapture)
+    processors = sys.modules["structlog"].get_config()["processors"]
+    return bool(processors) and isinstance(processors[-1], testing.LogCapture)
 
 
 def _transition_keys(rt: Runtime, before: Phase[Any], after: Phase[Any]) -> dict[str, Any]:

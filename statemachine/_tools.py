@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from decimal import Decimal
@@ -178,6 +179,39 @@ def _describe(tool: str, args: BaseModel) -> str:
     return f"{tool}({_json.canonical(args)})"
 
 
+# The C encoder with sorted keys writes what _json.canonical writes for text keys, text,
+# bools, None and ints of up to _PLAIN_DIGITS digits (canonical spells a larger int, a
+# float and a Decimal its own way, and refuses a key that is not text).
+_SORTED_C = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+)
+_INT_BOUND: int = 10**_json._PLAIN_DIGITS
+
+
+def _canonical(args: BaseModel) -> str:
+    """``_json.canonical(args)``: written in C when ``_sorted_c_writes_it`` says it may be."""
+    plain = args.model_dump(mode="python")
+    if _sorted_c_writes_it(plain):
+        return _SORTED_C.encode(plain)
+    # canonical(args) writes args.model_dump(mode="python"): this.
+    return _json.canonical(plain)
+
+
+def _sorted_c_writes_it(value: Any) -> bool:
+    """Whether ``value`` holds only what the sorted C encoder writes as ``canonical``."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        number: int = value
+        return -_INT_BOUND < number < _INT_BOUND
+    if kind is dict:
+        return all(type(key) is str and _sorted_c_writes_it(item) for key, item in value.items())
+    if kind is list or kind is tuple:
+        return all(_sorted_c_writes_it(item) for item in value)
+    return False
+
+
 def _effect(kind: type[Any]) -> Callable[[Any, Any, Any], None]:
     def check(call: Any, _: Any, tool: Any) -> None:
         if not isinstance(tool, kind):
@@ -201,7 +235,7 @@ class _Call:
     def __attrs_post_init__(self) -> None:
         try:
             # What _json.canonical_hash(self.args) computes, with the text kept.
-            canonical = _json.canonical(self.args)
+            canonical = _canonical(self.args)
             args_hash = hashlib.sha256(canonical.encode()).hexdigest()
         except (ValueError, ArithmeticError) as error:
             raise BadArgumentsError(self.name, (f"not a JSON value: {error}",)) from None
@@ -540,9 +574,23 @@ class ToolRegistry:
             )
 
 
+# What ``_json.loads(text, bounded=True)`` reads with, made once: ``json.loads`` with
+# hooks makes a new decoder (and its scanner) for every call.
+_BOUNDED_DECODER = json.JSONDecoder(
+    parse_float=_json._bounded_decimal,
+    parse_int=_json._bounded_int,
+    parse_constant=_json._refuse_constant,
+)
+
+
 def _parse_arguments(name: str, text: str | bytes) -> Mapping[str, Any]:
     try:
-        value = _json.loads(text, bounded=True)
+        # Bytes, and text that starts with a byte-order mark (which json.loads refuses
+        # with its own message), go through _json.loads; other text is read as it would.
+        if type(text) is str and not text.startswith("\ufeff"):
+            value = _BOUNDED_DECODER.decode(text)
+        else:
+            value = _json.loads(text, bounded=True)
     except (ValueError, ArithmeticError) as error:
         raise BadArgumentsError(name, (f"arguments are not valid JSON ({error})",)) from None
     except RecursionError:

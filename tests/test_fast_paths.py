@@ -1,0 +1,628 @@
+"""The hot path's shortcuts make exactly what the long way makes.
+
+``Phase._next`` and ``Phase._copy`` build a phase slot by slot where its class allows
+(``cls(...)`` and ``attrs.evolve`` otherwise); ``Observing.observe`` writes a result in
+C where that writes what ``_json.dumps`` writes; the tool arguments are read by one
+decoder made once; the runner finds out whether a transition's log event is wanted
+without importing anything.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import enum
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+import attrs
+import pytest
+import structlog
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+from structlog.testing import LogCapture
+
+from statemachine import (
+    Agent,
+    BadArgumentsError,
+    Done,
+    Failed,
+    Idle,
+    LoopState,
+    Message,
+    Observing,
+    Phase,
+    Phases,
+    Planning,
+    ReadCall,
+    Responding,
+    Retrying,
+    Runner,
+    Spend,
+    ToolCalling,
+    UnapprovedWriteError,
+    _json,
+    _phases,
+    _tools,
+    read_tool,
+    write_tool,
+)
+from statemachine._model import _trusted
+from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
+
+pytestmark = pytest.mark.anyio
+
+
+class KeyArgs(BaseModel):
+    key: str
+
+
+@read_tool
+async def lookup(args: KeyArgs) -> dict[str, object]:
+    """Look a key up."""
+    return {"key": args.key, "value": 42}
+
+
+@write_tool
+async def store(args: KeyArgs) -> str:
+    """Store a key."""
+    return "stored"
+
+
+def _fields(phase: Phase[Any]) -> dict[str, Any]:
+    """Every slot of ``phase``, the single-use cell included, and its class."""
+    values: dict[str, Any] = {"class": type(phase)}
+    for field in attrs.fields(type(phase)):
+        values[field.name] = getattr(phase, field.name)
+    return values
+
+
+def _planning(agent: Agent[Any] | None = None) -> Planning[Any]:
+    agent = agent or Agent[None](name="fast", tools=[lookup, store])
+    return agent.start(None, "hi").receive("hi")
+
+
+def _long_way(leaving: Phase[Any], cls: type[Any], **changes: Any) -> Any:
+    """What ``_next`` made before it had builders."""
+    return cls(
+        agent=leaving.agent,
+        ctx=leaving.ctx,
+        transcript=leaving.transcript,
+        spent=leaving.spent,
+        step=leaving.step + 1,
+        loop=leaving.loop,
+        **changes,
+    )
+
+
+# --- _next and _copy --------------------------------------------------------------------
+
+
+def _every_library_phase(planning: Planning[Any]) -> list[tuple[type[Any], dict[str, Any]]]:
+    call = planning.agent.tools.call("lookup", {"key": "k"})
+    assert isinstance(call, ReadCall)
+    return [
+        (Idle, {"input": "again"}),
+        (Planning, {}),
+        (Planning, {"invalid_streak": 2}),
+        (ToolCalling, {"call": call, "call_id": "call-1"}),
+        (ToolCalling, {"call": call, "call_id": "call-1", "attempt": 3}),
+        (Observing, {"call": call, "call_id": "call-1", "output": {"a": 1}}),
+        (Retrying, {"call": call, "call_id": "call-1", "attempt": 1, "error": "timed out"}),
+        (Responding, {"text": "Hi."}),
+        (Failed, {"reason": "no", "from_phase": "Planning"}),
+        (Done, {"answer": "Hi.", "answer_sha256": "ab"}),
+    ]
+
+
+def test_next_builds_every_library_phase_as_its_init_does() -> None:
+    planning = _planning()
+    planning._leave("test")  # the new phase is not left, whatever the old one is
+    for cls, changes in _every_library_phase(planning):
+        made = planning._next(cls, **changes)
+        assert _fields(made) == _fields(_long_way(planning, cls, **changes))
+        assert not made.left
+        assert made.step == planning.step + 1
+        # Built by a builder of its own, not by falling back to __init__.
+        assert _phases._BUILDERS[cls] is not _phases._by_init
+
+
+def test_copy_is_attrs_evolve() -> None:
+    planning = _planning()
+    call = planning.agent.tools.call("lookup", {"key": "k"})
+    calling = planning._next(ToolCalling, call=call, call_id="call-1", attempt=2)
+    calling._leave("test")
+    cases: list[tuple[Phase[Any], dict[str, Any]]] = [
+        (planning, {}),
+        (planning, {"loop": planning.loop._evolve(paused="x")}),
+        (calling, {"spent": calling.spent.add(tool_calls=1)}),
+    ]
+    for phase, changes in cases:
+        copied = phase._copy(**changes)
+        assert _fields(copied) == _fields(attrs.evolve(phase, **changes))
+        assert not copied.left
+    assert _phases._COPIERS[Planning] is not _phases._by_init
+
+
+def test_next_and_copy_refuse_what_init_refuses_with_its_error() -> None:
+    planning = _planning()
+    with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'call'"):
+        planning._next(ToolCalling, call_id="call-1")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        planning._next(Planning, bogus=1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        planning._copy(bogus=1)
+
+
+def test_next_still_runs_tool_callings_check_of_its_call() -> None:
+    """ToolCalling's __attrs_post_init__ runs for a built phase too."""
+    planning = _planning()
+    write = planning.agent.tools.call("store", {"key": "k"})
+    with pytest.raises(UnapprovedWriteError):
+        planning._next(ToolCalling, call=write, call_id="call-1")
+
+
+# User subclasses: each kind the builder must either build exactly or leave to __init__.
+
+
+@attrs.frozen(kw_only=True)
+class NotedPlanning(Planning[None]):
+    """An extra field with a default and one with a factory; a post-init hook."""
+
+    note: str = "none"
+    seen: list[str] = attrs.field(factory=list)
+    hooked: list[int] = attrs.field(factory=list, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.hooked.append(self.step)
+
+
+def _shout(value: str) -> str:
+    return value.upper()
+
+
+def _short(_: Any, __: Any, value: str) -> None:
+    if len(value) > 5:
+        raise ValueError(f"too long: {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class CheckedPlanning(Planning[None]):
+    """A converter and a validator: built by its own __init__."""
+
+    label: str = attrs.field(default="ok", converter=_shout, validator=_short)
+
+
+@attrs.frozen(kw_only=True)
+class SelfishPlanning(Planning[None]):
+    """A factory that reads the phase being built."""
+
+    label: str = attrs.field(
+        default=attrs.Factory(lambda self: f"step {self.step}", takes_self=True)
+    )
+
+
+class PlainPlanning(Planning[None]):
+    """A subclass that only overrides a method (no attrs decorator, so it has a __dict__)."""
+
+    def instructions(self) -> str:
+        return "plain"
+
+
+class SlottedExtra(Planning[None]):
+    """A slot of its own that is not a field: __init__ may set it, so __init__ builds it."""
+
+    __slots__ = ("extra",)
+
+
+def test_a_user_subclass_with_extra_fields_and_a_post_init_transitions_as_init_makes_it() -> None:
+    agent = Agent[None](name="fast", tools=[lookup], phases=Phases[None](planning=NotedPlanning))
+    planning = agent.start(None, "hi").receive("hi")
+    assert isinstance(planning, NotedPlanning)
+    assert planning.hooked == [1]  # the post-init ran once, on the built phase
+    again = planning._next(NotedPlanning, note="kept", seen=["a"])
+    assert _fields(again) == _fields(_long_way(planning, NotedPlanning, note="kept", seen=["a"]))
+    assert again.hooked == [2]
+    fresh = again._next(NotedPlanning)
+    assert (fresh.note, fresh.seen) == ("none", [])  # defaults, not carried by _next
+    assert fresh.seen is not again.seen  # a new list from the factory
+    copied = again._copy()
+    # Every field carried (the same list), and the hook run again, as attrs.evolve does.
+    assert (copied.note, copied.seen, copied.hooked) == ("kept", ["a"], [2, 2])
+    assert copied.hooked is again.hooked
+    assert _phases._BUILDERS[NotedPlanning] is not _phases._by_init
+
+
+async def test_a_user_subclass_with_extra_fields_runs_through_the_runner() -> None:
+    agent = Agent[None](name="fast", tools=[lookup], phases=Phases[None](planning=NotedPlanning))
+    model = ScriptedModel([tool_call("lookup", '{"key": "k"}'), reply("Done.")])
+    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "hi")
+    assert result.history == (
+        "Idle",
+        "Planning",
+        "ToolCalling",
+        "Observing",
+        "Planning",
+        "Responding",
+        "Done",
+    )
+    assert all(type(s) is NotedPlanning for s in result.states if s.kind == "Planning")
+    assert result.final.transcript[-2].content == '{"key":"k","value":42}'
+
+
+def test_a_user_subclass_with_a_converter_and_a_validator_is_built_by_its_init() -> None:
+    agent = Agent[None](name="fast", tools=[lookup], phases=Phases[None](planning=CheckedPlanning))
+    planning = agent.start(None, "hi").receive("hi")
+    assert isinstance(planning, CheckedPlanning)
+    assert planning.label == "OK"  # the converter ran
+    assert planning._next(CheckedPlanning, label="abc").label == "ABC"
+    with pytest.raises(ValueError, match="too long: 'TOOLONG'"):
+        planning._next(CheckedPlanning, label="toolong")
+    assert planning._copy(label="x").label == "X"
+    assert _phases._BUILDERS[CheckedPlanning] is _phases._by_init
+    assert _phases._COPIERS[CheckedPlanning] is _phases._by_init
+
+
+def test_a_takes_self_factory_and_a_slot_that_is_no_field_go_through_init() -> None:
+    planning = _planning()
+    selfish = planning._next(SelfishPlanning)
+    assert selfish.label == "step 2"
+    assert _phases._BUILDERS[SelfishPlanning] is _phases._by_init
+    extra = planning._next(SlottedExtra)
+    assert _fields(extra) == _fields(_long_way(planning, SlottedExtra))
+    assert _phases._BUILDERS[SlottedExtra] is _phases._by_init
+
+
+def test_a_generic_alias_is_built_by_calling_it() -> None:
+    planning = _planning()
+    made = planning._next(Planning[None], invalid_streak=1)
+    assert type(made) is Planning
+    assert _fields(made) == _fields(_long_way(planning, Planning, invalid_streak=1))
+    assert _phases._BUILDERS[Planning[None]] is _phases._by_init
+
+
+def test_a_plain_subclass_is_built_with_the_fields_its_parent_declares() -> None:
+    planning = _planning()
+    plain = planning._next(PlainPlanning, invalid_streak=1)
+    assert type(plain) is PlainPlanning
+    assert plain.instructions() == "plain"
+    assert _fields(plain) == _fields(_long_way(planning, PlainPlanning, invalid_streak=1))
+    assert vars(plain) == {}  # nothing else was set on it
+    assert _phases._BUILDERS[PlainPlanning] is not _phases._by_init
+
+
+# --- the observed result as JSON ----------------------------------------------------------
+
+
+class Color(int, enum.Enum):
+    RED = 1
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+class Odd(float):
+    def __repr__(self) -> str:
+        return "2.5"
+
+
+class Listing(list[int]):
+    def __iter__(self) -> Any:
+        return iter([9])
+
+
+class Shape(BaseModel):
+    corners: int
+    price: Decimal
+
+
+RESULTS: list[Any] = [
+    {"key": "k", "value": 42, "unit": "widgets"},
+    {"a": [1, 2.5, 1e16, 1e-7, 1e300, Decimal("1.50"), Decimal("-0.000"), None, True, (1, 2)]},
+    {"nested": {"deep": [{"x": '\x00 é \u2028 \\ "'}]}},
+    "text",
+    10**500,
+    [],
+    {},
+    {1: "a"},
+    {True: "a"},
+    {None: "a"},
+    {"a": Color.RED},
+    {"a": Level.HIGH},
+    {"a": Odd(1.0)},
+    {"a": Listing([1, 2])},
+    collections.OrderedDict(a=1),
+    {"d": datetime.date(2024, 1, 2)},
+    {"s": {1, 2}},
+    {"m": Shape(corners=3, price=Decimal("9.90"))},
+    [float("nan")],
+    {"too": Decimal("Infinity")},
+    b"bytes",
+]
+
+
+@pytest.mark.parametrize("value", RESULTS, ids=range(len(RESULTS)))
+def test_a_result_is_written_as_json_dumps_writes_it(value: Any) -> None:
+    def written(write: Any) -> tuple[str, str]:
+        try:
+            return "text", write(value)
+        except Exception as error:  # the same error, whichever way it is written
+            return type(error).__name__, str(error)
+
+    assert written(_phases._result_text) == written(_json.dumps)
+
+
+def test_observe_writes_the_result_with_exact_numbers() -> None:
+    planning = _planning()
+    call = planning.agent.tools.call("lookup", {"key": "k"})
+    output = {"price": Decimal("19.90"), "ratio": 0.1, "n": 10**20}
+    observing = planning._next(Observing, call=call, call_id="call-1", output=output)
+    told = observing.observe().transcript[-1]
+    assert told.content == '{"price":19.90,"ratio":0.1,"n":100000000000000000000}'
+
+
+# --- the tool arguments -----------------------------------------------------------------
+
+ARGUMENTS: list[str | bytes] = [
+    '{"key": "k", "n": 1.50, "m": 2e3, "l": [1, null, true]}',
+    '{"key": "k"}',
+    b'{"key": "k"}',
+    '\ufeff{"key": "k"}',
+    '{"key": NaN}',
+    '{"key": Infinity}',
+    '{"key": "k"',
+    "[1, 2]",
+    "1" * 401,
+    '{"n": 1e401}',
+    '{"key": "\\ud800"}',
+    "",
+]
+
+
+@pytest.mark.parametrize("text", ARGUMENTS, ids=range(len(ARGUMENTS)))
+def test_arguments_are_read_as_json_loads_reads_them(text: str | bytes) -> None:
+    try:
+        expected: Any = _json.loads(text, bounded=True)
+    except ValueError as error:
+        expected = f"arguments are not valid JSON ({error})"
+    else:
+        if not isinstance(expected, dict):
+            expected = "arguments must be a JSON object"
+    try:
+        got: Any = _tools._parse_arguments("t", text)
+    except BadArgumentsError as error:
+        (got,) = error.problems
+    assert got == expected
+    if isinstance(got, dict):
+        assert [type(v) for v in got.values()] == [type(v) for v in expected.values()]
+
+
+# --- whether a transition's log event is wanted -------------------------------------------
+
+
+def _transition_events(logs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    return [(e["from"], e["to"]) for e in logs if e["event"] == "transition"]
+
+
+async def test_a_log_capture_configured_by_hand_gets_every_transition_event() -> None:
+    capture = LogCapture()
+    before = structlog.get_config()["processors"]
+    structlog.configure(processors=[capture])
+    try:
+        model = ScriptedModel([reply("Hi.")])
+        agent = Agent[None](name="fast", tools=[lookup])
+        await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "hi")
+    finally:
+        structlog.configure(processors=before)
+    assert _transition_events(capture.entries) == [
+        ("Idle", "Planning"),
+        ("Planning", "Responding"),
+        ("Responding", "Done"),
+    ]
+
+
+def test_without_a_listener_no_transition_event_is_built() -> None:
+    """Nothing logs at INFO and nothing captures: the event's keys are never built."""
+    script = textwrap.dedent(
+        """
+        import sys
+        import anyio
+        from statemachine import Agent, Runner, _runner
+        from statemachine.testing import AutoDenyGate, ScriptedModel, reply
+
+        built = []
+        keys = _runner._transition_keys
+        _runner._transition_keys = lambda *a: built.append(1) or keys(*a)
+        runner = Runner(
+            Agent[None](name="a"), model=ScriptedModel([reply("Hi.")]), gate=AutoDenyGate()
+        )
+        result = anyio.run(runner.run, None, "hi")
+        assert result.ok
+        assert "structlog" in sys.modules, "the runner's logger imports structlog"
+        assert built == [], built
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+# --- models made without validation -------------------------------------------------------
+
+
+def _slots(model: BaseModel) -> tuple[Any, ...]:
+    return (
+        type(model),
+        model.__dict__,
+        model.__pydantic_fields_set__,
+        model.__pydantic_extra__,
+        model.__pydantic_private__,
+    )
+
+
+def test_trusted_makes_what_model_construct_makes() -> None:
+    values: dict[str, Any] = {
+        "role": "tool",
+        "content": "x",
+        "tool_calls": (),
+        "tool_call_id": "c",
+        "name": "n",
+    }
+    made = _trusted(Message, dict(values), {"role", "content"})
+    assert _slots(made) == _slots(Message.model_construct({"role", "content"}, **values))
+    assert made == Message(**values)
+    assert made.model_dump() == values
+    spent = _trusted(
+        Spend, {"tokens": 1, "cost": Decimal("2.50"), "tool_calls": 3, "model_calls": 4}, {"tokens"}
+    )
+    assert spent.add(cost=Decimal("0.50")).cost == Decimal("3.00")
+    private = {"_index": None, "_grams": None}
+    loop = _trusted(LoopState, dict(LoopState().__dict__), set(), private)
+    assert loop.__pydantic_private__ is private
+    assert _slots(loop)[:4] == _slots(LoopState.model_construct(set(), **LoopState().__dict__))[:4]
+
+
+# --- the transcript, one message longer ---------------------------------------------------
+
+
+class Log(tuple[Message, ...]):
+    """A tuple subclass that iterates its items in reverse."""
+
+    def __iter__(self) -> Any:
+        return iter(tuple(tuple.__iter__(self))[::-1])
+
+
+def test_a_transcript_grows_as_unpacking_it_would_make_it() -> None:
+    first = Message(role="user", content="one")
+    agent = Agent[None](name="fast", tools=[lookup], instructions="Be brief.")
+    hello = Message(role="user", content="hi")
+    seeds: list[Any] = [(first,), [first], Log((first, hello))]
+    for seed in seeds:
+        idle = Idle[None](agent=agent, ctx=None, transcript=seed)
+        planning = idle.receive("hi")
+        assert type(planning.transcript) is tuple
+        assert planning.transcript == (*seed, hello)
+        system = Message(role="system", content="Be brief.")
+        assert planning._next(Planning).messages() == (system, *planning.transcript)
+        shown = Planning[None](agent=agent, ctx=None, transcript=seed).messages()
+        assert type(shown) is tuple
+        assert shown == (system, *seed)
+    planning = agent.start(None, "hi").receive("hi")
+    call = agent.tools.call("lookup", {"key": "k"})
+    assert isinstance(call, ReadCall)
+    calling = planning.call_tool(call)
+    assert calling.transcript[:-1] == planning.transcript
+    assert calling.transcript[-1].tool_calls[0].arguments == '{"key":"k"}'
+    observing = calling._next(Observing, call=call, call_id=calling.call_id, output={"v": 1})
+    told = observing.observe().transcript
+    assert told[:-1] == calling.transcript
+    assert told[-1] == Message(role="tool", content='{"v":1}', tool_call_id="call-1", name="lookup")
+
+
+# --- the canonical arguments that approvals and idempotency keys hash ---------------------
+
+
+class Anything(BaseModel):
+    data: Any
+    more: Any = None
+
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**399, max_value=10**401),
+    st.text(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.decimals(allow_nan=False, allow_infinity=False),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=4).map(tuple),
+        st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+def _written(write: Any, value: Any) -> tuple[str, str]:
+    try:
+        return "text", write(value)
+    except Exception as error:  # the same error, whichever way it is written
+        return type(error).__name__, str(error)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=_VALUES, more=_VALUES)
+def test_canonical_arguments_are_what_json_canonical_writes(data: Any, more: Any) -> None:
+    args = Anything(data=data, more=more)
+    assert _written(_tools._canonical, args) == _written(_json.canonical, args)
+
+
+CANONICAL_CASES: list[Any] = [
+    {"b": 1, "a": [True, None, "x"], "é": {"z": (1, 2), "\x00": ""}},
+    {"n": 10**400 - 1},
+    {"n": 10**400},
+    {"n": -(10**400)},
+    {"f": 1.0},
+    {"d": Decimal("5.00")},
+    {1: "int key"},
+    {"k": Color.RED},
+    {"k": Level.HIGH},
+    {"k": datetime.date(2024, 1, 2)},
+    {"s": "\ud800"},
+]
+
+
+@pytest.mark.parametrize("data", CANONICAL_CASES, ids=range(len(CANONICAL_CASES)))
+def test_canonical_arguments_of_the_edge_cases(data: Any) -> None:
+    args = Anything(data=data)
+    assert _written(_tools._canonical, args) == _written(_json.canonical, args)
+
+
+def test_a_calls_hash_is_the_canonical_hash_of_its_arguments() -> None:
+    agent = Agent[None](name="fast", tools=[lookup])
+    call = agent.tools.call("lookup", {"key": "k\u00e9"})
+    assert call.args_hash == _json.canonical_hash(KeyArgs(key="k\u00e9"))
+    assert call.describe() == 'lookup({"key":"k\u00e9"})'
+
+
+class Shouted(str):
+    """Instructions of a str subclass: validated, as before."""
+
+
+class ShoutingPlanning(Planning[None]):
+    def instructions(self) -> str:
+        return Shouted("BE BRIEF.")
+
+
+class NumberedPlanning(Planning[None]):
+    def instructions(self) -> str:
+        return 5  # type: ignore[return-value]  # a mistake pydantic reports
+
+
+def test_the_system_message_is_the_one_pydantic_would_make() -> None:
+    agent = Agent[None](name="fast", tools=[lookup], instructions="Be brief.")
+    cases = [
+        (agent.start(None, "hi").receive("hi"), "Be brief."),
+        (_planning()._next(ShoutingPlanning), Shouted("BE BRIEF.")),
+    ]
+    for planning, text in cases:
+        (made, *_) = planning.messages()
+        validated = Message(role="system", content=text)
+        assert made == validated
+        assert type(made.content) is type(validated.content)
+        assert made.model_dump_json() == validated.model_dump_json()
+        assert made.model_fields_set == validated.model_fields_set
+    with pytest.raises(ValidationError):
+        _planning()._next(NumberedPlanning).messages()
