@@ -1,12 +1,26 @@
 """The loop governor's checks with 10 and with 10,000 prior actions.
 
-Exact and canonical checks are dictionary look-ups, semantic and convergence
-checks look at bounded windows, and cycle detection at the last few calls: the
-cost per check should not grow with the length of the run.
+Each row is one check, measured on a call that the check itself decides (the bench
+asserts the decision before it times anything): an exact and a canonical duplicate
+(dictionary look-ups), a semantic near-duplicate of the oldest failed call in the
+semantic window (every failure in the window compared), a cycle, a new call that
+passes every tier, the convergence gain of a new result, ``begin_step``, and the
+state updates of one call (``record``, then ``after_action``). Every timed call gets
+a text of its own, so that no cache holds its answer already.
+
+Exact and canonical checks are index look-ups, the semantic check compares with at
+most ``semantic_window`` failed calls, convergence with at most ``evidence_window``
+results and cycle detection the last ``cycle_window`` calls: past those windows, the
+cost per check does not grow with the length of the run. ``record`` and
+``after_action`` copy the tuple of actions (a field of the loop state), once each.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+import json
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -14,10 +28,32 @@ from decimal import Decimal
 
 from pydantic import BaseModel
 
-from statemachine import ActionRecord, Budget, LoopGovernor, LoopState, Spend, read_tool
+from statemachine import (
+    ActionRecord,
+    Budget,
+    Decision,
+    LoopGovernor,
+    LoopState,
+    Spend,
+    Verdict,
+    read_tool,
+)
 
 SIZES = (10, 10_000)
 REPEATS = 200
+# The history ends in search, fetch, search, fetch: one more search repeats the block.
+TAIL = ("search", "fetch", "search", "fetch")
+# The state updates run on from the history for this many calls, then start again.
+RUN_ON = 10
+
+VOCABULARY = """
+    refund order parcel invoice delivery address account password billing card
+    warranty return exchange shipping tracking label customs voucher discount
+    subscription cancel upgrade plan receipt payment bank transfer courier damaged
+    missing late early store pickup locker size colour stock restock preorder
+    gift wrap loyalty points newsletter privacy data export delete login email
+"""
+WORDS = tuple(VOCABULARY.split())
 
 
 class SearchArgs(BaseModel):
@@ -29,49 +65,137 @@ async def search(args: SearchArgs) -> str:
     return args.query
 
 
+@read_tool
+async def fetch(args: SearchArgs) -> str:
+    return args.query
+
+
+TOOLS = {"search": search, "fetch": fetch}
+
+
+def query(seed: int) -> str:
+    """A help-desk query of four to seven words and a number, its own for each seed."""
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 7))) + f" {seed}"
+
+
+def result(seed: int) -> str:
+    """A tool result of its own (its words differ from other results')."""
+    rng = random.Random(-1 - seed)
+    return f"result {seed}: " + " ".join(rng.choice(WORDS) for _ in range(12))
+
+
+def act(
+    governor: LoopGovernor, text: str, call_id: str, *, tool: str = "search", raw: str = ""
+) -> ActionRecord:
+    """The record of a call of ``tool`` with ``text`` as its query (``raw``: as sent)."""
+    call = TOOLS[tool].call({"query": text})
+    return governor.action(call, raw or json.dumps({"query": text}), call_id)
+
+
 def history(governor: LoopGovernor, size: int) -> LoopState:
-    """A loop state with ``size`` settled searches; one in ten failed."""
+    """A loop state with ``size`` settled calls, grown as a run grows it.
+
+    One search in ten failed (the semantic tier's window); the others went through
+    ``after_action`` (gain and evidence). The last four calls are search, fetch,
+    search, fetch, the last of them a result with news (no cycle yet).
+    """
     loop = LoopState()
     for n in range(size):
-        call = search.call({"query": f"prior query number {n} about topic {n % 97}"})
-        action = governor.action(call, f'{{"query": "q{n}"}}', f"call-{n}")
-        loop = loop.record(action)
-        result = f"result {n}: text about topic {n % 97}"
-        if n % 10 == 0:
-            loop = loop.settle(action.call_id, "failed", result)
+        tail = n - (size - len(TAIL))
+        tool = TAIL[tail] if tail >= 0 else "search"
+        loop = loop.record(act(governor, query(n), f"call-{n}", tool=tool))
+        if tail >= 0 and n == size - 1:
+            loop = loop.settle(f"call-{n}", "ok", result(n), gain=1.0)
+        elif tail < 0 and n % 10 == 0:
+            loop = loop.settle(f"call-{n}", "failed", f"error {n}: the index is down")
         else:
-            loop = loop.settle(action.call_id, "ok", result)
-    for n in range(governor.evidence_window):
-        loop = loop._evolve(evidence=(*loop.evidence, f"evidence {n} about topic {n}"))
+            loop = governor.after_action(
+                loop, call_id=f"call-{n}", effect="read", result=result(n), ctx=None, step=n
+            )
     return loop
 
 
-def timed(check: Callable[[], object]) -> float:
+def timed(
+    prepare: Callable[[int], Callable[[], object]],
+    expect: Callable[[object], object] = lambda answer: None,
+) -> float:
+    """Median microseconds of ``prepare(i)()`` over REPEATS.
+
+    ``prepare`` and ``expect`` (which asserts on each answer) are not timed; ``expect``
+    runs after the timed call, so that no cache holds the answer before it.
+    """
     samples = []
-    for _ in range(REPEATS):
+    for i in range(REPEATS):
+        check = prepare(i)
         started = time.perf_counter()
-        check()
+        answer = check()
         samples.append(time.perf_counter() - started)
+        expect(answer)
     return statistics.median(samples) * 1e6
 
 
-def measure(governor: LoopGovernor, loop: LoopState, size: int) -> dict[str, float]:
-    """Median microseconds of each check against ``loop``."""
-    budget = Budget(cost=Decimal("100"))
-    fresh = governor.action(search.call({"query": "a new question"}), "{}", "call-new")
-    last = size - 1
-    repeat = governor.action(
-        search.call({"query": f"prior query number {last} about topic {last % 97}"}),
-        f'{{"query": "q{last}"}}',
-        "call-repeat",
-    )
+# Whether the checks ran once already: the first size measured runs slower (a cold
+# process and processor), so the first call of measure runs them on a short history first.
+_WARM: list[bool] = []
+_ROUNDS = itertools.count(1)
 
-    def before(action: ActionRecord) -> Callable[[], object]:
-        return lambda: governor.before_action(
-            loop, action, spent=Spend(), budget=budget, elapsed=0.0, price=Decimal(0)
+
+def measure(governor: LoopGovernor, loop: LoopState, size: int) -> dict[str, float]:
+    """Median microseconds of each check against ``loop`` (a :func:`history` of ``size``)."""
+    if not _WARM:
+        _WARM.append(True)
+        checks(governor, history(governor, SIZES[0]), SIZES[0])
+    return checks(governor, loop, size)
+
+
+def checks(governor: LoopGovernor, loop: LoopState, size: int) -> dict[str, float]:
+    """What :func:`measure` returns, every time."""
+    assert len(loop.actions) == size
+    budget = Budget(cost=Decimal("100"))
+    # Seeds of texts no history, earlier round or other row used (each row its own).
+    fresh = 1_000_000 * next(_ROUNDS)
+    ok = next(a for a in loop.actions if a.outcome == "ok" and a.tool == "search")
+    asked = _query_of(ok)
+    oldest = loop.actions[loop.failures[-governor.semantic_window :][0]]
+    # The same calls, then the last fetch's result gaining nothing: a search now repeats
+    # the block search -> fetch with nothing new.
+    last = loop.actions[-1]
+    cycling = loop.settle(last.call_id, "ok", last.result, gain=0.0)
+
+    def before(state: LoopState, action: ActionRecord) -> Decision:
+        return governor.before_action(
+            state, action, spent=Spend(), budget=budget, elapsed=0.0, price=Decimal(0)
         )
 
-    def begin() -> object:
+    def deciding(
+        make: Callable[[int], ActionRecord],
+        check: str,
+        *,
+        state: LoopState = loop,
+        of: str = "",
+    ) -> float:
+        """Median microseconds of before_action on each repeat's call from ``make``,
+        asserted to be decided by ``check`` (of the earlier call ``of``)."""
+
+        def expect(decision: object) -> None:
+            assert isinstance(decision, Decision)
+            expected = Verdict.CONTINUE if check == "" else Verdict.SUPPRESS
+            assert (decision.verdict, decision.check) == (expected, check), decision
+            assert of in decision.reason, (of, decision.reason)
+
+        return timed(lambda i: functools.partial(before, state, make(i)), expect)
+
+    def respelled(i: int) -> str:
+        """The arguments of ``ok`` with i + 1 spaces after the opening brace."""
+        return "{" + " " * (i + 1) + json.dumps({"query": asked})[1:]
+
+    def spaced(text: str, i: int) -> str:
+        """``text`` upper-cased, with i + 2 spaces after its first word."""
+        first, rest = text.upper().split(" ", 1)
+        return first + " " * (i + 2) + rest
+
+    def begin() -> Decision:
         return governor.begin_step(
             loop,
             ctx=None,
@@ -82,24 +206,94 @@ def measure(governor: LoopGovernor, loop: LoopState, size: int) -> dict[str, flo
             max_tool_iterations=None,
         )
 
+    assert begin().verdict is Verdict.CONTINUE
+
+    def gained(gain: object) -> None:
+        assert isinstance(gain, float)
+        assert 0.0 < gain <= 1.0
+
     return {
-        "before_action, new call (all tiers)": timed(before(fresh)),
-        "before_action, exact duplicate": timed(before(repeat)),
-        "gain (convergence)": timed(lambda: governor.gain(loop, "a brand new result text")),
-        "begin_step": timed(begin),
+        "before_action, new call (all tiers)": deciding(
+            lambda i: act(governor, query(fresh + i), "call-new"), ""
+        ),
+        "before_action, exact duplicate": deciding(
+            lambda i: act(governor, asked, "call-repeat"), "exact", of=ok.call_id
+        ),
+        "before_action, canonical duplicate": deciding(
+            # The same arguments, spelled with other spacing: other bytes, same call.
+            lambda i: act(governor, asked, "call-respelled", raw=respelled(i)),
+            "canonical",
+            of=ok.call_id,
+        ),
+        "before_action, semantic duplicate": deciding(
+            lambda i: act(governor, spaced(_query_of(oldest), i), "call-near"),
+            "semantic",
+            of=oldest.call_id,
+        ),
+        "before_action, cycle": deciding(
+            lambda i: act(governor, query(fresh + REPEATS + i), "call-again"),
+            "cycle",
+            state=cycling,
+        ),
+        "gain (convergence)": timed(
+            lambda i: functools.partial(governor.gain, loop, result(fresh + 2 * REPEATS + i)),
+            gained,
+        ),
+        "begin_step": timed(lambda i: begin),
+        **updates(governor, loop, fresh + 3 * REPEATS),
     }
+
+
+def updates(governor: LoopGovernor, loop: LoopState, fresh: int) -> dict[str, float]:
+    """Median microseconds of a call's two state updates, as a run makes them.
+
+    Each repeat records a new call into the state the repeat before left, then settles
+    it with its result (``after_action``): the run grows by one call a repeat, and
+    goes back to (a copy of) ``loop`` every ``RUN_ON`` repeats, not timed.
+    """
+    recorded, observed = [], []
+    state = loop
+    for i in range(REPEATS):
+        if i % RUN_ON == 0:
+            # Back to ``loop``, as a copy whose index is made here (a state that records
+            # where another already did makes one of its own, in the timed call).
+            state = loop.model_copy(update={"actions": loop.actions})
+            state.earlier("")
+        action = act(governor, query(fresh + i), f"call-new-{i}")
+        text = result(fresh + i)
+        started = time.perf_counter()
+        pending = state.record(action)
+        middle = time.perf_counter()
+        state = governor.after_action(
+            pending, call_id=action.call_id, effect="read", result=text, ctx=None, step=i
+        )
+        recorded.append(middle - started)
+        observed.append(time.perf_counter() - middle)
+        assert state.actions[-1].call_id == action.call_id
+        assert state.actions[-1].outcome == "ok"
+    assert len(state.actions) <= len(loop.actions) + RUN_ON
+    return {
+        "record (a new call)": statistics.median(recorded) * 1e6,
+        "after_action (settle, gain, evidence)": statistics.median(observed) * 1e6,
+    }
+
+
+def _query_of(action: ActionRecord) -> str:
+    """The query an action of :func:`history` was made with."""
+    arguments: dict[str, str] = json.loads(action.text[len(action.tool) + 1 : -1])
+    return arguments["query"]
 
 
 def main() -> None:
     governor = LoopGovernor()
     print(f"loop governor, median of {REPEATS} checks (microseconds)")
-    print(f"  {'check':34s}" + "".join(f"{size:>12,d} prior" for size in SIZES))
+    print(f"  {'check':40s}" + "".join(f"{size:>12,d} prior" for size in SIZES))
     rows: dict[str, list[float]] = {}
     for size in SIZES:
         for name, value in measure(governor, history(governor, size), size).items():
             rows.setdefault(name, []).append(value)
     for name, values in rows.items():
-        print(f"  {name:34s}" + "".join(f"{value:18.1f}" for value in values))
+        print(f"  {name:40s}" + "".join(f"{value:18.1f}" for value in values))
 
 
 if __name__ == "__main__":

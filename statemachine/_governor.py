@@ -16,17 +16,19 @@ It answers each hook with a :class:`Decision` carrying a :class:`Verdict`:
 The governor is configuration and holds no memory: everything it remembers is in
 :class:`LoopState`, a pydantic model carried by every phase, so a checkpoint of
 the phase carries it too. Exact and canonical checks are dictionary look-ups; the
-semantic, cycle and convergence checks look at bounded windows.
+semantic, cycle and convergence checks look at bounded windows. Recording an action
+and settling it each copy the state's tuple of actions once: that work grows with the run.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any, Literal, Protocol, final
+from typing import Any, Literal, Protocol, Self, final
 
 import attrs
 from pydantic import BaseModel, PrivateAttr
@@ -85,9 +87,15 @@ CONTINUE = Decision(Verdict.CONTINUE)
 
 
 def _each_trigram(text: str) -> Iterator[str]:
-    """The character trigrams of ``text`` with case and spacing folded (repeats included)."""
+    """The character trigrams of ``text`` with case and spacing folded (repeats included).
+
+    ``folded[i : i + 3]`` for each ``i``, made in C (a text shorter than three characters
+    is its own one trigram).
+    """
     folded = " ".join(text.lower().split())
-    return (folded[i : i + 3] for i in range(max(1, len(folded) - 2)))
+    if len(folded) < 3:
+        return iter((folded,))
+    return map("".join, zip(folded, folded[1:], folded[2:], strict=False))
 
 
 @lru_cache(maxsize=4096)
@@ -101,6 +109,8 @@ _NARROW_BITS = 4096
 # How many masks and trigrams a run keeps before it starts them again (a cache).
 _MASKS_KEPT = 256
 _TRIGRAMS_KEPT = 1 << 14
+# Up to this many failed calls in its window, the semantic check compares trigram sets.
+_FEW_FAILURES = 8
 
 
 @final
@@ -108,9 +118,10 @@ class _GramMasks:
     """Texts' trigram sets as ints, one bit per trigram of one run's vocabulary.
 
     Then ``|A & B|`` is ``(a & b).bit_count()`` and ``|A|`` is ``a.bit_count()``: the
-    convergence check compares a result with every text of the evidence window without
-    building a set per comparison. Shared by a loop state and its successors (a cache:
-    what it holds never changes a result).
+    convergence check compares a result with every text of the evidence window, and the
+    semantic check a call with every failed call of its window, without building a set
+    per comparison. Shared by a loop state and its successors (a cache: what it holds
+    never changes a result).
     """
 
     __slots__ = ("_bits", "masks")
@@ -129,8 +140,13 @@ class _GramMasks:
             self._bits = {}
             self.masks = {}
 
-    def mask(self, text: str) -> tuple[int, int]:
-        """The bitmask of ``text``'s trigrams, and how many there are."""
+    def mask(self, text: str, *, keep: bool = True) -> tuple[int, int]:
+        """The bitmask of ``text``'s trigrams, and how many there are.
+
+        ``keep=False`` for a text that will not be compared again as it is (a new call
+        is compared once, and again only if it fails): it is not cached, so the cache
+        fills, and starts again, half as often.
+        """
         known = self.masks.get(text)
         if known is not None:
             return known
@@ -150,8 +166,113 @@ class _GramMasks:
             for bit in positions:
                 packed[bit >> 3] |= 1 << (bit & 7)
             mask = int.from_bytes(packed, "little")
-        known = self.masks[text] = (mask, mask.bit_count())
+        known = (mask, mask.bit_count())
+        if keep:
+            self.masks[text] = known
         return known
+
+
+_SETTLED = frozenset({"ok", "failed", "refused"})
+_UNGROWN: tuple[tuple[ActionRecord, ...], None] = ((), None)
+
+
+# The positions of one key or call id, ascending: one int, or a list when there are more.
+_Positions = int | list[int]
+
+
+def _insert(index: dict[str, _Positions], name: str, position: int) -> None:
+    """Add ``position`` to ``name``'s positions (kept ascending, each once)."""
+    found = index.get(name)
+    if found is None:
+        index[name] = position
+    elif isinstance(found, int):
+        if found != position:
+            index[name] = [found, position] if found < position else [position, found]
+    elif found[-1] < position:
+        found.append(position)  # in order: nearly always
+    else:
+        at = bisect.bisect_left(found, position)
+        if found[at] != position:
+            found.insert(at, position)
+
+
+def _below(found: _Positions, size: int) -> Sequence[int]:
+    """The positions in ``found`` below ``size``, ascending."""
+    if isinstance(found, int):
+        return (found,) if found < size else ()
+    if found[-1] < size:
+        return found
+    return found[: bisect.bisect_left(found, size)]
+
+
+@final
+class _Line:
+    """Where each key (exact and canonical) and each call id sits in a line of states.
+
+    A line is a state, the state it recorded an action into, the one that one recorded
+    into, and so on, with their settled and otherwise evolved copies: at a position
+    they all share, they hold the same key and call id. The index covers the first
+    ``size`` actions of the line's latest state; an older state reads only the
+    positions below its own length. A state that records while the index covers more
+    than its own actions starts a line of its own (a branch), so positions ascend.
+
+    ``keys`` holds the positions of settled actions only (settled in some state of the
+    line), so that a look-up from the end stops at the latest settled action after
+    passing over the pending ones alone, never over a run's suppressed calls.
+    """
+
+    __slots__ = ("calls", "grown", "keys", "size")
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.keys: dict[str, _Positions] = {}
+        self.calls: dict[str, _Positions] = {}
+        # The latest record's (actions before, actions after): settling the action it
+        # added then copies ``before`` once, instead of slicing ``after`` and copying that.
+        self.grown: tuple[tuple[ActionRecord, ...], tuple[ActionRecord, ...] | None] = _UNGROWN
+
+    @classmethod
+    def of(cls, actions: tuple[ActionRecord, ...]) -> _Line:
+        """The index of ``actions`` (a restored state's, or a branch's)."""
+        line = cls()
+        for position, action in enumerate(actions):
+            line.add(position, action)
+            if action.outcome in _SETTLED:
+                line.settled(position, action)
+        return line
+
+    def add(self, position: int, action: ActionRecord) -> None:
+        """Take in the action recorded at ``position`` (the next one)."""
+        self.size = position + 1
+        _insert(self.calls, action.call_id, position)
+
+    def settled(self, position: int, action: ActionRecord) -> None:
+        """Note that the action at ``position`` is settled, under its keys."""
+        _insert(self.keys, action.exact, position)
+        if action.key != action.exact:
+            _insert(self.keys, action.key, position)
+
+    def latest(self, key: str, actions: tuple[ActionRecord, ...]) -> ActionRecord | None:
+        """The latest action of ``actions`` settled with this key."""
+        found = self.keys.get(key)
+        if found is None:
+            return None
+        positions = _below(found, len(actions))
+        # Each position was settled in some state of the line: the walk passes over only
+        # the actions settled in another state and not (or not yet) in this one.
+        for at in range(len(positions) - 1, -1, -1):
+            action = actions[positions[at]]
+            if action.outcome in _SETTLED:
+                return action
+        return None
+
+    def call(self, call_id: str, size: int) -> int | None:
+        """The position of the latest action with ``call_id`` among the first ``size``."""
+        found = self.calls.get(call_id)
+        if found is None:
+            return None
+        positions = _below(found, size)
+        return positions[-1] if positions else None
 
 
 class ActionRecord(BaseModel, frozen=True, extra="forbid", defer_build=True):
@@ -196,22 +317,22 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
     # Positions of the actions that failed or were refused (the semantic tier's window).
     failures: tuple[int, ...] = ()
 
-    # exact and canonical key -> positions in ``actions``. Shared, append-only, by a
-    # state and its successors: a state reads only positions below its own length,
-    # so a successor's additions never change what an older state sees.
-    _index: dict[str, list[int]] = PrivateAttr(default_factory=dict)
-    # The convergence check's trigram bitmasks (a cache), shared the same way.
+    # Where each key and call id sits in ``actions`` (see _Line); shared by a state
+    # and its successors. ``None``: not made yet (a restored state makes it on first use).
+    _index: _Line | None = PrivateAttr(default=None)
+    # The trigram bitmasks of the semantic and convergence checks (a cache), shared the
+    # same way.
     _grams: _GramMasks | None = PrivateAttr(default=None)
 
     def _private(self) -> dict[str, Any]:
         """The private attributes, read without pydantic's slow ``__getattr__``."""
         private = self.__pydantic_private__
         if private is None:  # pragma: no cover - pydantic sets them on every LoopState
-            private = {"_index": {}, "_grams": None}
+            private = {"_index": None, "_grams": None}
             object.__setattr__(self, "__pydantic_private__", private)
         return private
 
-    def _evolve(self, *, _index: dict[str, list[int]] | None = None, **changes: Any) -> LoopState:
+    def _evolve(self, *, _index: _Line | None = None, **changes: Any) -> LoopState:
         """This state with ``changes``; it shares the private index (or takes ``_index``).
 
         Made as ``LoopState.model_construct`` with every field would make it (the
@@ -224,10 +345,17 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
             values.update(changes)
         private = self._private()
         kept = {
-            "_index": private.get("_index", {}) if _index is None else _index,
+            "_index": private.get("_index") if _index is None else _index,
             "_grams": private.get("_grams"),
         }
         return _trusted(LoopState, values, set(_LOOP_FIELDS), kept)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy, as pydantic makes it; one with other ``actions`` indexes them anew."""
+        copied = super().model_copy(update=update, deep=deep)
+        if update and "actions" in update:
+            copied._private()["_index"] = None
+        return copied
 
     def __eq__(self, other: object) -> bool:
         """Equal when every field is: the private index is only a cache of ``actions``."""
@@ -235,17 +363,13 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
             return NotImplemented
         return self.__dict__ == other.__dict__
 
-    def _indexed(self) -> dict[str, list[int]]:
+    def _line(self) -> _Line:
+        """The index of this state's actions (made from them if it does not cover them)."""
         private = self._private()
-        index: dict[str, list[int]] | None = private.get("_index")
-        if index is None:  # pragma: no cover - pydantic sets the default
-            index = private["_index"] = {}
-        if not index and self.actions:  # restored from a checkpoint: rebuild
-            for position, action in enumerate(self.actions):
-                index.setdefault(action.exact, []).append(position)
-                if action.key != action.exact:
-                    index.setdefault(action.key, []).append(position)
-        return index
+        line: _Line | None = private.get("_index")
+        if line is None or line.size < len(self.actions):  # new, or restored: make it
+            line = private["_index"] = _Line.of(self.actions)
+        return line
 
     def _masks(self) -> _GramMasks:
         """The trigram bitmasks of this run's texts (made on first use)."""
@@ -255,38 +379,27 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
             masks = private["_grams"] = _GramMasks()
         return masks
 
-    def _positions(self, key: str) -> list[int]:
-        # The index may be shared with another branch grown from an older state, whose
-        # additions sit at positions this state uses too: keep only this state's own.
-        actions = self.actions
-        return [
-            p
-            for p in self._indexed().get(key, ())
-            if p < len(actions) and key in (actions[p].exact, actions[p].key)
-        ]
-
     def earlier(self, key: str) -> ActionRecord | None:
         """The latest settled action (not pending or suppressed) with this key."""
-        for position in reversed(self._positions(key)):
-            action = self.actions[position]
-            if action.outcome in ("ok", "failed", "refused"):
-                return action
-        return None
+        return self._line().latest(key, self.actions)
 
     def record(self, action: ActionRecord, *, iteration: bool = True) -> LoopState:
         """A state with ``action`` added (a tool iteration unless told otherwise)."""
         position = len(self.actions)
-        # A state without actions (the default ``LoopState()``) is shared by every run
-        # that starts from it: a run's first action starts an index of the run's own.
-        index = self._indexed() if self.actions else {}
+        line = self._private().get("_index")
+        if line is None or line.size != position:
+            # Not made yet, or a later state of this line recorded already: a branch (the
+            # default ``LoopState()``, shared by every run that starts from it, is one).
+            line = _Line.of(self.actions)
+        # ``+`` copies the tuple once, in C (unpacking it into a new one copies it twice).
+        actions = self.actions + (action,)  # noqa: RUF005
         evolved = self._evolve(
-            actions=(*self.actions, action),
+            actions=actions,
             tool_iterations=self.tool_iterations + (1 if iteration else 0),
-            _index=index,
+            _index=line,
         )
-        index.setdefault(action.exact, []).append(position)
-        if action.key != action.exact:
-            index.setdefault(action.key, []).append(position)
+        line.add(position, action)
+        line.grown = (self.actions, actions)
         return evolved
 
     def settle(
@@ -309,27 +422,32 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
     ) -> dict[str, Any] | None:
         """The changes that settle the action ``call_id``; ``None`` if there is no such action."""
         actions = self.actions
-        for position in range(len(actions) - 1, -1, -1):
-            action = actions[position]
-            if action.call_id == call_id:
-                # As action.model_copy(update=...) makes it.
-                values = {
-                    **action.__dict__,
-                    "outcome": outcome,
-                    "result": result[:_RESULT_CHARS],
-                    "gain": gain,
-                }
-                settled = _trusted(
-                    ActionRecord, values, action.__pydantic_fields_set__ | _SETTLED_FIELDS
-                )
-                if position == len(actions) - 1:
-                    changed = (*actions[:position], settled)
-                else:
-                    changed = (*actions[:position], settled, *actions[position + 1 :])
-                if outcome == "ok":
-                    return {"actions": changed}
-                return {"actions": changed, "failures": (*self.failures, position)}
-        return None
+        line = self._line()
+        position = line.call(call_id, len(actions))
+        if position is None:
+            return None
+        action = actions[position]
+        # As action.model_copy(update=...) makes it.
+        values = {
+            **action.__dict__,
+            "outcome": outcome,
+            "result": result[:_RESULT_CHARS],
+            "gain": gain,
+        }
+        settled = _trusted(ActionRecord, values, action.__pydantic_fields_set__ | _SETTLED_FIELDS)
+        before, grown = line.grown
+        if position == len(actions) - 1:
+            if actions is grown:  # as record made them: ``before`` is all but the last
+                line.grown = _UNGROWN  # used: let it go
+                changed = before + (settled,)  # noqa: RUF005 - one copy, in C
+            else:
+                changed = actions[:position] + (settled,)  # noqa: RUF005
+        else:
+            changed = actions[:position] + (settled,) + actions[position + 1 :]  # noqa: RUF005
+        line.settled(position, action)
+        if outcome == "ok":
+            return {"actions": changed}
+        return {"actions": changed, "failures": self.failures + (position,)}  # noqa: RUF005
 
     def noted(self, step: int, hook: Hook, decision: Decision, **changes: Any) -> LoopState:
         """A state that remembers ``decision`` (a verdict other than continue)."""
@@ -340,7 +458,7 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
             check=decision.check,
             reason=decision.reason,
         )
-        return self._evolve(verdicts=(*self.verdicts, record), **changes)
+        return self._evolve(verdicts=self.verdicts + (record,), **changes)  # noqa: RUF005
 
 
 _LOOP_FIELDS = tuple(LoopState.model_fields)
@@ -598,23 +716,63 @@ class LoopGovernor:
 
     def _semantic(self, loop: LoopState, action: ActionRecord) -> Decision | None:
         # Only failed and refused calls count, and only the latest semantic_window.
-        for position in loop.failures[-self.semantic_window :][::-1]:
-            earlier = loop.actions[position]
-            if earlier.tool != action.tool:
-                continue
-            score = self.similarity(action.text, earlier.text)
-            if score >= self.semantic_threshold:
-                message = (
-                    f"This call is {score:.0%} the same as {earlier.text}, which "
-                    f"{_was(earlier.outcome)}: {_quote(earlier.result)}. Do not retry it in "
-                    "another form; tell the customer instead."
-                )
-                reason = (
-                    f"semantic duplicate ({score:.3f} >= {self.semantic_threshold}) of "
-                    f"{earlier.call_id} ({earlier.text}, {earlier.outcome})"
-                )
-                return Decision(Verdict.SUPPRESS, reason, message, "semantic")
+        failures = loop.failures[-self.semantic_window :]
+        if not failures:
+            return None
+        actions = loop.actions
+        if self.similarity is not trigram_similarity:
+            for position in reversed(failures):
+                earlier = actions[position]
+                if earlier.tool == action.tool:
+                    score = self.similarity(action.text, earlier.text)
+                    if score >= self.semantic_threshold:
+                        return self._near(earlier, score)
+            return None
+        # The default, inlined: the same scores, from trigram sets for a few failures,
+        # else from bitmasks (dearer to make for the new call, cheaper to compare).
+        threshold, tool, sqrt = self.semantic_threshold, action.tool, math.sqrt
+        if len(failures) <= _FEW_FAILURES:
+            grams = _trigrams(action.text)
+            size = len(grams)
+            for position in reversed(failures):
+                earlier = actions[position]
+                if earlier.tool == tool:
+                    theirs = _trigrams(earlier.text)
+                    their_size = len(theirs)
+                    root = sqrt(size * their_size)
+                    # The texts share at most the smaller set: when even that scores
+                    # under the threshold, the score does too (``/ root`` keeps the order).
+                    if (size if size < their_size else their_size) / root >= threshold:
+                        score = len(grams & theirs) / root
+                        if score >= threshold:
+                            return self._near(earlier, score)
+            return None
+        masks = loop._masks()
+        masks.start(max(self.evidence_window, self.semantic_window))
+        mine, size = masks.mask(action.text, keep=False)
+        known = masks.masks
+        for position in reversed(failures):
+            earlier = actions[position]
+            if earlier.tool == tool:
+                their_mask, their_size = known.get(earlier.text) or masks.mask(earlier.text)
+                root = sqrt(size * their_size)
+                if (size if size < their_size else their_size) / root >= threshold:
+                    score = (mine & their_mask).bit_count() / root
+                    if score >= threshold:
+                        return self._near(earlier, score)
         return None
+
+    def _near(self, earlier: ActionRecord, score: float) -> Decision:
+        message = (
+            f"This call is {score:.0%} the same as {earlier.text}, which "
+            f"{_was(earlier.outcome)}: {_quote(earlier.result)}. Do not retry it in "
+            "another form; tell the customer instead."
+        )
+        reason = (
+            f"semantic duplicate ({score:.3f} >= {self.semantic_threshold}) of "
+            f"{earlier.call_id} ({earlier.text}, {earlier.outcome})"
+        )
+        return Decision(Verdict.SUPPRESS, reason, message, "semantic")
 
     def _cycle(self, loop: LoopState, action: ActionRecord) -> Decision:
         if action.effect == "write":
@@ -651,7 +809,7 @@ class LoopGovernor:
             # The default, inlined: the same scores, from bitmasks (a text has at least
             # one trigram, so no size is 0).
             masks = loop._masks()
-            masks.start(self.evidence_window)
+            masks.start(max(self.evidence_window, self.semantic_window))
             mine, size = masks.mask(result)
             known = masks.masks
             sqrt = math.sqrt

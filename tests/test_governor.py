@@ -19,7 +19,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from support import CityArgs, FlightArgs, exactly
@@ -1186,3 +1186,385 @@ async def test_writes_to_different_targets_are_never_a_cycle() -> None:
     assert [args.order for args in shop.ran("refund")] == ["A-1001", "A-1002"]
     assert len(gate.requests) == 2
     assert all(v.check != "cycle" for v in result.verdicts)
+
+
+# --- work per check, however long the run -------------------------------------------------
+
+
+class Counted(tuple[ActionRecord, ...]):
+    """A tuple of actions that counts the items read from it by index or slice, and walks."""
+
+    items_read = 0
+    walks = 0
+
+    def __getitem__(self, at: Any) -> Any:
+        found = super().__getitem__(at)
+        Counted.items_read += len(found) if isinstance(at, slice) else 1
+        return found
+
+    def __iter__(self) -> Any:
+        Counted.walks += 1
+        return super().__iter__()
+
+
+def long_run(governor: LoopGovernor, calls: int) -> tuple[LoopState, ActionRecord]:
+    """A state after ``calls`` settled calls, one in five failed, and the same call asked
+    ``calls`` more times and suppressed each time; and that call."""
+    search = ToolRegistry(Shop().tools).route
+    loop = LoopState()
+    for n in range(calls):
+        raw = f'{{"query":"question number {n}"}}'
+        routed = search("search", raw)
+        assert isinstance(routed, ReadCall)
+        loop = loop.record(governor.action(routed, raw, f"call-{n}"))
+        loop = loop.settle(f"call-{n}", "failed" if n % 5 == 0 else "ok", f"answer {n}")
+    raw = '{"query":"question number 1"}'
+    again = governor.action(unit_call("search", raw), raw, "again")
+    for n in range(calls):
+        decision = governor.before_action(
+            loop, again, spent=Spend(), budget=Budget(), elapsed=0.0, price=Decimal(0)
+        )
+        suppressed = again.model_copy(update={"outcome": "suppressed", "result": decision.reason})
+        loop = loop.record(suppressed).noted(n, "before_action", decision)
+    return loop, again
+
+
+@pytest.mark.parametrize("calls", [50, 2_000])
+def test_a_check_reads_as_many_actions_with_a_long_run_as_with_a_short_one(calls: int) -> None:
+    """Each hook and state update reads at most the semantic and cycle windows' actions,
+    and never walks the whole tuple: an exact duplicate asked thousands of times over
+    (each one suppressed and recorded) is found without passing over the repeats."""
+    governor = LoopGovernor()
+    loop, again = long_run(governor, calls)
+    counted = loop.model_copy(update={"actions": Counted(loop.actions)})
+    assert counted.earlier("no such key") is None  # the index is made from the actions once
+    Counted.items_read = Counted.walks = 0
+
+    def ask_about(raw: str, tool_name: str = "search") -> Decision:
+        action = governor.action(unit_call(tool_name, raw), raw, "call-new")
+        return governor.before_action(
+            counted, action, spent=Spend(), budget=Budget(), elapsed=0.0, price=Decimal(0)
+        )
+
+    assert ask_about('{"query":"question number 1"}').check == "exact"
+    assert ask_about('{"query": "question number 1"}').check == "canonical"
+    failed = (calls - 1) // 5 * 5  # the latest failed call
+    assert ask_about(f'{{"query":"Question  number {failed}"}}').check == "semantic"
+    assert ask_about('{"query":"something else"}').verdict is Verdict.CONTINUE
+    assert ask_about('{"order":"A-1"}', "lookup_order").verdict is Verdict.CONTINUE
+    assert counted.settle("no such call", "ok", "r") is counted
+    assert counted.earlier(again.key) is not None
+    begun = governor.begin_step(
+        counted,
+        ctx=None,
+        spent=Spend(),
+        budget=Budget(),
+        elapsed=0.0,
+        max_steps=10**6,
+        max_tool_iterations=None,
+    )
+    assert begun is not None
+    governor.gain(counted, "a result")
+    window = governor.semantic_window + governor.cycle_window
+    assert Counted.walks == 0
+    assert Counted.items_read <= 5 * window + 2
+    # Recording, then settling, the next call reads none of the earlier ones.
+    Counted.items_read = 0
+    raw = '{"query":"the next question"}'
+    grown = counted.record(governor.action(unit_call("search", raw), raw, "next"))
+    grown = governor.after_action(
+        grown, call_id="next", effect="read", result="news", ctx=None, step=1
+    )
+    assert (grown.actions[-1].call_id, grown.actions[-1].outcome) == ("next", "ok")
+    assert (Counted.items_read, Counted.walks) == (0, 0)
+
+
+def test_a_state_with_other_actions_from_model_copy_is_checked_against_them() -> None:
+    """model_copy(update={"actions": ...}) makes the index again, from the new actions."""
+    governor = LoopGovernor()
+    oslo = settled(governor, '{"city":"Oslo"}')
+    bergen = settled(governor, '{"city":"Bergen"}')
+    swapped = oslo.model_copy(update={"actions": bergen.actions})
+    assert ask(governor, swapped, '{"city":"Bergen"}').check == "exact"
+    assert ask(governor, swapped, '{"city":"Oslo"}').verdict is Verdict.CONTINUE
+    assert ask(governor, oslo, '{"city":"Oslo"}').check == "exact"
+
+
+# A reference: the governor's state updates and duplicate tiers as their docstrings state
+# them, from scratch on every call, on plain dumps of the state.
+
+SETTLED = ("ok", "failed", "refused")
+CALLS = [
+    ("weather", '{"city":"Oslo"}'),
+    ("weather", '{"city": "Oslo"}'),
+    ("weather", '{"city":"oslo"}'),
+    ("weather", '{"city":"Bergen"}'),
+    ("forecast", '{"city":"OSLO"}'),
+    ("forecast", '{"city":"oslo"}'),
+    ("search", '{"query":"refund my order"}'),
+    ("search", '{"query":"Refund my  order!"}'),
+    ("search", '{"query":"where is my parcel"}'),
+    ("lookup_order", '{"order":"A-1001"}'),
+    ("lookup_order", '{"order":"A-1002"}'),
+]
+# Calls the runs never make: no duplicate tier catches them, the cycle tier may.
+FRESH = [
+    ("weather", '{"city":"Quito"}'),
+    ("forecast", '{"city":"Lima"}'),
+    ("search", '{"query":"opening hours"}'),
+    ("lookup_order", '{"order":"Z-9"}'),
+]
+RESULTS = ["sunny", "rain all day", "no such order", "sunny", "delivered on monday"]
+
+
+@functools.cache
+def made(governor: LoopGovernor, tool_name: str, raw: str, call_id: str) -> ActionRecord:
+    """The governor's record of a call (made once: routing a call builds a registry)."""
+    return governor.action(unit_call(tool_name, raw), raw, call_id)
+
+
+def reference_settle(
+    dump: dict[str, Any], call_id: str, outcome: str, result: str, gain: float | None
+) -> None:
+    actions = dump["actions"]
+    for position in range(len(actions) - 1, -1, -1):
+        if actions[position]["call_id"] == call_id:
+            actions[position] = {
+                **actions[position],
+                "outcome": outcome,
+                "result": result[:2_000],
+                "gain": gain,
+            }
+            if outcome != "ok":
+                dump["failures"] = (*dump["failures"], position)
+            return
+
+
+def reference_after_action(
+    governor: LoopGovernor, dump: dict[str, Any], call_id: str, result: str, step: int
+) -> None:
+    window = tuple(dump["evidence"][-governor.evidence_window :])
+    gain = _gain_by_sets(window, result) if window else 1.0
+    streak = dump["low_gain_streak"] + 1 if gain < governor.plateau_gain else 0
+    dump["evidence"] = (*dump["evidence"], result[:2_000])[-governor.evidence_window :]
+    dump["low_gain_streak"] = streak
+    reference_settle(dump, call_id, "ok", result, gain)
+    if streak >= governor.plateau_steps:
+        reason = f"plateau: {streak} results in a row added less than {governor.plateau_gain:g}"
+        verdict = {
+            "step": step,
+            "hook": "after_action",
+            "verdict": Verdict.FINALIZE,
+            "check": "plateau",
+            "reason": reason,
+        }
+        dump["verdicts"] = (*dump["verdicts"], verdict)
+        dump["finalize"] = reason
+
+
+def reference_similarity(first: str, second: str) -> float:
+    mine, theirs = _grams(first), _grams(second)
+    return len(mine & theirs) / math.sqrt(len(mine) * len(theirs))
+
+
+def reference_decision(
+    governor: LoopGovernor, dump: dict[str, Any], actions: list[ActionRecord], action: ActionRecord
+) -> Decision:
+    for check, key in (("exact", action.exact), ("canonical", action.key)):
+        for earlier in reversed(actions):
+            if key in (earlier.exact, earlier.key) and earlier.outcome in SETTLED:
+                return governor._duplicate(action, earlier, check)
+    for position in reversed(dump["failures"][-governor.semantic_window :]):
+        earlier = actions[position]
+        if earlier.tool == action.tool:
+            score = reference_similarity(action.text, earlier.text)
+            if score >= governor.semantic_threshold:
+                return Decision(
+                    Verdict.SUPPRESS,
+                    f"semantic duplicate ({score:.3f} >= {governor.semantic_threshold}) of "
+                    f"{earlier.call_id} ({earlier.text}, {earlier.outcome})",
+                    f"This call is {score:.0%} the same as {earlier.text}, which "
+                    f"{'failed' if earlier.outcome == 'failed' else 'was ' + earlier.outcome}: "
+                    f"{earlier.result}. Do not retry it in another form; tell the customer "
+                    "instead.",
+                    "semantic",
+                )
+    if action.effect == "write":
+        return Decision(Verdict.CONTINUE)
+    recent = [a for a in actions[-(governor.cycle_window - 1) :] if a.outcome != "pending"]
+    names = [a.tool for a in recent] + [action.tool]
+    for block in range(2, len(names) // 2 + 1):
+        first, second = names[-2 * block : -block], names[-block:]
+        gained = any((a.gain or 0.0) >= governor.cycle_gain for a in recent[-(block - 1) :])
+        if first == second and len(set(first)) >= 2 and not gained:
+            steps = " -> ".join(first)
+            return Decision(
+                Verdict.SUPPRESS,
+                f"cycle: {steps} repeated twice, last round gained nothing",
+                f"You are repeating the same steps ({steps} -> {steps}) and the last round "
+                "found nothing new. Stop repeating them: answer from what you have, or try "
+                "something different.",
+                "cycle",
+            )
+    return Decision(Verdict.CONTINUE)
+
+
+# Mostly the latest state (a run), sometimes an older one (a branch).
+pick = st.one_of(st.just(-1), st.just(-1), st.just(-1), st.integers(0, 10**6))
+call_ids = st.integers(0, 5).map(lambda n: f"c{n}")
+operations = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("call"),
+            pick,
+            st.sampled_from(CALLS),
+            call_ids,
+            st.sampled_from([*SETTLED, "observe", "suppressed"]),
+            st.sampled_from(RESULTS),
+            st.sampled_from([None, 0.0, 0.1, 0.5, 1.0]),
+        ),
+        st.tuples(st.just("call"), pick, st.sampled_from(CALLS), call_ids, st.just("pending")),
+        st.tuples(
+            st.just("settle"),
+            pick,
+            call_ids,
+            st.sampled_from(SETTLED),
+            st.sampled_from(RESULTS),
+            st.sampled_from([None, 0.0, 0.1, 0.5, 1.0]),
+        ),
+        st.tuples(st.just("observe"), pick, call_ids, st.sampled_from(RESULTS)),
+        st.tuples(st.just("restore"), pick),
+        st.tuples(st.just("copy"), pick),
+    ),
+    min_size=5,
+    max_size=60,
+)
+
+
+def drive(
+    governor: LoopGovernor, steps: list[tuple[Any, ...]]
+) -> list[tuple[LoopState, dict[str, Any]]]:
+    """Every state ``steps`` make, each with the reference's dump of it."""
+    pool: list[tuple[LoopState, dict[str, Any]]] = [(LoopState(), LoopState().model_dump())]
+    for step, (kind, at, *rest) in enumerate(steps):
+        loop, dump = pool[at % len(pool)]
+        dump = json.loads(json.dumps(dump))  # a copy of the reference's own
+        dump["failures"], dump["evidence"] = tuple(dump["failures"]), tuple(dump["evidence"])
+        dump["verdicts"] = tuple(dump["verdicts"])
+        if kind == "call":
+            (tool_name, raw), call_id, outcome, *settling = rest
+            action = made(governor, tool_name, raw, call_id)
+            if outcome == "suppressed":
+                action = action.model_copy(update={"outcome": "suppressed", "result": "no"})
+            loop = loop.record(action)
+            dump["actions"].append(action.model_dump())
+            dump["tool_iterations"] += 1
+            if outcome == "observe":
+                loop = governor.after_action(
+                    loop, call_id=call_id, effect="read", result=settling[0], ctx=None, step=step
+                )
+                reference_after_action(governor, dump, call_id, settling[0], step)
+            elif outcome in SETTLED:
+                loop = loop.settle(call_id, outcome, *settling)
+                reference_settle(dump, call_id, outcome, *settling)
+        elif kind == "settle":
+            call_id, outcome, result, gain = rest
+            loop = loop.settle(call_id, outcome, result, gain)
+            reference_settle(dump, call_id, outcome, result, gain)
+        elif kind == "observe":
+            call_id, result = rest
+            loop = governor.after_action(
+                loop, call_id=call_id, effect="read", result=result, ctx=None, step=step
+            )
+            reference_after_action(governor, dump, call_id, result, step)
+        elif kind == "restore":
+            loop = LoopState.model_validate_json(loop.model_dump_json())
+        else:
+            loop = loop.model_copy(update={"actions": loop.actions})
+        pool.append((loop, dump))
+    return pool
+
+
+def decide_as_the_reference(
+    governor: LoopGovernor, pool: list[tuple[LoopState, dict[str, Any]]]
+) -> list[str]:
+    """Each state of ``pool`` dumps as the reference's, and decides every call as it does;
+    the checks that decided."""
+    decided_by = []
+    for loop, dump in pool:
+        assert loop.model_dump() == LoopState.model_validate(dump).model_dump()
+        actions = [ActionRecord.model_validate(a) for a in dump["actions"]]
+        for tool_name, raw in CALLS + FRESH:
+            action = made(governor, tool_name, raw, "c-new")
+            decided = governor.before_action(
+                loop, action, spent=Spend(), budget=Budget(), elapsed=0.0, price=Decimal(0)
+            )
+            assert decided == reference_decision(governor, dump, actions, action)
+            decided_by.append(decided.check)
+    return decided_by
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    operations,
+    st.sampled_from([0.92, 0.6]),
+    st.sampled_from([4, 6, 12]),
+    st.sampled_from([4, 64]),
+    st.booleans(),
+)
+def test_decisions_and_states_are_those_of_the_plain_reference(
+    steps: list[tuple[Any, ...]], threshold: float, cycle: int, semantic: int, plugged: bool
+) -> None:
+    """Random runs, branched from older states, restored and copied: every state dumps as
+    the reference's and every check decides as the reference does, with the default
+    similarity (trigram sets or bitmasks, by window) and with a plugged-in one."""
+    governor = LoopGovernor(
+        similarity=(lambda a, b: trigram_similarity(a, b)) if plugged else trigram_similarity,
+        semantic_threshold=threshold,
+        cycle_window=cycle,
+        semantic_window=semantic,
+        plateau_steps=2,
+        evidence_window=4,
+    )
+    pool = drive(governor, steps)
+    for check in set(decide_as_the_reference(governor, pool[-2:] + pool[:: len(pool) // 3])):
+        event(f"decided by {check or 'no check'}")
+    failures = min(len(pool[-1][0].failures), semantic)
+    event(f"the last state: {'more than 8' if failures > 8 else 'up to 8'} failures in its window")
+
+
+@pytest.mark.parametrize(("seed", "threshold"), [(1, 0.92), (2, 0.6), (3, 0.6)])
+def test_long_runs_decide_as_the_plain_reference(seed: int, threshold: float) -> None:
+    """Runs of hundreds of calls, a third of them failed (the semantic check's bitmasks,
+    past a few failures), with branches, restores and copies on the way."""
+    rng = random.Random(seed)
+    steps: list[tuple[Any, ...]] = []
+    for _ in range(400):
+        at = -1 if rng.random() < 0.95 else -rng.randrange(2, 30)  # a branch: a recent state
+        roll = rng.random()
+        if roll < 0.9:
+            outcome = rng.choice([*SETTLED, "failed", "observe", "observe", "suppressed"])
+            steps.append(
+                (
+                    "call",
+                    at,
+                    rng.choice(CALLS),
+                    f"c{rng.randrange(40)}",
+                    outcome,
+                    rng.choice(RESULTS) + " " * rng.randrange(3),
+                    rng.choice([None, 0.0, 0.1, 0.5, 1.0]),
+                )
+            )
+        elif roll < 0.95:
+            steps.append(("settle", at, f"c{rng.randrange(40)}", "ok", rng.choice(RESULTS), 0.0))
+        else:
+            steps.append((rng.choice(["restore", "copy"]), at))
+    # The run ends lookup_order, search, lookup_order, each gaining nothing: a search
+    # it has not made yet repeats the block.
+    for n, call_made in enumerate([CALLS[9], CALLS[8], CALLS[10]]):
+        steps.append(("call", -1, call_made, f"t{n}", "ok", "same", 0.0))
+    governor = LoopGovernor(semantic_threshold=threshold, cycle_window=6, evidence_window=4)
+    pool = drive(governor, steps)
+    assert len(pool[-1][0].failures) > 40
+    decided_by = decide_as_the_reference(governor, pool[-3:] + pool[::25])
+    assert {"", "exact", "canonical", "semantic", "cycle"} <= set(decided_by)
