@@ -89,7 +89,6 @@ from ._observe import ProgressLine, configure_logging
 from ._phases import (
     Active,
     Agent,
-    AgentConfig,
     AwaitApproval,
     Done,
     Failed,
@@ -100,7 +99,6 @@ from ._phases import (
     Planning,
     Responding,
     Retrying,
-    RetrySettings,
     Runtime,
     ToolCalling,
 )
@@ -132,6 +130,7 @@ from ._tools import (
 )
 
 if TYPE_CHECKING:
+    from ._config import AgentConfig, RetrySettings
     from ._crypto import CheckpointCipher, generate_key
     from ._diagram import AgentGraph, agent_graph
     from ._local import LlamaCppConfig, LlamaCppModel
@@ -280,9 +279,10 @@ __all__ = (
 
 # Parts a run of the core does not need are imported on first use, so that
 # ``import statemachine`` does not pay for httpx, cryptography, psycopg, llama.cpp,
-# the diagram or the worker. ``from statemachine import X`` and ``statemachine.X``
-# work as before; the type checkers read the imports above.
+# the diagram, the worker or the configuration models. ``from statemachine import X``
+# and ``statemachine.X`` work as before; the type checkers read the imports above.
 _LAZY: Final[dict[str, str]] = {
+    "AgentConfig": "._config",
     "AgentGraph": "._diagram",
     "CheckpointCipher": "._crypto",
     "LlamaCppConfig": "._local",
@@ -291,6 +291,7 @@ _LAZY: Final[dict[str, str]] = {
     "PatchAccepted": "._patch",
     "PatchRejected": "._patch",
     "PostgresCheckpointer": "._postgres",
+    "RetrySettings": "._config",
     "TokenPrices": "._openai",
     "Worker": "._worker",
     "agent_graph": "._diagram",

@@ -38,7 +38,6 @@ the OpenTelemetry counter ``statemachine.validation.fallbacks``.
 from __future__ import annotations
 
 import collections.abc
-import difflib
 import functools
 import hashlib
 import json
@@ -49,6 +48,7 @@ from datetime import date, timedelta
 from decimal import Decimal
 from enum import StrEnum
 from typing import (
+    TYPE_CHECKING,
     Annotated,
     Any,
     Generic,
@@ -62,12 +62,14 @@ from typing import (
 )
 
 import attrs
-from opentelemetry import metrics
 from pydantic import BaseModel, StringConstraints, ValidationError
 
 from . import _json
 from ._errors import ConfigError, OutputRejectedError, OutputTamperedError, SetupError
 from ._model import Message, Model, ModelReply, ModelRequest
+
+if TYPE_CHECKING:
+    from opentelemetry import metrics
 
 __all__ = [
     "Ask",
@@ -94,10 +96,23 @@ C = TypeVar("C", bound=BaseModel)
 _Path: TypeAlias = tuple[str | int, ...]
 
 FALLBACK_COUNTER = "statemachine.validation.fallbacks"
-_meter = metrics.get_meter("statemachine")
-_FALLBACKS = _meter.create_counter(
-    FALLBACK_COUNTER, unit="1", description="validation loops that ended without a valid reply"
-)
+
+
+@functools.cache
+def _fallbacks() -> metrics.Counter:
+    """The fallback counter of the global meter provider's meter, created on first use.
+
+    Created here rather than at import, so that ``import statemachine`` does not load
+    opentelemetry. Before an SDK is installed it is the global provider's proxy, which
+    forwards to the SDK installed later, as a counter made at import did.
+    """
+    from opentelemetry import metrics
+
+    return metrics.get_meter("statemachine").create_counter(
+        FALLBACK_COUNTER, unit="1", description="validation loops that ended without a valid reply"
+    )
+
+
 _EVIDENCE_CHARS = 200
 
 
@@ -738,6 +753,8 @@ def _guard_mode(mode: GuardMode | str) -> GuardMode:
 
 
 def _unknown(shown: str, what: str, valid: list[str]) -> str:
+    import difflib  # only for an error message
+
     close = difflib.get_close_matches(shown.strip("'\""), valid, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown {what} {shown}{hint}; the valid ones are: {', '.join(sorted(valid))}"
@@ -1174,7 +1191,7 @@ async def validate_with_retries(
         reason = f"all {attempts} attempts were invalid (errors per attempt: {counts})"
         previous = (document.value, outcome.diagnostics) if document is not None else None
         feedback = _feedback(outcome, attempt, attempts)
-    counter = _FALLBACKS if fallbacks is None else fallbacks
+    counter = _fallbacks() if fallbacks is None else fallbacks
     counter.add(
         1,
         {
@@ -1229,6 +1246,8 @@ def validate_config(schema: type[C], mapping: Mapping[str, Any]) -> C:
         valid = [key for name, field in model.model_fields.items() for key in _keys(name, field)]
         for key in value:
             if key not in valid:
+                import difflib  # only for an error message
+
                 close = difflib.get_close_matches(str(key), valid, n=1)
                 problem = _unknown(repr(key), "key", valid)
                 unknown.append((path, str(key), close[0] if close else None, problem))

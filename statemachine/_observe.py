@@ -1,4 +1,4 @@
-"""Metrics, logging set-up, a terminal progress line, and span/log/metric capture for tests.
+"""Metrics, logging set-up and a terminal progress line (capture for tests: ``_capture``).
 
 The library uses the OpenTelemetry *API* only: instruments are created on the meter
 the runner is given (default: the global meter provider's), and nothing is recorded
@@ -17,26 +17,19 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
-import shutil
 import sys
-from collections.abc import Generator, Mapping, MutableMapping
-from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TextIO, final
 
-import attrs
-from opentelemetry import metrics, trace
-
-from ._errors import SetupError
 from ._governor import Verdict
 from ._guard import FALLBACK_COUNTER
 from ._json import dumps
 from ._phases import AwaitApproval, Done, Failed, Phase, Planning, Retrying, ToolCalling
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from opentelemetry.sdk.trace import ReadableSpan, Span
+    import logging
+
+    from opentelemetry import metrics
 
 __all__ = [
     "APPROVALS_WAITING",
@@ -44,12 +37,8 @@ __all__ = [
     "RETRIES",
     "SUPPRESSIONS",
     "TRANSITIONS",
-    "Capture",
-    "CapturedSpan",
     "Instruments",
-    "MetricPoint",
     "ProgressLine",
-    "capture",
     "configure_logging",
     "default_instruments",
 ]
@@ -130,16 +119,35 @@ def default_instruments() -> Instruments:
 
     Shared by every runner given no meter: before an SDK is installed, each instrument
     created on the global provider is a proxy it keeps forever, so one set per runner
-    would grow without end.
+    would grow without end. opentelemetry is imported here, on first use, not by
+    ``import statemachine``.
     """
+    from opentelemetry import metrics
+
     return Instruments(metrics.get_meter("statemachine"))
 
 
 # --- logging ----------------------------------------------------------------------------
 
 
-class _Handler(logging.StreamHandler[TextIO]):
-    """The handler configure_logging puts on the ``statemachine`` logger (found and replaced)."""
+# logging.INFO, written out: the standard library's logging is imported by
+# configure_logging (and by a runner), not by ``import statemachine``.
+_INFO = 20
+
+
+@functools.cache
+def _handler_class() -> type[logging.StreamHandler[TextIO]]:
+    """The class of the handler configure_logging puts on the ``statemachine`` logger.
+
+    Made once, on first use; configure_logging finds its own handler by this class
+    and replaces it.
+    """
+    import logging
+
+    class _Handler(logging.StreamHandler[TextIO]):
+        """The handler configure_logging puts on the ``statemachine`` logger."""
+
+    return _Handler
 
 
 def _json_dumps(event: Any, **_: Any) -> str:
@@ -150,9 +158,7 @@ def _json_dumps(event: Any, **_: Any) -> str:
         return json.dumps(event, default=str)
 
 
-def configure_logging(
-    *, json: bool, stream: TextIO | None = None, level: int = logging.INFO
-) -> None:
+def configure_logging(*, json: bool, stream: TextIO | None = None, level: int = _INFO) -> None:
     """Print structlog events, the library's included: JSON lines, or readable console lines.
 
     ``json=True`` is for production (one JSON object per line, with a UTC timestamp,
@@ -163,6 +169,8 @@ def configure_logging(
     (replaced, not added, when called again) that does not pass records on to the
     root logger.
     """
+    import logging
+
     import structlog  # here: structlog imports asyncio
 
     out = sys.stderr if stream is None else stream
@@ -190,9 +198,10 @@ def configure_logging(
     # The runner logs through the standard library's "statemachine" logger; structlog
     # has already rendered each line, so the handler prints the message as it is.
     library = logging.getLogger("statemachine")
-    for old in [h for h in library.handlers if isinstance(h, _Handler)]:
+    handler_class = _handler_class()
+    for old in [h for h in library.handlers if isinstance(h, handler_class)]:
         library.removeHandler(old)
-    handler = _Handler(out)
+    handler = handler_class(out)
     handler.setFormatter(logging.Formatter("%(message)s"))
     library.addHandler(handler)
     library.setLevel(level)
@@ -231,6 +240,8 @@ class ProgressLine:
         call = getattr(after, "call", None)
         doing = f" {call.name}" if call is not None else ""
         text = f"{self._label}step {after.step}: {after.kind}{doing}"
+        import shutil  # here: only a progress line on a terminal needs it
+
         text = text[: max(shutil.get_terminal_size().columns - 1, 1)]
         self._stream.write("\r" + text.ljust(self._width))
         self._stream.flush()
@@ -259,168 +270,3 @@ def _waits(state: Phase[Any]) -> bool:
     return (isinstance(state, Planning) and bool(state.loop.paused)) or (
         isinstance(state, AwaitApproval) and bool(state.waiting)
     )
-
-
-# --- capture for tests ------------------------------------------------------------------
-
-
-@final
-@attrs.frozen(kw_only=True)
-class CapturedSpan:
-    """A finished span: its name, attributes, its parent's name, and its error if it failed."""
-
-    name: str
-    attributes: Mapping[str, Any]
-    parent: str | None
-    error: str | None = None
-
-
-@final
-@attrs.frozen(kw_only=True)
-class MetricPoint:
-    """One data point of an instrument: its attributes and value so far.
-
-    For a histogram ``value`` is the sum of what was recorded and ``count`` how many
-    values were; for a counter ``count`` is ``None``.
-    """
-
-    attributes: Mapping[str, Any]
-    value: int | float
-    count: int | None = None
-
-
-@final
-class Capture:
-    """What happened inside :func:`capture`: spans, structlog events and metrics.
-
-    Pass ``tracer`` and ``meter`` to the runner under test
-    (``Runner(..., tracer=seen.tracer, meter=seen.meter)``); no global provider is
-    touched. ``events`` are the structlog event dicts, in order.
-    """
-
-    __slots__ = ("_names", "_reader", "_started", "events", "meter", "tracer")
-
-    def __init__(
-        self,
-        tracer: trace.Tracer,
-        meter: metrics.Meter,
-        reader: InMemoryMetricReader,
-        started: list[Span],
-        events: list[MutableMapping[str, Any]],
-    ) -> None:
-        self.tracer = tracer
-        self.meter = meter
-        self.events = events
-        self._reader = reader
-        self._started = started
-        self._names: dict[int, str] = {}
-
-    @property
-    def spans(self) -> list[CapturedSpan]:
-        """The spans that have ended, in the order they started."""
-        ended: list[ReadableSpan] = [span for span in self._started if span.end_time is not None]
-        names = {span.context.span_id: span.name for span in self._started if span.context}
-        out: list[CapturedSpan] = []
-        for span in ended:
-            parent = None if span.parent is None else names.get(span.parent.span_id, "?")
-            error = None
-            if not span.status.is_ok:
-                error = span.status.description or "error"
-            out.append(
-                CapturedSpan(
-                    name=span.name,
-                    attributes=dict(span.attributes or {}),
-                    parent=parent,
-                    error=error,
-                )
-            )
-        return out
-
-    @property
-    def metrics(self) -> dict[str, tuple[MetricPoint, ...]]:
-        """Every instrument recorded to so far, by name, with its points (cumulative)."""
-        from opentelemetry.sdk.metrics.export import HistogramDataPoint, NumberDataPoint
-
-        found: dict[str, list[MetricPoint]] = {}
-        data = self._reader.get_metrics_data()
-        for resource in data.resource_metrics if data is not None else ():
-            for scope in resource.scope_metrics:
-                for metric in scope.metrics:
-                    points = found.setdefault(metric.name, [])
-                    for point in metric.data.data_points:
-                        attributes = dict(point.attributes or {})
-                        if isinstance(point, HistogramDataPoint):
-                            points.append(
-                                MetricPoint(
-                                    attributes=attributes, value=point.sum, count=point.count
-                                )
-                            )
-                        elif isinstance(point, NumberDataPoint):
-                            points.append(MetricPoint(attributes=attributes, value=point.value))
-        return {name: tuple(points) for name, points in found.items()}
-
-    def total(self, name: str, where: Mapping[str, Any] | None = None) -> int | float:
-        """The sum of instrument ``name``'s values over the points whose attributes match ``where``.
-
-        For a histogram that is the sum of the values recorded. An instrument nothing
-        was recorded to totals ``0``.
-        """
-        wanted = dict(where or {})
-        return sum(
-            point.value
-            for point in self.metrics.get(name, ())
-            if all(point.attributes.get(key) == value for key, value in wanted.items())
-        )
-
-
-@contextmanager
-def capture() -> Generator[Capture, None, None]:
-    """Capture the spans, structlog events and metrics of the code inside the block.
-
-    ``with capture() as seen:`` gives a tracer and a meter (``seen.tracer``,
-    ``seen.meter``) to pass to the runner under test; read ``seen.spans``,
-    ``seen.events`` and ``seen.metrics`` (or ``seen.total(name, where)``). Nothing
-    global in OpenTelemetry is set, so it can be used any number of times in one
-    process; structlog's configuration is changed for the block (every event is kept,
-    whatever level was configured) and restored after it. Needs ``opentelemetry-sdk``
-    (a development dependency: ``pip install opentelemetry-sdk``).
-    """
-    import structlog
-    from structlog.testing import capture_logs
-
-    try:
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-        from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-    except ImportError as error:
-        raise SetupError(
-            f"statemachine.testing.capture() needs opentelemetry-sdk, which is not installed "
-            f"({error}); install it: pip install opentelemetry-sdk"
-        ) from error
-
-    started: list[Span] = []
-
-    class _Recorder(SpanProcessor):
-        # Kept at start, so that ``spans`` can list them in the order they started.
-        def on_start(self, span: Span, parent_context: Any = None) -> None:
-            started.append(span)
-
-    # Not shut down at exit: nothing is buffered, and each capture would add an atexit hook.
-    tracer_provider = TracerProvider(shutdown_on_exit=False)
-    tracer_provider.add_span_processor(_Recorder())
-    reader = InMemoryMetricReader()
-    meter_provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
-    previous_wrapper = structlog.get_config()["wrapper_class"]
-    try:
-        # Every level reaches the capture, whatever configure_logging() filtered.
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.NOTSET))
-        with capture_logs() as events:
-            yield Capture(
-                tracer_provider.get_tracer("statemachine"),
-                meter_provider.get_meter("statemachine"),
-                reader,
-                started,
-                events,
-            )
-    finally:
-        structlog.configure(wrapper_class=previous_wrapper)

@@ -34,12 +34,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import date
 from decimal import Decimal
 from types import MemberDescriptorType
-from typing import Any, ClassVar, Generic, Self, TypeVar, assert_never, cast, final
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, assert_never, cast, final
 
 import anyio
 import attrs
-from opentelemetry import metrics
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from . import _json
 from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending
@@ -58,7 +57,6 @@ from ._errors import (
 )
 from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState, Verdict
 from ._guard import (
-    _FALLBACKS,
     CustomerResponse,
     Diagnostic,
     GuardMode,
@@ -67,6 +65,7 @@ from ._guard import (
     Parsed,
     Refusal,
     Truncated,
+    _fallbacks,
     _type_diagnostics,
     validate_config,
     validate_with_retries,
@@ -86,6 +85,9 @@ from ._tools import (
     _approve,
     idempotency_key,
 )
+
+if TYPE_CHECKING:
+    from opentelemetry import metrics
 
 __all__ = [
     "Active",
@@ -646,7 +648,7 @@ class Planning(Active[C]):
                 case Invalid():
                     problems = "; ".join(d.message.rstrip(".") for d in outcome.errors)
                     if attempt == attempts:
-                        counter = _FALLBACKS if rt.fallbacks is None else rt.fallbacks
+                        counter = _fallbacks() if rt.fallbacks is None else rt.fallbacks
                         counter.add(1, {**_TEXT_FALLBACK, "statemachine.stop": "attempts"})
                         return heard._fail(
                             f"answer not accepted after {attempts} attempt(s): {problems}",
@@ -1317,32 +1319,6 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
 _FACTORY: type[Any] = type(attrs.Factory(list))
 
 
-class RetrySettings(BaseModel, frozen=True, extra="forbid", defer_build=True):
-    """``RetryPolicy`` as configuration."""
-
-    max_attempts: int = Field(default=3, ge=1)
-    base_delay: float = Field(default=0.2, ge=0)
-    multiplier: float = Field(default=2.0, ge=1)
-    max_delay: float = Field(default=10.0, ge=0)
-    jitter: float = Field(default=0.5, ge=0, le=1)
-
-
-class AgentConfig(BaseModel, frozen=True, extra="forbid", defer_build=True):
-    """An agent's settings as they come from a file or the environment.
-
-    Read with :meth:`Agent.from_config`: an unknown key (a typo) fails at start-up,
-    naming the closest valid key, instead of leaving a default silently in force.
-    """
-
-    instructions: str = ""
-    budget: Budget = Budget.model_construct()
-    retry: RetrySettings = RetrySettings.model_construct()
-    max_steps: int = Field(default=50, ge=1)
-    max_tool_iterations: int | None = Field(default=None, ge=0)
-    max_invalid_calls: int = Field(default=3, ge=1)
-    answer_attempts: int = Field(default=3, ge=1)
-
-
 _TEXT_ANSWER = OutputGuard(CustomerResponse)
 _TEXT_FALLBACK = {"statemachine.schema": "CustomerResponse"}
 
@@ -1392,6 +1368,8 @@ class Agent(Generic[C]):
         ``governor``, ``answer_guard``. A typo in ``config`` raises
         :class:`ConfigError` here, before anything runs.
         """
+        from ._config import AgentConfig  # here: only configuration reads it
+
         settings = validate_config(AgentConfig, config)
         return Agent(
             name=name,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import logging
 import random
 import sys
 import time
@@ -12,14 +11,10 @@ from collections.abc import Awaitable, Callable
 from datetime import date, timedelta
 from decimal import Decimal
 from functools import cache, partial
-from typing import Any, Generic, Literal, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast, final
 
 import anyio
 import attrs
-from opentelemetry import context as otel_context
-from opentelemetry import metrics, trace
-from opentelemetry.context import Context
-from opentelemetry.trace import Status, StatusCode
 
 from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending, load_decision
 from ._budget import Spend
@@ -38,6 +33,14 @@ from ._observe import Instruments, default_instruments
 from ._phases import Active, Agent, AwaitApproval, Done, Failed, Phase, Planning, Runtime
 from ._store import Checkpointer, RunRecord, _Store
 
+if TYPE_CHECKING:
+    import logging
+
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics, trace
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Status, StatusCode
+
 __all__ = ["RunResult", "Runner", "StopReport"]
 
 C = TypeVar("C")
@@ -45,6 +48,24 @@ C = TypeVar("C")
 OnTransition = Callable[[Phase[C], Phase[C]], None]
 
 DEFAULT_LEASE = timedelta(minutes=1)
+
+
+def _load_deferred() -> None:
+    """Bind the names from opentelemetry and logging this module uses; a runner does it.
+
+    Not at import: ``import statemachine`` loads neither; :class:`Runner` calls this
+    first thing, and only its methods use these names.
+    """
+    global otel_context, trace, Status, StatusCode, _library_logger
+    import logging
+
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.trace import Status, StatusCode
+
+    # Through the standard library's "statemachine" logger, so that nothing is printed
+    # unless the application configures logging (or structlog) to show it.
+    _library_logger = logging.getLogger("statemachine")
 
 
 @final
@@ -168,6 +189,7 @@ class Runner(Generic[C]):
         meter: metrics.Meter | None = None,
         keep_states: bool = True,
     ) -> None:
+        _load_deferred()
         if agent.answer_guard is not None:
             # At start-up: a constrained guard refuses a backend that cannot enforce it.
             agent.answer_guard.check_backend(model)
@@ -634,9 +656,10 @@ def _status(state: Phase[Any]) -> tuple[RunStatus, str]:
     return RunStatus.RUNNING, ""
 
 
-# Through the standard library's "statemachine" logger, so that nothing is printed
-# unless the application configures logging (or structlog) to show it.
-_library_logger = logging.getLogger("statemachine")
+# The standard library's "statemachine" logger, bound by _load_deferred (a runner);
+# logging.INFO, written out.
+_library_logger: logging.Logger
+_INFO = 20
 
 
 @cache
@@ -656,7 +679,7 @@ def _events_wanted() -> bool:
     ``statemachine.testing.capture``). Otherwise structlog's processors would render
     a line per transition only for the logger to drop it.
     """
-    if _library_logger.isEnabledFor(logging.INFO):
+    if _library_logger.isEnabledFor(_INFO):
         return True
     # LogCapture is defined in structlog.testing (which structlog imports): not imported,
     # nothing captures. Read from sys.modules: an import statement per transition costs

@@ -14,10 +14,10 @@ from typing import Any, final
 
 from . import _json
 from ._approval import Approval, ApprovalRequest, Denial
+from ._capture import Capture, CapturedSpan, MetricPoint, capture
 from ._errors import ScriptExhaustedError
 from ._model import ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import to_money
-from ._observe import Capture, CapturedSpan, MetricPoint, capture
 from ._store import MemoryCheckpointer
 
 __all__ = [

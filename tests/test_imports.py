@@ -29,9 +29,24 @@ NOT_AT_IMPORT = (
     "structlog",
     "asyncio",
     "importlib.metadata",
+    # Loaded by the first Runner (spans and metrics) or on first use, not by the import.
+    "opentelemetry",
+    "opentelemetry.trace",
+    "opentelemetry.metrics",
+    "logging",
+    "shutil",
+    "difflib",
+    # The classes of statemachine.testing.capture() and the configuration models.
+    "statemachine._capture",
+    "statemachine._config",
+    "statemachine.testing",
 )
 
+# What a user building a loop imports: the same modules stay unloaded.
+CORE_NAMES = "from statemachine import Agent, Runner, read_tool, SQLiteCheckpointer"
+
 LAZY = {
+    "AgentConfig": "statemachine._config",
     "AgentGraph": "statemachine._diagram",
     "CheckpointCipher": "statemachine._crypto",
     "LlamaCppConfig": "statemachine._local",
@@ -40,6 +55,7 @@ LAZY = {
     "PatchAccepted": "statemachine._patch",
     "PatchRejected": "statemachine._patch",
     "PostgresCheckpointer": "statemachine._postgres",
+    "RetrySettings": "statemachine._config",
     "TokenPrices": "statemachine._openai",
     "Worker": "statemachine._worker",
     "agent_graph": "statemachine._diagram",
@@ -62,6 +78,59 @@ def test_import_loads_none_of_the_optional_parts() -> None:
     loaded = loaded_after("import statemachine")
     assert "statemachine._runner" in loaded
     assert sorted(name for name in NOT_AT_IMPORT if name in loaded) == []
+
+
+def test_the_core_names_load_none_of_the_optional_parts() -> None:
+    """Importing what a loop is built from leaves the same modules unloaded."""
+    loaded = loaded_after(CORE_NAMES)
+    assert sorted(name for name in NOT_AT_IMPORT if name in loaded) == []
+
+
+def test_a_runner_loads_opentelemetry_and_logging() -> None:
+    """A Runner binds the tracer and the library's logger when it is made."""
+    code = f"""{CORE_NAMES}
+from statemachine.testing import AutoApproveGate, ScriptedModel, reply
+runner = Runner(Agent(name="a"), model=ScriptedModel([reply("hi")]), gate=AutoApproveGate())
+"""
+    loaded = loaded_after(code)
+    assert {"opentelemetry.trace", "opentelemetry.metrics", "logging"} <= loaded
+
+
+def test_the_default_fallback_counter_counts_on_the_global_meter_provider() -> None:
+    """Made on first use, the default counter records on the provider set after import."""
+    code = """
+import asyncio
+import statemachine
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from pydantic import BaseModel
+from statemachine import OutputGuard, validate_with_retries
+from statemachine.testing import reply
+
+class Ticket(BaseModel, frozen=True):
+    summary: str
+
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+
+async def ask(feedback):
+    return reply("not json")
+
+result = asyncio.run(validate_with_retries(OutputGuard(Ticket), ask, attempts=2))
+assert result.status == "exhausted", result.status
+data = reader.get_metrics_data()
+values = [
+    point.value
+    for resource in data.resource_metrics
+    for scope in resource.scope_metrics
+    for metric in scope.metrics
+    if metric.name == "statemachine.validation.fallbacks"
+    for point in metric.data.data_points
+]
+assert values == [1], values
+"""
+    assert "opentelemetry.sdk.metrics" in loaded_after(code)
 
 
 @pytest.mark.parametrize("name", sorted(LAZY))

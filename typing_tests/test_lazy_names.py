@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import assert_type
 
 import statemachine
-from statemachine import CheckpointCipher, OpenAICompatibleModel, TokenPrices, generate_key
+from statemachine import (
+    AgentConfig,
+    CheckpointCipher,
+    OpenAICompatibleModel,
+    RetrySettings,
+    TokenPrices,
+    generate_key,
+)
 
 
 def lazy_names_keep_their_types() -> None:
@@ -15,6 +22,8 @@ def lazy_names_keep_their_types() -> None:
     cipher = CheckpointCipher({"k1": generate_key()}, "k1")
     assert_type(cipher.seal(b"x", aad=b""), bytes)
     OpenAICompatibleModel("http://127.0.0.1:8080/v1", "m", prices=TokenPrices())
+    assert_type(AgentConfig().retry, RetrySettings)
+    assert_type(AgentConfig().max_steps, int)
     # Rule: the wrong argument to a lazily imported class is still refused.
     OpenAICompatibleModel("http://127.0.0.1:8080/v1", "m", prices=1)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
 
