@@ -200,13 +200,9 @@ class Phase(Generic[C]):
         ``changes`` that the function does not take as they are (an unknown or a missing
         argument), go through ``cls(...)`` and its checks and errors.
         """
-        build = _BUILDERS.get(cls)
-        if build is None:
-            build = _BUILDERS[cls] = _builder(cls, copy=False)
-        if build is not _by_init:
-            made: P | None = build(self, changes)
-            if made is not None:
-                return made
+        made: P | None = _built(_BUILDERS, cls, self, changes, copy=False)
+        if made is not None:
+            return made
         fields: dict[str, Any] = {
             "agent": self.agent,
             "ctx": self.ctx,
@@ -220,14 +216,9 @@ class Phase(Generic[C]):
 
     def _copy(self, **changes: Any) -> Self:
         """``attrs.evolve(self, **changes)``: a copy not yet left, built as ``_next`` builds."""
-        cls = type(self)
-        build = _COPIERS.get(cls)
-        if build is None:
-            build = _COPIERS[cls] = _builder(cls, copy=True)
-        if build is not _by_init:
-            made: Self | None = build(self, changes)
-            if made is not None:
-                return made
+        made: Self | None = _built(_COPIERS, type(self), self, changes, copy=True)
+        if made is not None:
+            return made
         return attrs.evolve(self, **changes)
 
     def _fail(self, reason: str, **changes: Any) -> Failed[C]:
@@ -1218,6 +1209,22 @@ _PLAIN_INIT_NAMES = frozenset({"_cached_setattr_get", "attr_dict", "default", "N
 def _by_init(leaving: Phase[Any], changes: dict[str, Any]) -> Any:
     """The marker for a class built by its own ``__init__``; never called."""
     raise AssertionError("_by_init is a marker")  # pragma: no cover
+
+
+def _built(
+    builders: dict[type[Any], _Builder],
+    cls: type[Any],
+    leaving: Phase[Any],
+    changes: dict[str, Any],
+    *,
+    copy: bool,
+) -> Any:
+    """``cls`` built by its builder in ``builders`` (made on first use), or ``None``: the
+    class, or these changes, are for its ``__init__`` (see :func:`_builder`)."""
+    build = builders.get(cls)
+    if build is None:
+        build = builders[cls] = _builder(cls, copy=copy)
+    return None if build is _by_init else build(leaving, changes)
 
 
 def _builder(cls: type[Any], *, copy: bool) -> _Builder:
