@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import math
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from functools import lru_cache
@@ -113,6 +115,14 @@ _TRIGRAMS_KEPT = 1 << 14
 _FEW_FAILURES = 8
 
 
+_ONE = 1
+
+
+def _vocabulary() -> defaultdict[str, int]:
+    """Trigram -> its bit: a trigram not seen before gets the next one (0, 1, 2, ...)."""
+    return defaultdict(itertools.count().__next__)
+
+
 @final
 class _GramMasks:
     """Texts' trigram sets as ints, one bit per trigram of one run's vocabulary.
@@ -127,7 +137,7 @@ class _GramMasks:
     __slots__ = ("_bits", "masks")
 
     def __init__(self) -> None:
-        self._bits: dict[str, int] = {}
+        self._bits = _vocabulary()
         # text -> (its mask, its number of trigrams)
         self.masks: dict[str, tuple[int, int]] = {}
 
@@ -137,7 +147,7 @@ class _GramMasks:
         Only here, so that the masks of one comparison all share one vocabulary.
         """
         if len(self.masks) > max(_MASKS_KEPT, 4 * window) or len(self._bits) > _TRIGRAMS_KEPT:
-            self._bits = {}
+            self._bits = _vocabulary()
             self.masks = {}
 
     def mask(self, text: str, *, keep: bool = True) -> tuple[int, int]:
@@ -151,22 +161,16 @@ class _GramMasks:
         if known is not None:
             return known
         bits = self._bits
-        positions = []
-        for gram in _each_trigram(text):
-            bit = bits.get(gram)
-            if bit is None:
-                bit = bits[gram] = len(bits)
-            positions.append(bit)
+        # Each trigram's bit (a new one gets the next), looked up in C.
+        positions = set(map(bits.__getitem__, _each_trigram(text)))
         if len(bits) <= _NARROW_BITS:
-            mask = 0
-            for bit in positions:
-                mask |= 1 << bit
+            mask = sum(map(_ONE.__lshift__, positions))  # distinct bits: the sum is the or
         else:
             packed = bytearray((len(bits) >> 3) + 1)
             for bit in positions:
                 packed[bit >> 3] |= 1 << (bit & 7)
             mask = int.from_bytes(packed, "little")
-        known = (mask, mask.bit_count())
+        known = (mask, len(positions))
         if keep:
             self.masks[text] = known
         return known
