@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import itertools
 import math
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from functools import lru_cache
@@ -115,14 +113,6 @@ _TRIGRAMS_KEPT = 1 << 14
 _FEW_FAILURES = 8
 
 
-_ONE = 1
-
-
-def _vocabulary() -> defaultdict[str, int]:
-    """Trigram -> its bit: a trigram not seen before gets the next one (0, 1, 2, ...)."""
-    return defaultdict(itertools.count().__next__)
-
-
 @final
 class _GramMasks:
     """Texts' trigram sets as ints, one bit per trigram of one run's vocabulary.
@@ -137,7 +127,7 @@ class _GramMasks:
     __slots__ = ("_bits", "masks")
 
     def __init__(self) -> None:
-        self._bits = _vocabulary()
+        self._bits: dict[str, int] = {}
         # text -> (its mask, its number of trigrams)
         self.masks: dict[str, tuple[int, int]] = {}
 
@@ -147,7 +137,7 @@ class _GramMasks:
         Only here, so that the masks of one comparison all share one vocabulary.
         """
         if len(self.masks) > max(_MASKS_KEPT, 4 * window) or len(self._bits) > _TRIGRAMS_KEPT:
-            self._bits = _vocabulary()
+            self._bits = {}
             self.masks = {}
 
     def mask(self, text: str, *, keep: bool = True) -> tuple[int, int]:
@@ -161,16 +151,22 @@ class _GramMasks:
         if known is not None:
             return known
         bits = self._bits
-        # Each trigram's bit (a new one gets the next), looked up in C.
-        positions = set(map(bits.__getitem__, _each_trigram(text)))
+        positions = []
+        for gram in _each_trigram(text):
+            bit = bits.get(gram)
+            if bit is None:
+                bit = bits[gram] = len(bits)
+            positions.append(bit)
         if len(bits) <= _NARROW_BITS:
-            mask = sum(map(_ONE.__lshift__, positions))  # distinct bits: the sum is the or
+            mask = 0
+            for bit in positions:
+                mask |= 1 << bit
         else:
             packed = bytearray((len(bits) >> 3) + 1)
             for bit in positions:
                 packed[bit >> 3] |= 1 << (bit & 7)
             mask = int.from_bytes(packed, "little")
-        known = (mask, len(positions))
+        known = (mask, mask.bit_count())
         if keep:
             self.masks[text] = known
         return known
