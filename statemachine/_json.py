@@ -15,11 +15,18 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from pydantic import BaseModel
 
-__all__ = ["canonical", "canonical_hash", "dumps", "loads", "to_plain"]
+__all__ = ["JSON", "canonical", "canonical_hash", "dumps", "loads", "to_plain"]
+
+JSON: TypeAlias = dict[str, "JSON"] | list["JSON"] | str | int | Decimal | bool | None
+"""What :func:`loads` returns: a number with a fraction or an exponent is a ``Decimal``.
+
+Not ``Any``: a value read from JSON is narrowed (``isinstance``, or validated by a
+pydantic model) before it is used as anything else.
+"""
 
 _encode_str = json.JSONEncoder(ensure_ascii=False).encode
 # Beyond this many digits a number is written in exponent form (1E+5000), so that
@@ -44,7 +51,7 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def loads(text: str | bytes, *, bounded: bool = False) -> Any:
+def loads(text: str | bytes, *, bounded: bool = False) -> JSON:
     """Parse JSON, reading non-integer numbers as exact ``Decimal``.
 
     ``NaN`` and ``Infinity`` (which Python's ``json`` accepts) are refused with
@@ -52,14 +59,17 @@ def loads(text: str | bytes, *, bounded: bool = False) -> Any:
     of more than 400 digits or with an exponent beyond 400: no argument is that
     large, and turning one into an ``int`` would stall the process.
     """
+    value: JSON
     if bounded:
-        return json.loads(
+        value = json.loads(
             text,
             parse_float=_bounded_decimal,
             parse_int=_bounded_int,
             parse_constant=_refuse_constant,
         )
-    return json.loads(text, parse_float=Decimal, parse_constant=_refuse_constant)
+    else:
+        value = json.loads(text, parse_float=Decimal, parse_constant=_refuse_constant)
+    return value
 
 
 def to_plain(value: Any) -> Any:

@@ -8,6 +8,13 @@ A tool's arguments model declares ``amount: Money``. The field:
 - refuses a Python ``float``, whose value is already inexact, with an error that
   says how to pass the amount instead;
 - is advertised to the model as a JSON number, not a string.
+
+Statically the field is a ``Decimal``, to read and to pass to the model's constructor
+(pyright checks that; mypy's pydantic plugin types no constructor argument without
+``init_typed``): code passes ``Decimal("12.50")``, or an ``int`` or text through
+``model_validate``. No static type says "Decimal | int | str in, Decimal out" under
+both checkers: a descriptor type does for ``amount: Money``, but then pyright refuses
+a ``Decimal`` for a ``Money | None`` field and both refuse ``cost: Money = Decimal(0)``.
 """
 
 from __future__ import annotations

@@ -454,8 +454,9 @@ def _server_message(response: httpx.Response) -> str:
         document = None
     if isinstance(document, dict):
         error = document.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return _clip(error["message"])
+        message = error.get("message") if isinstance(error, dict) else None
+        if isinstance(message, str):
+            return _clip(message)
         for said in (error, document.get("message"), document.get("detail")):
             if isinstance(said, str) and said:
                 return _clip(said)

@@ -98,6 +98,32 @@ def test_loads_accepts_bytes() -> None:
     assert loads(b'{"amount": 0.10}') == {"amount": Decimal("0.10")}
 
 
+def kinds(value: object) -> set[str]:
+    """The kinds of value in a document; "other" for anything the JSON type does not name."""
+    if isinstance(value, dict):
+        keys = {"text" if type(key) is str else "other" for key in value}
+        return {"object"}.union(keys, *(kinds(item) for item in value.values()))
+    if isinstance(value, list):
+        return {"array"}.union(*(kinds(item) for item in value))
+    named = {str: "text", int: "int", bool: "bool", Decimal: "Decimal", type(None): "null"}
+    return {named.get(type(value), "other")}
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_loads_returns_only_what_its_json_type_names(bounded: bool) -> None:
+    """dict with text keys, list, str, int, Decimal, bool and None: _json.JSON, nothing else."""
+    text = '{"a": [1, 2.5, 1e3, "x", true, false, null, {"b": {}}], "c": -0.0}'
+    found = kinds(loads(text, bounded=bounded))
+    assert found == {"object", "array", "int", "Decimal", "text", "bool", "null"}
+
+
+@settings(max_examples=100, deadline=None)
+@given(json_values)
+def test_loads_of_any_document_stays_within_its_json_type(value: Any) -> None:
+    """Whatever dumps wrote, loads reads back as the kinds its return type names."""
+    assert "other" not in kinds(loads(dumps(value)))
+
+
 @pytest.mark.parametrize("text", ["NaN", "Infinity", "-Infinity", '{"amount": NaN}'])
 def test_loads_refuses_nan_and_infinity(text: str) -> None:
     """NaN and Infinity are not JSON numbers (RFC 8259); reading them is an error, not a float."""

@@ -55,6 +55,20 @@ def test_money_accepts_decimal_int_and_numeric_text_exactly(
     assert str(amount) == spelled
 
 
+@pytest.mark.parametrize(("given_amount", "spelled"), [(137, "137"), ("137.32", "137.32")])
+def test_model_validate_takes_an_int_or_numeric_text(given_amount: int | str, spelled: str) -> None:
+    """The way code passes an int or text (the constructor's static type is Decimal)."""
+    amount = Refund.model_validate({"order": "A-1", "amount": given_amount}).amount
+    assert type(amount) is Decimal
+    assert str(amount) == spelled
+
+
+def test_model_validate_refuses_a_float_too() -> None:
+    """A float is refused whichever way it is passed."""
+    with pytest.raises(ValidationError, match="money must be exact"):
+        Refund.model_validate({"order": "A-1", "amount": 137.32})
+
+
 def test_money_refuses_a_float_with_a_message_that_says_what_to_pass() -> None:
     """A float is already inexact, so it is refused, and the message says how to pass it."""
     assert refusal(137.32) == "Value error, " + FLOAT_REFUSAL
