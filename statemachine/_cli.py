@@ -36,7 +36,7 @@ from typing import Any, Final, NoReturn, cast
 
 import anyio
 
-from ._approval import Approval, Denial, dump_decision
+from ._approval import Approve, Denial, dump_decision
 from ._codec import _decode
 from ._crypto import ENV_VAR as KEYS_VAR
 from ._crypto import CheckpointCipher
@@ -444,6 +444,7 @@ def _pending(kind: str, fields: Mapping[str, Any]) -> dict[str, Any] | None:
         "amount": amounts[0] if len(amounts) == 1 else None,
         "args_hash": args_hash,
         "key": f"{tool}:{args_hash}",
+        "call_id": str(fields.get("call_id", "")),
         "waiting": str(fields.get("waiting", "")),
     }
 
@@ -725,11 +726,13 @@ def _decision_text(document: Mapping[str, Any] | None) -> str:
 
 async def _approve(store: Checkpointer, args: argparse.Namespace) -> int:
     pending = await _waiting_call(store, args.run_id, "approve")
-    approval = Approval(
+    approval = Approve(
+        by=args.by,
+        at=datetime.now(UTC),
+        run_id=args.run_id,
+        call_id=pending["call_id"],
         tool=pending["tool"],
         args_hash=pending["args_hash"],
-        approved_by=args.by,
-        approved_at=datetime.now(UTC),
     )
     record = await store.submit_decision(args.run_id, dump_decision(approval))
     return _decided(record, pending, dump_decision(approval), args, "approved")

@@ -50,7 +50,7 @@ import attrs
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from . import _json
-from ._approval import Approval
+from ._approval import _approval_document, _restored_approval
 from ._budget import Spend
 from ._errors import (
     BadArgumentsError,
@@ -64,7 +64,7 @@ from ._errors import (
 from ._governor import LoopState
 from ._guard import Diagnostic, Parsed, Repair
 from ._model import Message
-from ._phases import Agent, Done, Failed, Phase
+from ._phases import _UNSAVED, Agent, Done, Failed, Phase, _Ticket
 from ._tools import ApprovedCall, ReadCall, ReadTool, WriteCall, WriteTool, _approve
 
 __all__ = ["DOCUMENT_VERSION", "dump_phase", "load_phase"]
@@ -338,7 +338,7 @@ def dump_phase(phase: Phase[Any]) -> dict[str, Any]:
         raise SetupError(f"dump_phase takes a phase, got {cls.__name__}")
     fields: dict[str, Any] = {}
     for field in attrs.fields(cls):
-        if not field.init or field.name == "agent":
+        if not field.init or field.name in _UNSAVED:
             continue
         value = getattr(phase, field.name)
         fields[field.name] = _dump_field(cls, field, value)
@@ -431,7 +431,7 @@ def _dump_call(call: ReadCall | WriteCall | ApprovedCall) -> dict[str, Any]:
         "args_hash": call.call.args_hash if isinstance(call, ApprovedCall) else call.args_hash,
     }
     if isinstance(call, ApprovedCall):
-        document["approval"] = _encode(call.approval)
+        document["approval"] = _approval_document(call.approval)
     return document
 
 
@@ -553,8 +553,11 @@ class _Loader:
         return expected
 
     def build(self, cls: type[Phase[Any]], agent: Agent[Any], fields: dict[str, Any]) -> Phase[Any]:
-        known = {field.name: field for field in attrs.fields(cls) if field.init}
-        known.pop("agent")
+        known = {
+            field.name: field
+            for field in attrs.fields(cls)
+            if field.init and field.name not in _UNSAVED
+        }
         extra = sorted(set(fields) - set(known))
         if extra:
             raise CheckpointMismatchError(
@@ -569,20 +572,27 @@ class _Loader:
                     self.corrupt(f"the {cls.kind} phase lacks its field {name!r}")
                 continue
             try:
-                kwargs[field.alias] = self.field(cls, agent, name, fields[name])
+                kwargs[field.alias] = self.field(cls, agent, name, fields[name], fields)
             except CheckpointError:
                 raise
             except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as error:
                 reason = str(error).splitlines()[0] if str(error) else type(error).__name__
                 self.corrupt(f"the {cls.kind} phase's field {name!r} cannot be read ({reason})")
         try:
-            return cls(agent=agent, **kwargs)
+            return cls(agent=agent, **kwargs, ticket=_Ticket(None, "restore"))
         except CheckpointError:
             raise
         except (TypeError, ValueError) as error:
             self.corrupt(f"the {cls.kind} phase cannot be rebuilt ({error})")
 
-    def field(self, cls: type[Phase[Any]], agent: Agent[Any], name: str, value: Any) -> Any:
+    def field(
+        self,
+        cls: type[Phase[Any]],
+        agent: Agent[Any],
+        name: str,
+        value: Any,
+        fields: Mapping[str, Any],
+    ) -> Any:
         match name:
             case "ctx":
                 return self.ctx(value)
@@ -593,7 +603,8 @@ class _Loader:
             case "loop":
                 return LoopState.model_validate(_decode(value))
             case "call":
-                return self.call(agent, value)
+                call_id = fields.get("call_id")
+                return self.call(agent, value, call_id if isinstance(call_id, str) else "")
             case "output":
                 return self.output(value)
             case "verified":
@@ -637,7 +648,9 @@ class _Loader:
             return cls.model_validate(_decode(value["data"]))
         raise TypeError(f"an output of type {value['type']!r}")
 
-    def call(self, agent: Agent[Any], value: Any) -> ReadCall | WriteCall | ApprovedCall:
+    def call(
+        self, agent: Agent[Any], value: Any, call_id: str
+    ) -> ReadCall | WriteCall | ApprovedCall:
         kind, name, recorded = value["type"], value["tool"], value["args_hash"]
         try:
             tool = agent.tools.get(name)
@@ -677,7 +690,9 @@ class _Loader:
         if kind != "approved":
             return call
         assert isinstance(call, WriteCall)
-        approval = Approval.model_validate(_decode(value["approval"]))
+        approval = _restored_approval(
+            _decode(value["approval"]), run_id=self.run_id or "", call_id=call_id
+        )
         if approval.key != call.key:
             raise CheckpointTamperedError(
                 f"the approval in the checkpoint is for {approval.key}, not for the call it "
@@ -816,7 +831,9 @@ def _dumped_fields(cls: type[Phase[Any]]) -> tuple[attrs.Attribute[Any], ...]:
     """The fields :func:`dump_phase` writes, in its order."""
     found = _DUMPED.get(cls)
     if found is None:
-        found = _DUMPED[cls] = tuple(f for f in attrs.fields(cls) if f.init and f.name != "agent")
+        found = _DUMPED[cls] = tuple(
+            f for f in attrs.fields(cls) if f.init and f.name not in _UNSAVED
+        )
     return found
 
 

@@ -11,6 +11,8 @@ clauses keep working::
     ├── ApprovalMismatchError (ValueError) an approval presented for another call
     ├── UnapprovedWriteError (RuntimeError) a write call reached execution without approval
     ├── PhaseReusedError (RuntimeError)    a phase object transitioned a second time
+    ├── PhaseForgedError (RuntimeError)    a phase no transition made: built, copied or unpickled
+    ├── IllegalTransitionError (RuntimeError) advance returned a phase the runner refuses
     ├── RunPausedError (RuntimeError)      a paused run driven without a person's resume
     ├── RunClaimedError (RuntimeError)     a run another process is resuming right now
     ├── DecisionRefusedError (ValueError)  a person's decision for a run not waiting for one
@@ -61,11 +63,13 @@ __all__ = [
     "EffectUncertainError",
     "EstimateExceededError",
     "IllegalStatusChangeError",
+    "IllegalTransitionError",
     "ModelRequestError",
     "ModelResponseError",
     "ModelUnavailableError",
     "OutputRejectedError",
     "OutputTamperedError",
+    "PhaseForgedError",
     "PhaseReusedError",
     "ReservationSettledError",
     "RunClaimedError",
@@ -127,13 +131,59 @@ class ApprovalMismatchError(StatemachineError, ValueError):
 
 
 class UnapprovedWriteError(StatemachineError, RuntimeError):
-    """A write call reached ``ToolCalling`` without a matching approval."""
+    """A write call reached ``ToolCalling`` without a matching approval.
 
-    def __init__(self, tool: str) -> None:
+    ``.reason`` says what was missing (``None``: no approval at all). The tool did not run.
+    """
+
+    def __init__(self, tool: str, reason: str | None = None) -> None:
         self.tool = tool
+        self.reason = reason
+        if reason is None:
+            super().__init__(
+                f"write tool {tool!r} may only run after AwaitApproval.approve(); "
+                "route write calls through Planning.request_approval()."
+            )
+        else:
+            super().__init__(
+                f"write tool {tool!r} was not run: {reason}. A write runs only with the "
+                "approval this run's gate or a person gave for that exact call, once; "
+                "route write calls through Planning.request_approval()."
+            )
+
+
+class PhaseForgedError(StatemachineError, RuntimeError):
+    """A phase that no transition made: built by hand, copied, evolved or unpickled.
+
+    ``.phase`` is its kind; ``.how`` says what was refused. Start a run with
+    ``agent.start(ctx, text)``; every later phase comes from a transition.
+    """
+
+    def __init__(self, phase: str, how: str) -> None:
+        self.phase = phase
+        self.how = how
         super().__init__(
-            f"write tool {tool!r} may only run after AwaitApproval.approve(); "
-            "route write calls through Planning.request_approval()."
+            f"{how}: a {phase} phase is made only by a transition. Start a run with "
+            "agent.start(ctx, text) and continue from what each transition returns; to "
+            "drive phases by hand in a unit test, use statemachine.testing.hand_built()."
+        )
+
+
+class IllegalTransitionError(StatemachineError, RuntimeError):
+    """``advance`` returned a phase that the runner refuses to go on with.
+
+    ``.phase`` is the kind advanced, ``.to`` the kind returned, ``.detail`` why. Nothing
+    of the refused phase was saved or run.
+    """
+
+    def __init__(self, phase: str, to: str, detail: str) -> None:
+        self.phase = phase
+        self.to = to
+        self.detail = detail
+        super().__init__(
+            f"{phase}.advance returned {to}, which the runner refuses: {detail}. A phase "
+            "goes on only by one of its transition methods, to a phase its advance "
+            "annotation names."
         )
 
 

@@ -23,6 +23,13 @@ annotation is the union of its successors; the runner calls only ``advance``.
 
 A phase object may be left once: a second transition from the same object raises
 :class:`PhaseReusedError` (Python has no move semantics; this is the stand-in).
+
+Phases are sealed: only a transition makes one (``Agent.start`` makes the first). Each
+phase holds a ticket (``_Ticket``) that the library mints as it builds the phase and
+binds to that one object; the ticket, not the phase, records whether the phase was
+left. A phase built by its constructor, ``attrs.evolve``, ``copy`` or ``pickle`` has no
+ticket of its own, so it is refused (:class:`PhaseForgedError`) and can never
+transition. The runner also checks what each ``advance`` returns (see ``_runner``).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import abc
 import random
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import date
 from decimal import Decimal
@@ -41,7 +49,15 @@ import attrs
 from pydantic import BaseModel, ValidationError
 
 from . import _json
-from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending
+from ._approval import (
+    Approval,
+    ApprovalGate,
+    ApprovalRequest,
+    Approve,
+    Denial,
+    Pending,
+    _ApprovalBook,
+)
 from ._budget import Budget, Spend
 from ._errors import (
     ApprovalMismatchError,
@@ -50,6 +66,7 @@ from ._errors import (
     ModelResponseError,
     ModelUnavailableError,
     OutputTamperedError,
+    PhaseForgedError,
     PhaseReusedError,
     SetupError,
     ToolError,
@@ -78,6 +95,7 @@ from ._tools import (
     ApprovedCall,
     InvalidCall,
     ReadCall,
+    ReadTool,
     Tool,
     ToolRegistry,
     WriteCall,
@@ -135,6 +153,37 @@ class Runtime:
     # A default given as ``default=`` (not the ``@started.default`` decorator), so
     # that pyright, which reads attrs through dataclass_transform, sees it too.
     started: float = attrs.field(default=attrs.Factory(lambda rt: rt.clock(), takes_self=True))
+    # The approvals this runtime made, and what each let run (trusted; never saved). A
+    # runtime built by hand also accepts statemachine.testing.hand_approval's; a Runner
+    # gives its runtime a book that does not.
+    _approvals: _ApprovalBook = attrs.field(
+        init=False, factory=lambda: _ApprovalBook(hand=True), eq=False, repr=False
+    )
+
+    async def decide(self, request: ApprovalRequest) -> Approval | Denial | Pending:
+        """Ask the gate about ``request``; a yes comes back as the :class:`Approval` made
+        from it and recorded for this run. A yes given for another request is a denial."""
+        if request.run_id != self.run_id:
+            raise SetupError(
+                f"the approval request is for run {request.run_id!r}; this runtime runs "
+                f"{self.run_id!r}"
+            )
+        decision: object = await self.gate.decide(request)
+        if isinstance(decision, Approve):
+            misfit = decision.misfit(request)
+            if misfit is not None:
+                return Denial(
+                    reason=f"the approval given was for another call ({misfit}), so this "
+                    "call stays unapproved",
+                    denied_by=decision.by,
+                )
+            return self._approvals.grant(request, decision)
+        if isinstance(decision, Denial | Pending):
+            return decision
+        raise SetupError(
+            f"the approval gate answered {type(decision).__name__}; a gate answers "
+            "Approve(by=...), Denial(reason=...) or Pending(): the runtime makes the Approval"
+        )
 
     def elapsed(self) -> float:
         """Seconds since the run started."""
@@ -159,6 +208,71 @@ async def _within(call: Awaitable[T], seconds: float | None) -> T:
     raise TimeoutError
 
 
+# --- the seal ---------------------------------------------------------------------------
+
+# The fields of a phase that are not part of its saved state: the agent (named by the
+# document) and the seal (a restored phase is given a new one).
+_UNSAVED = frozenset({"agent", "_ticket"})
+
+
+@final
+class _Ticket:
+    """A phase's single-use cell, kept outside the phase: one object's right to transition.
+
+    The library mints one each time it builds a phase (``_next``, ``_copy``,
+    ``Agent.start``, ``load_phase``) and binds it to that object (a weak reference), so
+    a copy of the phase that shares the ticket is not its holder. ``left_by`` is the
+    transition that left the phase; ``parent`` the ticket of the phase it came from and
+    ``via`` how (``"transition"``, ``"copy"``, or the root's origin: ``"start"``,
+    ``"restore"``, ``"hand"``), which the runner reads to check what ``advance`` returned.
+    """
+
+    __slots__ = ("__weakref__", "holder", "left_by", "origin", "parent", "via")
+
+    def __init__(self, parent: _Ticket | None, via: str) -> None:
+        self.holder: weakref.ref[Phase[Any]] | None = None
+        self.left_by: str | None = None
+        self.parent = parent
+        self.via = via
+        self.origin: str = via if parent is None else parent.origin
+        _MINTED.add(self)
+
+    def __reduce_ex__(self, protocol: object) -> Any:
+        raise PhaseForgedError("(pickled)", "pickling or copying a phase is refused")
+
+
+# Every ticket the library minted and that is still alive: one made any other way is not.
+_MINTED: weakref.WeakSet[_Ticket] = weakref.WeakSet()
+
+
+def _bind(phase: Phase[Any], _: Any, ticket: _Ticket) -> None:
+    """Bind a fresh minted ticket to the phase being built; refuse anything else."""
+    given: object = ticket  # whatever the caller passed, whatever its annotation says
+    if type(given) is not _Ticket or ticket not in _MINTED:
+        raise PhaseForgedError(type(phase).kind, f"building {type(phase).__name__} directly")
+    if ticket.holder is not None:
+        raise PhaseForgedError(
+            type(phase).kind, f"attrs.evolve (or a copy) of a {type(phase).__name__}"
+        )
+    ticket.holder = weakref.ref(phase)
+
+
+def _own_ticket(phase: Phase[Any], doing: str) -> _Ticket:
+    """``phase``'s ticket, when the library minted it for this very object."""
+    try:
+        ticket = phase._ticket
+    except AttributeError:
+        ticket = None
+    if type(ticket) is not _Ticket or ticket not in _MINTED:
+        raise PhaseForgedError(type(phase).kind, f"{doing}() on a phase no transition made")
+    holder = ticket.holder
+    if holder is None or holder() is not phase:
+        raise PhaseForgedError(
+            type(phase).kind, f"{doing}() on a copy of a phase (attrs.evolve, copy, pickle)"
+        )
+    return ticket
+
+
 @attrs.frozen(kw_only=True)
 class Phase(Generic[C]):
     """What every phase holds: the agent, its context, the conversation, the spend.
@@ -176,20 +290,32 @@ class Phase(Generic[C]):
     step: int = 0
     # Out of repr for the same reason as the transcript: it grows with the run.
     loop: LoopState = attrs.field(default=LoopState.model_construct(), repr=False)
-    # The single-use cell: the name of the transition that left this phase (set once,
-    # past the frozen class's __setattr__; a slot, so no object is made per phase).
-    _left_by: str | None = attrs.field(init=False, default=None, eq=False, repr=False)
+    # The seal: a ticket the library mints for this one object (see _Ticket). Required,
+    # and of a private type, so a phase built by hand is a type error; refused at run
+    # time by _bind unless it is a fresh ticket that a transition minted.
+    _ticket: _Ticket = attrs.field(alias="ticket", eq=False, repr=False, validator=_bind)
 
     def _leave(self, transition: str) -> None:
-        left_by = self._left_by
+        ticket = _own_ticket(self, transition)
+        left_by = ticket.left_by
         if left_by is not None:
             raise PhaseReusedError(self.kind, transition, left_by)
-        _object_setattr(self, "_left_by", transition)
+        ticket.left_by = transition
 
     @property
     def left(self) -> bool:
         """Whether a transition has already been taken from this object."""
-        return self._left_by is not None
+        ticket = _own_ticket(self, "left")
+        return ticket.left_by is not None
+
+    def __reduce_ex__(self, protocol: object) -> Any:
+        raise PhaseForgedError(self.kind, "pickling or copying a phase is refused")
+
+    def __copy__(self) -> Self:
+        raise PhaseForgedError(self.kind, "copy.copy of a phase is refused")
+
+    def __deepcopy__(self, memo: object) -> Self:
+        raise PhaseForgedError(self.kind, "copy.deepcopy of a phase is refused")
 
     def _next(self, cls: type[P], **changes: Any) -> P:
         """A ``cls`` carrying this phase's fields (``step`` + 1), with ``changes``.
@@ -200,6 +326,7 @@ class Phase(Generic[C]):
         ``changes`` that the function does not take as they are (an unknown or a missing
         argument), go through ``cls(...)`` and its checks and errors.
         """
+        changes["ticket"] = _Ticket(self._ticket, "transition")
         made: P | None = _built(_BUILDERS, cls, self, changes, copy=False)
         if made is not None:
             return made
@@ -215,7 +342,19 @@ class Phase(Generic[C]):
         return cls(**fields)
 
     def _copy(self, **changes: Any) -> Self:
-        """``attrs.evolve(self, **changes)``: a copy not yet left, built as ``_next`` builds."""
+        """This phase again, changed: ``attrs.evolve(self, **changes)`` with a new ticket.
+
+        The copy takes this phase's place: this phase is left by the copy, or, when it was
+        left by ``advance`` (the copy carries on that transition), it may be copied once.
+        """
+        ticket = _own_ticket(self, "copy")
+        if ticket.left_by is None:
+            ticket.left_by = "copy"
+        elif ticket.left_by == "advance":
+            ticket.left_by = "advance (carried on by a copy)"
+        else:
+            raise PhaseReusedError(self.kind, "copy", ticket.left_by)
+        changes["ticket"] = _Ticket(ticket, "copy")
         made: Self | None = _built(_COPIERS, type(self), self, changes, copy=True)
         if made is not None:
             return made
@@ -672,12 +811,29 @@ class AwaitApproval(Active[C]):
 
     def request(self, run_id: str) -> ApprovalRequest:
         """What the person is asked."""
-        return ApprovalRequest.for_call(self.call, run_id=run_id, agent=self.agent.name)
+        return ApprovalRequest.for_call(
+            self.call, run_id=run_id, agent=self.agent.name, call_id=self.call_id
+        )
 
     def approve(self, approval: Approval) -> ToolCalling[C]:
-        """Run the call; ``approval`` must be for this exact call (tool and arguments)."""
+        """Run the call; ``approval`` must be for this exact call (tool, arguments, call id).
+
+        The approval comes from the runtime (``await rt.decide(request)``), which made it
+        from a gate's or a person's yes; ``ToolCalling.execute`` checks it again against
+        the run's record before the tool runs.
+        """
+        if type(approval) is not Approval:
+            raise SetupError(
+                f"approve takes the Approval that rt.decide(request) gave, got "
+                f"{type(approval).__name__}"
+            )
         if approval.key != self.call.key:
             raise ApprovalMismatchError(approved=approval.key, presented=self.call.key)
+        if approval.call_id != self.call_id:
+            raise ApprovalMismatchError(
+                approved=f"{approval.key} (call {approval.call_id})",
+                presented=f"{self.call.key} (call {self.call_id})",
+            )
         self._leave("approve")
         return self._next(
             self.agent.phases.tool_calling,
@@ -719,21 +875,23 @@ class AwaitApproval(Active[C]):
 
     async def advance(self, rt: Runtime) -> ToolCalling[C] | Planning[C] | AwaitApproval[C]:
         """Ask the gate, then approve, deny, or wait for the person's decision."""
-        decision = await rt.gate.decide(self.request(rt.run_id))
+        decision = await rt.decide(self.request(rt.run_id))
         match decision:
             case Pending():
                 return self.wait(decision.reason)
             case Approval():
-                if decision.key != self.call.key:
-                    return self.deny(
-                        f"the approval given was for another call ({decision.key}), "
-                        "so this call stays unapproved"
-                    )
                 return self.approve(decision)
             case Denial():
                 return self.deny(decision.reason)
             case _:
                 assert_never(decision)
+
+
+def _holds_no_unapproved_write(call: object) -> None:
+    """Refuse a write call that did not come through ``AwaitApproval.approve``."""
+    # The exact type first: cheaper than isinstance on a union, and nearly always it.
+    if type(call) is not ReadCall and type(call) is not ApprovedCall:
+        raise UnapprovedWriteError(getattr(call, "name", repr(call)))
 
 
 def _describe_error(error: BaseException) -> str:
@@ -754,10 +912,7 @@ class ToolCalling(Active[C]):
     attempt: int = 1
 
     def __attrs_post_init__(self) -> None:
-        call = self.call
-        # The exact type first: cheaper than isinstance on a union, and nearly always it.
-        if type(call) is not ReadCall and not isinstance(call, ReadCall | ApprovedCall):
-            raise UnapprovedWriteError(getattr(call, "name", repr(call)))
+        _holds_no_unapproved_write(self.call)
 
     async def execute(self, rt: Runtime) -> Observing[C] | Retrying[C] | Failed[C]:
         """Run the tool once, under its timeout and the run's deadline.
@@ -777,10 +932,9 @@ class ToolCalling(Active[C]):
         """
         self._leave("execute")
         agent = self.agent
-        tool = self.call.tool
-        price = tool.price(self.call.args)
-        write = isinstance(self.call, ApprovedCall)
-        args_hash = self.call.call.args_hash if isinstance(self.call, ApprovedCall) else ""
+        tool, args, args_hash = self._checked(rt)
+        price = tool.price(args)
+        write = args_hash != ""
         key = idempotency_key(rt.run_id, tool.name, args_hash) if write else None
         ledger = rt.ledger if write else None
         if ledger is not None and key is not None:
@@ -805,7 +959,7 @@ class ToolCalling(Active[C]):
         timeout = tool.timeout if remaining is None else min(tool.timeout, remaining)
         token = _IDEMPOTENCY_KEY.set(key)
         try:
-            output = await _within(tool.fn(self.call.args), timeout)
+            output = await _within(tool.fn(args), timeout)
         except Exception as error:
             if agent.retry_for(tool).retries(error):
                 return self._next(
@@ -830,6 +984,31 @@ class ToolCalling(Active[C]):
             output=output,
             spent=spent.add(cost=price),
         )
+
+    def _checked(self, rt: Runtime) -> tuple[Tool, BaseModel, str]:
+        """The tool to run, its arguments, and (a write) their hash, checked first.
+
+        A read call must be of a read tool. A write must carry the approval this run's
+        runtime made for exactly this call (``rt.decide``), and that approval must not
+        have let this attempt run already: else :class:`UnapprovedWriteError`, and the
+        tool does not run.
+        """
+        call: object = self.call
+        if type(call) is ReadCall:
+            tool, args = call.tool, call.args
+            if type(tool) is not ReadTool:
+                raise UnapprovedWriteError(tool.name, "a read call must be of a read tool")
+            return tool, args, ""
+        if not isinstance(call, ApprovedCall):
+            raise UnapprovedWriteError(getattr(call, "name", repr(call)))
+        write, args = rt._approvals.authorize(
+            call,
+            run_id=rt.run_id,
+            call_id=self.call_id,
+            attempt=self.attempt,
+            tools=self.agent.tools,
+        )
+        return write, args, call.approval.args_hash
 
     def _replayed(self, result: Any, price: Decimal) -> Observing[C]:
         """Observe a committed effect's recorded result; the tool is not called.
@@ -882,6 +1061,9 @@ class Observing(Active[C]):
     call_id: str
     output: Any
 
+    def __attrs_post_init__(self) -> None:
+        _holds_no_unapproved_write(self.call)
+
     def observe(self) -> Planning[C]:
         """Show the result to the model and plan again."""
         self._leave("observe")
@@ -918,6 +1100,9 @@ class Retrying(Active[C]):
     call_id: str
     attempt: int
     error: str
+
+    def __attrs_post_init__(self) -> None:
+        _holds_no_unapproved_write(self.call)
 
     @property
     def policy(self) -> RetryPolicy:
@@ -1204,6 +1389,10 @@ _CARRIED = ("agent", "ctx", "transcript", "spent", "step", "loop")
 # calls ``__attrs_post_init__``. Anything else (validators, converters, hooks) is work
 # the builder would not do, so such a class is built by its ``__init__``.
 _PLAIN_INIT_NAMES = frozenset({"_cached_setattr_get", "attr_dict", "default", "NOTHING"})
+# What the seal's validator adds to that ``__init__`` (the builder binds the ticket itself).
+_SEAL_INIT_NAMES = frozenset(
+    {"_config", "_run_validators", "__attr_validator__ticket", "__attr__ticket", "_ticket"}
+)
 
 
 def _by_init(leaving: Phase[Any], changes: dict[str, Any]) -> Any:
@@ -1267,12 +1456,20 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
     }
     if not slots <= names | {"__weakref__", "__dict__"}:
         return _by_init
-    namespace: dict[str, Any] = {"_new": object.__new__, "cls": cls}
+    namespace: dict[str, Any] = {"_new": object.__new__, "cls": cls, "_ref": weakref.ref}
     lines = ["def build(leaving, changes):"]
     required: list[str] = []
     steps: list[str] = []
     for index, field in enumerate(fields):
         slot = next((c.__dict__[field.name] for c in cls.__mro__ if field.name in c.__dict__), 0)
+        if field.name == "_ticket":  # the seal: minted by _next/_copy, bound below
+            if field.converter is not None or not isinstance(slot, MemberDescriptorType):
+                return _by_init
+            namespace[f"_set{index}"] = slot.__set__
+            allowed.update(_SEAL_INIT_NAMES)
+            steps.append(f"    _set{index}(new, changes['ticket'])")
+            steps.append("    changes['ticket'].holder = _ref(new)")
+            continue
         if (
             field.validator is not None
             or field.converter is not None
@@ -1393,7 +1590,7 @@ class Agent(Generic[C]):
 
     def start(self, ctx: C, text: str) -> Idle[C]:
         """A new run of this agent, in ``Idle``, holding the customer's words."""
-        return self.phases.idle(agent=self, ctx=ctx, input=text)
+        return self.phases.idle(agent=self, ctx=ctx, input=text, ticket=_Ticket(None, "start"))
 
     def retry_for(self, tool: Tool) -> RetryPolicy:
         """The retry policy for ``tool``: its own, else the agent's.

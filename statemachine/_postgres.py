@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, LiteralString
 
 import anyio
 
-from ._approval import dump_decision, load_decision
+from ._approval import _submitted
 from ._errors import (
     CheckpointError,
     ConfigError,
@@ -782,7 +782,7 @@ class PostgresCheckpointer(_Store):
         decision stays pending until the run's next checkpoint is saved (the approval
         phase used it) or the run is cancelled, completed or aborted.
         """
-        document = dump_decision(load_decision(decision, run_id=run_id))
+        document = _submitted(run_id, decision)
         async with self._session() as connection:
             await self._lock_run(connection, run_id)
             record = await self._fetch_known(connection, run_id, for_update=True)

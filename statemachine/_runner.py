@@ -16,12 +16,23 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast, final
 import anyio
 import attrs
 
-from ._approval import Approval, ApprovalGate, ApprovalRequest, Denial, Pending, load_decision
+from ._approval import (
+    ApprovalGate,
+    ApprovalRequest,
+    Approve,
+    Denial,
+    Pending,
+    _ApprovalBook,
+    load_decision,
+)
 from ._budget import Spend
 from ._codec import PhaseDumper, dump_phase, load_phase
 from ._errors import (
     CheckpointOrderError,
+    DecisionRefusedError,
     EffectUncertainError,
+    IllegalTransitionError,
+    PhaseForgedError,
     RunClaimedError,
     RunPausedError,
     SetupError,
@@ -30,8 +41,21 @@ from ._governor import VerdictRecord
 from ._lifecycle import RunStatus
 from ._model import Model
 from ._observe import Instruments, default_instruments
-from ._phases import Active, Agent, AwaitApproval, Done, Failed, Phase, Planning, Runtime
+from ._phases import (
+    Active,
+    Agent,
+    AwaitApproval,
+    Done,
+    Failed,
+    Phase,
+    Planning,
+    Retrying,
+    Runtime,
+    ToolCalling,
+    _own_ticket,
+)
 from ._store import Checkpointer, RunRecord, _Store
+from ._tools import ApprovedCall
 
 if TYPE_CHECKING:
     import logging
@@ -250,6 +274,7 @@ class Runner(Generic[C]):
         gate: ApprovalGate | None = None,
         _seq: int | None = None,
         _elapsed: float = 0.0,
+        _restored: Callable[[Runtime], None] | None = None,
     ) -> RunResult[C]:
         """Advance ``state`` until the run answers, fails, or pauses for a person.
 
@@ -269,6 +294,7 @@ class Runner(Generic[C]):
         """
         if isinstance(state, Planning) and state.loop.paused:
             raise RunPausedError(state.loop.paused)
+        _check_start(state)
         rt = Runtime(
             run_id=run_id or uuid.uuid4().hex,
             model=self._model,
@@ -282,6 +308,11 @@ class Runner(Generic[C]):
             # A resumed run's clock goes on from the time it had already used.
             started=self._clock() - _elapsed,
         )
+        # The runner's book: approvals its own gate (or a person, through the store) gave
+        # in this run, never statemachine.testing's hand-made ones.
+        object.__setattr__(rt, "_approvals", _ApprovalBook(hand=False))
+        if _restored is not None:
+            _restored(rt)
         went = _Went(state, keep=self._keep_states)
         run_span = self._tracer.start_span(
             f"run {self._agent.name}",
@@ -370,7 +401,7 @@ class Runner(Generic[C]):
         if span.is_recording():
             with trace.use_span(span, end_on_exit=True):
                 try:
-                    after = await before.advance(rt)
+                    after = _checked_transition(before, await before.advance(rt))
                 except BaseException as error:
                     self._metrics.failed(before, rt.clock() - entered)
                     span.record_exception(error)
@@ -388,7 +419,7 @@ class Runner(Generic[C]):
             if span is not trace.get_current_span():
                 token = otel_context.attach(trace.set_span_in_context(span))
             try:
-                after = await before.advance(rt)
+                after = _checked_transition(before, await before.advance(rt))
             except BaseException:
                 self._metrics.failed(before, rt.clock() - entered)
                 raise
@@ -409,7 +440,7 @@ class Runner(Generic[C]):
         run_id: str,
         *,
         note: str = "",
-        decision: Approval | Denial | None = None,
+        decision: Approve | Denial | None = None,
         owner: str | None = None,
         hand_back: anyio.Event | None = None,
         lease: timedelta | None = None,
@@ -524,7 +555,7 @@ class Runner(Generic[C]):
         run_id: str,
         *,
         note: str,
-        decision: Approval | Denial | None,
+        decision: Approve | Denial | None,
     ) -> RunResult[C]:
         seq, document = await checkpointer.load(run_id)
         loaded = load_phase(document, agents={self._agent.name: self._agent}, run_id=run_id)
@@ -541,6 +572,15 @@ class Runner(Generic[C]):
                     f"run {run_id} is not waiting for an approval (it is at {state.kind}); "
                     "resume it without a decision"
                 )
+            if isinstance(decision, Approve):
+                misfit = decision.misfit(state.request(run_id))
+                if misfit is not None:
+                    raise DecisionRefusedError(
+                        f"the approval does not answer the call this run waits for "
+                        f"({misfit}); nothing was run. Approve this run's request: "
+                        "Approve.of(request, by=...)",
+                        run_id=run_id,
+                    )
             gate = _Decided(decision)
         record = await checkpointer.set_status(run_id, RunStatus.RUNNING)
         if record.stop_requested:  # stopped from elsewhere before it went on
@@ -568,6 +608,7 @@ class Runner(Generic[C]):
             gate=gate,
             _seq=seq,
             _elapsed=float(elapsed) if isinstance(elapsed, int | float | Decimal) else 0.0,
+            _restored=partial(_admit_restored, state),
         )
 
     async def stop(self, run_id: str) -> StopReport | None:
@@ -837,10 +878,145 @@ class _Saver:
 
 
 class _Decided:
-    """The gate of a resumed run: the person's decision, given once."""
+    """The gate of a resumed run: the person's decision, given once.
 
-    def __init__(self, decision: Approval | Denial) -> None:
-        self._decision = decision
+    A second question (the run waits for approval again later) is answered ``Pending``:
+    a decision answers the one request it was given for.
+    """
 
-    async def decide(self, request: ApprovalRequest) -> Approval | Denial | Pending:
-        return self._decision
+    def __init__(self, decision: Approve | Denial) -> None:
+        self._decision: Approve | Denial | None = decision
+
+    async def decide(self, request: ApprovalRequest) -> Approve | Denial | Pending:
+        decision, self._decision = self._decision, None
+        return Pending() if decision is None else decision
+
+
+def _admit_restored(state: Phase[Any], rt: Runtime) -> None:
+    """Record in ``rt``'s book the approval a phase restored from this runner's store holds.
+
+    Only :meth:`Runner.resume` does this, for a phase it loaded from its own checkpoint
+    (written by a runner after the approval was made and checked). Its attempt is counted
+    as not yet run; the side-effect ledger decides whether the tool runs again.
+    """
+    call = getattr(state, "call", None)
+    if isinstance(state, ToolCalling | Retrying) and type(call) is ApprovedCall:
+        attempts = state.attempt - 1 if isinstance(state, ToolCalling) else state.attempt
+        rt._approvals.admit(call.approval, attempts=attempts)
+
+
+def _check_start(state: object) -> None:
+    """Refuse to drive a phase that no transition (or ``Agent.start``, or a restore) made."""
+    if not isinstance(state, Phase):
+        raise SetupError(f"drive takes a phase, got {type(state).__name__}")
+    ticket = _own_ticket(state, "drive")
+    if ticket.origin == "hand":
+        raise PhaseForgedError(
+            state.kind, "a Runner does not drive a phase built with statemachine.testing"
+        )
+    if ticket.left_by is not None:
+        raise PhaseForgedError(state.kind, f"driving a phase already left by {ticket.left_by}()")
+
+
+# How far back the runner looks for the phase an advance started from: the copies one
+# advance makes (the validation loop's retries) and its one transition.
+_MAX_LINKS = 64
+
+
+def _checked_transition(before: Active[Any], after: object) -> Phase[Any]:
+    """``after``, once it is shown to be what one transition of ``before`` made.
+
+    Phase subclasses are not trusted: their ``advance`` may return anything that type-
+    checks. The runner goes on only with a phase that the library minted from ``before``
+    by exactly one transition (and any copies), to a kind that ``before.advance``'s
+    annotation names, one step on, spending and counting no less than before; a write
+    reaches ``ToolCalling`` only from ``AwaitApproval`` or ``Retrying`` of that call.
+    """
+    if not isinstance(after, Phase):
+        raise IllegalTransitionError(before.kind, type(after).__name__, "it is not a phase")
+    link: Any = _own_ticket(after, "advance")
+    origin = before._ticket
+    transitions = 0
+    for _ in range(_MAX_LINKS):
+        if link is origin:
+            break
+        if link is None or link.via not in ("transition", "copy"):
+            link = None
+            break
+        transitions += link.via == "transition"
+        link = link.parent
+    else:
+        link = None
+    if link is None:
+        raise IllegalTransitionError(
+            before.kind, after.kind, "no transition of the phase it advanced made it"
+        )
+    if transitions != 1:
+        raise IllegalTransitionError(
+            before.kind, after.kind, f"it is {transitions} transitions away, not one"
+        )
+    # Nothing before the phase advanced is needed again: the chain stays one step long.
+    after._ticket.parent = None
+    _check_rules(before, after)
+    return after
+
+
+def _check_rules(before: Active[Any], after: Phase[Any]) -> None:
+    problem = None
+    if after.agent is not before.agent:
+        problem = "it belongs to another agent"
+    elif not isinstance(after, _successors(type(before))):
+        problem = f"{type(before).__name__}.advance's annotation does not name it"
+    elif after.step != before.step + 1:
+        problem = f"its step is {after.step}, not {before.step + 1}"
+    elif not _spent_no_less(before, after):
+        problem = "it has spent less than the phase before it"
+    elif len(after.loop.actions) < len(before.loop.actions) or (
+        after.loop.tool_iterations < before.loop.tool_iterations
+    ):
+        problem = "its loop memory lost actions or iterations"
+    elif isinstance(after, ToolCalling | Retrying) and type(after.call) is ApprovedCall:
+        problem = _write_problem(before, after)
+    if problem is not None:
+        raise IllegalTransitionError(before.kind, after.kind, problem)
+
+
+# The phase classes each class's advance may return, read once per class.
+_SUCCESSORS: dict[type[Any], tuple[type[Phase[Any]], ...]] = {}
+
+
+def _successors(cls: type[Active[Any]]) -> tuple[type[Phase[Any]], ...]:
+    found = _SUCCESSORS.get(cls)
+    if found is None:
+        from ._diagram import _targets  # here: the diagram module loads with the first agent
+
+        found = _SUCCESSORS[cls] = _targets(cls)
+    return found
+
+
+def _spent_no_less(before: Phase[Any], after: Phase[Any]) -> bool:
+    old, new = before.spent, after.spent
+    return (
+        new.tokens >= old.tokens
+        and new.cost >= old.cost
+        and new.tool_calls >= old.tool_calls
+        and new.model_calls >= old.model_calls
+    )
+
+
+def _write_problem(before: Active[Any], after: ToolCalling[Any] | Retrying[Any]) -> str | None:
+    """Why ``after``, holding an approved write, may not follow ``before``; else ``None``."""
+    if isinstance(after, Retrying):
+        if isinstance(before, ToolCalling) and before.call is after.call:
+            return None if before.attempt == after.attempt else "a retry keeps the attempt"
+        return "a write is retried only from the ToolCalling that ran it"
+    approved = after.call
+    if isinstance(before, AwaitApproval) and isinstance(approved, ApprovedCall):
+        if before.call_id != after.call_id or before.call is not approved.call:
+            return "it holds another call than the one approved"
+        return None if after.attempt == 1 else "a first attempt is attempt 1"
+    if isinstance(before, Retrying):
+        if before.call is not after.call or after.attempt != before.attempt + 1:
+            return "a retry runs the same approved call, one attempt on"
+        return None
+    return "a write reaches ToolCalling only through AwaitApproval"

@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, Typ
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict
 
-from ._approval import dump_decision, load_decision
+from ._approval import _submitted
 from ._errors import (
     CheckpointCorruptError,
     CheckpointError,
@@ -81,7 +81,7 @@ from ._errors import (
     DecisionRefusedError,
     UnknownRunError,
 )
-from ._json import Texts, dumps, dumps_fast, dumps_reusing, fingerprint, loads
+from ._json import JSON, Texts, dumps, dumps_fast, dumps_reusing, fingerprint, loads
 from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus
 from ._model import _trusted
 
@@ -795,8 +795,8 @@ class _Store:
         decision stays pending until the run's next checkpoint is saved (the approval
         phase used it) or the run is cancelled, completed or aborted.
         """
-        loaded = load_decision(decision, run_id=run_id)
-        return await self._call(run_id, self._submit_decision, run_id, dump_decision(loaded))
+        document = _submitted(run_id, decision)
+        return await self._call(run_id, self._submit_decision, run_id, document)
 
     async def decision(self, run_id: str) -> Document | None:
         """The run's pending decision document, or ``None``; it stays pending."""
@@ -1348,7 +1348,7 @@ class _Store:
             raise self._corrupt(run_id, f"is not a {kind} checkpoint", seq=row.seq)
         return payload
 
-    def _unseal(self, blob: bytes, aad: bytes, run_id: str, which: str) -> Any:
+    def _unseal(self, blob: bytes, aad: bytes, run_id: str, which: str) -> JSON:
         """A stored blob's JSON value, checked (checksum) and opened (sealer)."""
         digest, sealed = blob[:_DIGEST], blob[_DIGEST:]
         if len(blob) <= _DIGEST or hashlib.sha256(sealed).digest() != digest:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, final, get_type_hints, overload
@@ -311,7 +311,20 @@ class ApprovedCall:
                     "ApprovedCall has no public constructor; a write call is approved by "
                     "AwaitApproval.approve(approval)"
                 )
+            if type(call) is not WriteCall or approval.key != call.key:
+                raise SetupError(
+                    f"an approval of {approval.key} cannot approve {call!r}; "
+                    "AwaitApproval.approve checks that the approval is for its call"
+                )
             self.__attrs_init__(call, approval)
+
+    def __reduce_ex__(self, protocol: object) -> Any:
+        # Pickling would make a second approved call: the run's approval book would not
+        # know it (execute refuses it), but refusing here says so at once.
+        raise TypeError(
+            "an ApprovedCall cannot be pickled or copied; checkpoint the phase that holds "
+            "it with dump_phase"
+        )
 
     @property
     def tool(self) -> WriteTool[Any]:
@@ -498,7 +511,7 @@ class ToolRegistry:
         # Built once: a JSON schema per tool is costly and the tools never change.
         self._schemas = tuple(tool.schema() for tool in by_name.values())
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
 
     def __len__(self) -> int:
@@ -584,6 +597,7 @@ _BOUNDED_DECODER = json.JSONDecoder(
 
 
 def _parse_arguments(name: str, text: str | bytes) -> Mapping[str, Any]:
+    value: _json.JSON
     try:
         # Bytes, and text that starts with a byte-order mark (which json.loads refuses
         # with its own message), go through _json.loads; other text is read as it would.

@@ -2,22 +2,28 @@
 
 Everything here runs offline and deterministically. :func:`capture` collects the
 spans, log events and metrics of a run (it needs ``opentelemetry-sdk``).
+
+:func:`hand_built` and :func:`hand_approval` are for unit tests that drive phases by
+hand, without a :class:`~statemachine.Runner`: a phase built with them is refused by
+every ``Runner``, and such an approval is honoured only by a ``Runtime`` built by hand.
 """
 
 from __future__ import annotations
 
 import inspect
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, final
+from typing import Any, TypeVar, final
 
 from . import _json
-from ._approval import Approval, ApprovalRequest, Denial
+from ._approval import _HAND_GRANTS, _MINT, Approval, ApprovalRequest, Approve, Denial, _Grant
 from ._capture import Capture, CapturedSpan, MetricPoint, capture
 from ._errors import ScriptExhaustedError
 from ._model import ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import to_money
+from ._phases import AwaitApproval, Phase, _Ticket
 from ._store import MemoryCheckpointer
 
 __all__ = [
@@ -31,9 +37,52 @@ __all__ = [
     "ScriptedGate",
     "ScriptedModel",
     "capture",
+    "hand_approval",
+    "hand_built",
     "reply",
     "tool_call",
 ]
+
+P = TypeVar("P", bound=Phase[Any])
+
+
+def hand_built(cls: type[P], /, **fields: Any) -> P:
+    """A ``cls`` phase made from ``fields``, for a unit test that drives phases by hand.
+
+    What ``cls(**fields)`` would make if phases had a public constructor. A ``Runner``
+    refuses it (:class:`~statemachine.PhaseForgedError`), and so does every runner it
+    leads to: it is for testing a phase's own methods, not for running agents.
+    """
+    return cls(**fields, ticket=_Ticket(None, "hand"))
+
+
+def hand_approval(
+    waiting: AwaitApproval[Any],
+    *,
+    by: str = "test-approver",
+    at: datetime | None = None,
+    run_id: str = "",
+) -> Approval:
+    """An approval of the call ``waiting`` holds, for a unit test that drives it by hand.
+
+    Pass it to ``waiting.approve(...)``. Only a ``Runtime`` built by hand honours it
+    (``ToolCalling.execute`` refuses it in a ``Runner``'s run), for run ``run_id`` (by
+    default any run driven by hand), once, as the runtime's own approvals are.
+    """
+    call = waiting.call
+    approval = Approval(
+        id=f"hand-{uuid.uuid4().hex}",
+        run_id=run_id,
+        call_id=waiting.call_id,
+        tool=call.name,
+        args_hash=call.args_hash,
+        approved_by=by,
+        approved_at=at or datetime(2026, 1, 1, tzinfo=UTC),
+        note="made by statemachine.testing.hand_approval",
+        _token=_MINT,
+    )
+    _HAND_GRANTS[approval.id] = _Grant(approval)
+    return approval
 
 
 def reply(text: str, *, tokens: int = 0, cost: Decimal | str = "0") -> ModelReply:
@@ -117,7 +166,7 @@ class AutoDenyGate:
         self.reason = reason
         self.requests: list[ApprovalRequest] = []
 
-    async def decide(self, request: ApprovalRequest) -> Approval | Denial:
+    async def decide(self, request: ApprovalRequest) -> Approve | Denial:
         """Deny."""
         self.requests.append(request)
         return Denial(reason=self.reason, denied_by="auto-deny")
@@ -132,35 +181,34 @@ class AutoApproveGate:
         self.at = at or datetime(2026, 1, 1, tzinfo=UTC)
         self.requests: list[ApprovalRequest] = []
 
-    async def decide(self, request: ApprovalRequest) -> Approval | Denial:
+    async def decide(self, request: ApprovalRequest) -> Approve | Denial:
         """Approve the exact call asked about."""
         self.requests.append(request)
-        return Approval.of(request, by=self.by, at=self.at)
+        return Approve(by=self.by, at=self.at)
 
 
 @final
 class ScriptedGate:
     """An approval gate that answers from a list of decisions, one per request.
 
-    A decision is ``True`` (approve this exact call), ``False`` (deny), or a ready
-    ``Approval`` / ``Denial`` (to test, say, an approval for another call).
+    A decision is ``True`` (approve the call asked about), ``False`` (deny), or a ready
+    ``Approve`` / ``Denial`` (to test, say, a yes bound to another call with
+    ``Approve.of(other_request, by=...)``).
     """
 
-    def __init__(
-        self, decisions: Iterable[bool | Approval | Denial], *, by: str = "tester"
-    ) -> None:
+    def __init__(self, decisions: Iterable[bool | Approve | Denial], *, by: str = "tester") -> None:
         self.decisions = list(decisions)
         self.by = by
         self.requests: list[ApprovalRequest] = []
 
-    async def decide(self, request: ApprovalRequest) -> Approval | Denial:
+    async def decide(self, request: ApprovalRequest) -> Approve | Denial:
         """The next scripted decision; :class:`ScriptExhaustedError` when none is left."""
         if len(self.requests) >= len(self.decisions):
             raise ScriptExhaustedError("scripted approval gate", len(self.decisions))
         self.requests.append(request)
         decision = self.decisions[len(self.requests) - 1]
         if decision is True:
-            return Approval.of(request, by=self.by, at=datetime(2026, 1, 1, tzinfo=UTC))
+            return Approve(by=self.by, at=datetime(2026, 1, 1, tzinfo=UTC))
         if decision is False:
             return Denial(reason="denied by the script", denied_by=self.by)
         return decision

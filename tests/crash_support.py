@@ -35,8 +35,8 @@ import anyio
 
 from agents.support import PaymentsService, SupportContext, SupportDesk, support_agent
 from statemachine import (
-    Approval,
     ApprovalRequest,
+    Approve,
     Denial,
     EffectUncertainError,
     ModelReply,
@@ -99,16 +99,14 @@ class LoggingGate:
         self.log = log
         self.approve = approve
 
-    async def decide(self, request: ApprovalRequest) -> Approval | Denial:
+    async def decide(self, request: ApprovalRequest) -> Approve | Denial:
         """Log the question, then answer it."""
         with self.log.open("a") as file:
             file.write(f"{os.getpid()} {request.key}\n")
             file.flush()
             os.fsync(file.fileno())
         if self.approve:
-            return Approval.of(
-                request, by="lin@refunds.example", at=datetime(2026, 1, 1, tzinfo=UTC)
-            )
+            return Approve(by="lin@refunds.example", at=datetime(2026, 1, 1, tzinfo=UTC))
         return Denial(reason=DENIED, denied_by="lin@refunds.example")
 
 

@@ -21,11 +21,12 @@ from statemachine import (
     ModelUnavailableError,
     OutputGuard,
     OutputTamperedError,
+    PhaseForgedError,
     Responding,
     Runner,
     SetupError,
 )
-from statemachine.testing import AutoDenyGate, ScriptedModel, reply
+from statemachine.testing import AutoDenyGate, ScriptedModel, hand_built, reply
 
 pytestmark = pytest.mark.anyio
 
@@ -166,10 +167,17 @@ async def test_a_change_after_validation_cannot_be_shipped() -> None:
     result = await run(Agent[None](name="a"), ScriptedModel([reply("Refund approved: $40.")]))
     responding = result.states[-2]
     assert isinstance(responding, Responding)
-    forged = attrs.evolve(responding, text="Refund approved: $4000.")
-    with pytest.raises(OutputTamperedError):
-        forged.finish()
-    tampered = attrs.evolve(responding)
+    with pytest.raises(PhaseForgedError):  # another text in a copy: refused at the copy
+        attrs.evolve(responding, text="Refund approved: $4000.")
+    # The same answer, not yet finished, with its validated bytes changed afterwards.
+    tampered = hand_built(
+        Responding[None],
+        agent=responding.agent,
+        ctx=None,
+        text=responding.text,
+        verified=responding.verified,
+    )
+    assert tampered.verified is not None
     object.__setattr__(tampered.verified, "data", b'{"text":"Refund approved: $4000."}')
     with pytest.raises(OutputTamperedError):
         tampered.finish()

@@ -347,11 +347,15 @@ def test_approve_records_the_decision_once_for_a_worker(copy: Path) -> None:
     decision = shown["decision"]
     assert decision == {
         "kind": "approval",
+        "run_id": "waiting",
+        "call_id": shown["pending_approval"]["call_id"],
         "tool": "refund",
         "args_hash": shown["pending_approval"]["args_hash"],
         "approved_by": "lin@refunds.example",
         "approved_at": decision["approved_at"],
+        "note": "",
     }
+    assert decision["call_id"].startswith("call-")
     assert ok(cli("runs", "list", "--waiting", "--db", str(copy))) == "no runs match\n"
     assert ok(cli("runs", "resume", "waiting", "--db", str(copy))) == (
         "run waiting: its decision is recorded: the next free worker goes on with it\n"

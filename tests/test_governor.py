@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
-import attrs
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -44,6 +43,8 @@ from statemachine import (
     ToolRegistry,
     Verdict,
     WriteCall,
+    dump_phase,
+    load_phase,
     read_tool,
     trigram_similarity,
     write_tool,
@@ -1027,8 +1028,9 @@ async def test_a_restored_loop_state_still_detects_duplicates() -> None:
     done = await Runner(shop.agent(), model=first, gate=AutoDenyGate()).run(None, "Oslo?")
     planning = done.states[4]
     assert isinstance(planning, Planning)
-    restored = LoopState.model_validate_json(planning.loop.model_dump_json())
-    resumed_from = attrs.evolve(planning, loop=restored)
+    # Restored as a resume restores it: through the checkpoint codec.
+    resumed_from = load_phase(dump_phase(planning), agents={planning.agent.name: planning.agent})
+    assert resumed_from.loop == LoopState.model_validate_json(planning.loop.model_dump_json())
     second = ScriptedModel([call("weather", {"city": "Oslo"}), reply("Still sunny.")])
     result = await Runner(shop.agent(), model=second, gate=AutoDenyGate()).drive(resumed_from)
     assert shop.ran("weather") == [CityArgs(city="Oslo")]

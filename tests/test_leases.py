@@ -18,7 +18,7 @@ import pytest
 from support import exactly
 
 from statemachine import (
-    Approval,
+    Approve,
     Checkpointer,
     DecisionRefusedError,
     Denial,
@@ -36,12 +36,19 @@ pytestmark = pytest.mark.anyio
 LEASE = timedelta(minutes=5)
 BLINK = timedelta(milliseconds=1)  # a lease that has lapsed by the next call
 WAITING = "approval of refund order 1001 ($137.32)"
-APPROVAL = Approval(
+APPROVAL = Approve(
+    by="lin@refunds.example",
+    at=datetime(2026, 11, 30, 8, 0, tzinfo=UTC),
+    run_id="r1",
+    call_id="call-3",
     tool="refund",
     args_hash="ab" * 32,
-    approved_by="lin@refunds.example",
-    approved_at=datetime(2026, 11, 30, 8, 0, tzinfo=UTC),
 )
+
+
+def approval_doc(run_id: str) -> dict[str, Any]:
+    """A person's approval of the refund run ``run_id`` waits for, as the store takes it."""
+    return dump_decision(APPROVAL.model_copy(update={"run_id": run_id}))
 
 
 def doc(n: int) -> dict[str, Any]:
@@ -93,10 +100,13 @@ def test_a_decision_document_round_trips() -> None:
     """dump_decision writes plain JSON; load_decision gives the same Approval or Denial back."""
     assert dump_decision(APPROVAL) == {
         "kind": "approval",
+        "run_id": "r1",
+        "call_id": "call-3",
         "tool": "refund",
         "args_hash": "ab" * 32,
         "approved_by": "lin@refunds.example",
-        "approved_at": "2026-11-30T08:00:00Z",
+        "approved_at": "2026-11-30T08:00:00+00:00",
+        "note": "",
     }
     assert load_decision(dump_decision(APPROVAL)) == APPROVAL
     denial = Denial(reason="over the limit", denied_by="lin")
@@ -145,9 +155,8 @@ async def test_a_decision_is_refused_unless_the_run_waits_for_an_approval(
     store: Checkpointer,
 ) -> None:
     """Unknown, running, paused-for-another-reason, cancelled runs, and a second decision."""
-    approval = dump_decision(APPROVAL)
     with pytest.raises(UnknownRunError):
-        await store.submit_decision("nobody", approval)
+        await store.submit_decision("nobody", approval_doc("nobody"))
     await new_run(store, "running")
     with pytest.raises(
         DecisionRefusedError,
@@ -157,7 +166,7 @@ async def test_a_decision_is_refused_unless_the_run_waits_for_an_approval(
             "approval; list those with the registry (status interrupted)."
         ),
     ):
-        await store.submit_decision("running", approval)
+        await store.submit_decision("running", approval_doc("running"))
     await store.save("paused", 0, doc(0), agent="support", status="running", phase="Planning")
     await store.save(
         "paused",
@@ -169,8 +178,9 @@ async def test_a_decision_is_refused_unless_the_run_waits_for_an_approval(
         waiting_for="a person: the refund tool keeps failing",
     )
     with pytest.raises(DecisionRefusedError, match="it is interrupted at Planning, waiting for a"):
-        await store.submit_decision("paused", approval)
+        await store.submit_decision("paused", approval_doc("paused"))
     await new_run(store, "waits", "interrupted")
+    approval = approval_doc("waits")
     await store.submit_decision("waits", approval)
     with pytest.raises(
         DecisionRefusedError,
@@ -187,17 +197,37 @@ async def test_a_decision_is_refused_unless_the_run_waits_for_an_approval(
     assert [r.decision_pending for r in await store.registry()] == [False, False, True]
 
 
+async def test_an_approval_of_another_run_is_never_stored(store: Checkpointer) -> None:
+    """A yes names the run and the call it answers: run A's approval is refused for run B."""
+    await new_run(store, "b", "interrupted")
+    with pytest.raises(
+        DecisionRefusedError,
+        match=exactly(
+            "decision for run 'b' refused: the approval is for run 'a'; an approval answers "
+            "one request of one run (make it with Approve.of(request, by=...) for this run's "
+            "request)"
+        ),
+    ):
+        await store.submit_decision("b", approval_doc("a"))
+    unbound = {key: value for key, value in approval_doc("b").items() if key != "call_id"}
+    with pytest.raises(DecisionRefusedError, match="names no call id"):
+        await store.submit_decision("b", unbound)
+    with pytest.raises(DecisionRefusedError, match="must name the request it answers"):
+        dump_decision(Approve(by="lin"))
+    assert not (await store.record("b")).decision_pending
+
+
 async def test_the_next_checkpoint_or_a_stop_clears_a_pending_decision(store: Checkpointer) -> None:
     """The phase that used the decision saves the next checkpoint; a stop drops it."""
     await new_run(store, "used", "interrupted")
-    await store.submit_decision("used", dump_decision(APPROVAL))
+    await store.submit_decision("used", approval_doc("used"))
     await store.set_status("used", "running")  # a worker resumed it: still pending
-    assert await store.decision("used") == dump_decision(APPROVAL)
+    assert await store.decision("used") == approval_doc("used")
     saved = await store.save("used", 2, doc(2), agent="support", status="running", phase="Tool")
     assert not saved.decision_pending
     assert await store.decision("used") is None
     await new_run(store, "stopped", "interrupted")
-    await store.submit_decision("stopped", dump_decision(APPROVAL))
+    await store.submit_decision("stopped", approval_doc("stopped"))
     assert (await store.request_stop("stopped")).status is RunStatus.CANCELLED
     assert await store.decision("stopped") is None
     assert not (await store.record("stopped")).decision_pending
@@ -218,7 +248,7 @@ async def test_claim_next_takes_only_runnable_runs_oldest_first(store: Checkpoin
         ("g-approved", "interrupted"),
     ]:
         await new_run(store, run_id, status)
-    await store.submit_decision("g-approved", dump_decision(APPROVAL))
+    await store.submit_decision("g-approved", approval_doc("g-approved"))
     taken = await drain(store, "w1")
     assert taken == ["a-running", "c-failed", "g-approved"]
     assert await store.claim_next("w2", lease=LEASE) is None  # all held by w1

@@ -20,6 +20,7 @@ PUBLIC = {
     "ApprovalGate",
     "ApprovalMismatchError",
     "ApprovalRequest",
+    "Approve",
     "ApprovedCall",
     "AwaitApproval",
     "BadArgumentsError",
@@ -51,6 +52,7 @@ PUBLIC = {
     "GuardOutcome",
     "Idle",
     "IllegalStatusChangeError",
+    "IllegalTransitionError",
     "Invalid",
     "InvalidCall",
     "LeaseRecord",
@@ -77,6 +79,7 @@ PUBLIC = {
     "PatchRejected",
     "Pending",
     "Phase",
+    "PhaseForgedError",
     "PhaseReusedError",
     "Phases",
     "Planning",
@@ -158,6 +161,8 @@ TESTING = {
     "ScriptedGate",
     "ScriptedModel",
     "capture",
+    "hand_approval",
+    "hand_built",
     "reply",
     "tool_call",
 }
@@ -225,7 +230,7 @@ def test_the_docstring_tree_lists_every_error_class() -> None:
     """Every exception class in _errors is drawn in its docstring, and nothing else is."""
     drawn = {name for _, name, _ in documented_tree()}
     assert drawn == error_classes()
-    assert len(drawn) == 30
+    assert len(drawn) == 32
 
 
 def test_every_error_subclasses_the_root_and_its_documented_builtin() -> None:

@@ -9,7 +9,6 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
-import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -53,6 +52,8 @@ from statemachine import (
     Runner,
     RunResult,
     Spend,
+    dump_phase,
+    load_phase,
 )
 from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
 
@@ -418,7 +419,9 @@ def test_the_search_budget_is_shared_by_every_call_of_a_run_and_survives_a_resto
     # driven by a fresh agent, backend and model. Nothing but the state carries the count.
     backend = RecordingBackend()
     agent = research_agent(approved, backend=backend)
-    restored: Phase[ResearchContext] = attrs.evolve(result.states[4], agent=agent)
+    restored: Phase[ResearchContext] = load_phase(
+        dump_phase(result.states[4]), agents={agent.name: agent}
+    )
     assert restored.kind == "Planning"
     door = StructuredDoor(ScriptedModel(turns[1:]), tools=agent.tools)
     again = anyio.run(lambda: Runner(agent, model=door, gate=AutoDenyGate()).drive(restored))

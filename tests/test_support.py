@@ -23,7 +23,7 @@ from agents.support import (
     support_agent,
     waits_then_resumes,
 )
-from statemachine import Approval, Done, Failed, Runner, RunStatus, SQLiteCheckpointer
+from statemachine import Approve, Done, Failed, Runner, RunStatus, SQLiteCheckpointer
 from statemachine.testing import AutoApproveGate, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio
@@ -165,7 +165,7 @@ def test_the_payments_service_refuses_more_than_is_left_but_replays_a_paid_key(
         assert payments.count() == 1
 
 
-async def _pause_before_refund(desk: SupportDesk, store: SQLiteCheckpointer) -> Approval:
+async def _pause_before_refund(desk: SupportDesk, store: SQLiteCheckpointer) -> Approve:
     """Run to AwaitApproval with a person who answers later; the approval they then give."""
     later = LaterGate()
     runner = Runner(
@@ -176,7 +176,7 @@ async def _pause_before_refund(desk: SupportDesk, store: SQLiteCheckpointer) -> 
     )
     result = await runner.run(ADA, ASK, run_id="run-1")
     assert result.status == "paused"
-    return Approval.of(later.requests[-1], by="lin@refunds.example")
+    return Approve.of(later.requests[-1], by="lin@refunds.example")
 
 
 async def test_resume_re_establishes_the_verification_before_paying(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 from support import FlightArgs, exactly
 
 from statemachine import (
-    Approval,
+    Approve,
     ApprovalGate,
     ApprovalRequest,
     Denial,
@@ -77,15 +77,14 @@ async def test_auto_deny_gate_uses_the_reason_it_is_given() -> None:
     assert decision == Denial(reason="over budget", denied_by="auto-deny")
 
 
-async def test_auto_approve_gate_approves_the_exact_call_it_is_asked_about() -> None:
-    """AutoApproveGate's approval is bound to the request's tool and hash, by and at as given."""
+async def test_auto_approve_gate_says_yes_to_the_call_it_is_asked_about() -> None:
+    """AutoApproveGate answers a yes (by and at as given), which the runtime turns into an
+    Approval of exactly the request asked; the gate itself makes no Approval."""
     gate = AutoApproveGate()
     request = request_for()
     decision = await gate.decide(request)
-    assert decision == Approval(
-        tool="book", args_hash=request.args_hash, approved_by="test-approver", approved_at=NEW_YEAR
-    )
-    assert decision.key == request.key
+    assert decision == Approve(by="test-approver", at=NEW_YEAR)
+    assert decision.misfit(request) is None
     assert gate.requests == [request]
 
 
@@ -93,8 +92,8 @@ async def test_auto_approve_gate_records_who_approved_and_when() -> None:
     """AutoApproveGate(by, at) signs approvals with that person and time."""
     at = datetime(2026, 3, 4, 5, 6, tzinfo=UTC)
     decision = await AutoApproveGate(by="ana", at=at).decide(request_for())
-    assert isinstance(decision, Approval)
-    assert (decision.approved_by, decision.approved_at) == ("ana", at)
+    assert isinstance(decision, Approve)
+    assert (decision.by, decision.at) == ("ana", at)
 
 
 async def test_scripted_gate_answers_true_with_an_approval_of_the_exact_call() -> None:
@@ -102,9 +101,7 @@ async def test_scripted_gate_answers_true_with_an_approval_of_the_exact_call() -
     gate = ScriptedGate([True], by="ana")
     request = request_for()
     decision = await gate.decide(request)
-    assert decision == Approval(
-        tool="book", args_hash=request.args_hash, approved_by="ana", approved_at=NEW_YEAR
-    )
+    assert decision == Approve(by="ana", at=NEW_YEAR)
 
 
 async def test_scripted_gate_answers_false_with_a_denial() -> None:
@@ -114,8 +111,8 @@ async def test_scripted_gate_answers_false_with_a_denial() -> None:
 
 
 async def test_scripted_gate_returns_ready_decisions_as_given() -> None:
-    """A ready Approval (even for another call) or Denial is returned unchanged, in order."""
-    other = Approval.of(request_for(price="8999.00"), by="mallory", at=NEW_YEAR)
+    """A ready Approve (even one bound to another call) or Denial is returned unchanged."""
+    other = Approve.of(request_for(price="8999.00"), by="mallory", at=NEW_YEAR)
     denial = Denial(reason="ask finance", denied_by="bob")
     gate = ScriptedGate([other, denial])
     assert await gate.decide(request_for()) is other

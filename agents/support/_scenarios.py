@@ -15,8 +15,8 @@ import anyio
 import attrs
 
 from statemachine import (
-    Approval,
     ApprovalRequest,
+    Approve,
     Denial,
     ModelReply,
     Pending,
@@ -62,7 +62,7 @@ class LaterGate:
     def __init__(self) -> None:
         self.requests: list[ApprovalRequest] = []
 
-    async def decide(self, request: ApprovalRequest) -> Approval | Denial | Pending:
+    async def decide(self, request: ApprovalRequest) -> Approve | Denial | Pending:
         """Not yet."""
         self.requests.append(request)
         return Pending(reason="sent to the refunds desk")
@@ -165,7 +165,7 @@ async def waits_then_resumes(workdir: Path, *, sleep: Sleep = anyio.sleep) -> Ou
             first = await runner.run(ADA, ASK, run_id="support-1")
         asked_before = len(desk.verifier.asked)
     # A person approves the exact call they were shown, later, elsewhere.
-    approval = Approval.of(later.requests[-1], by=APPROVER)
+    approval = Approve.of(later.requests[-1], by=APPROVER)
     with PaymentsService(ledger) as payments:
         desk = SupportDesk(payments=payments)  # a new process: empty sessions
         model = _script(reply("Refunded $137.32 (RF-0001)."))

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from statemachine import (
-    Approval,
     ApprovalRequest,
+    Approve,
     Checkpointer,
     Denial,
     Message,
@@ -143,11 +143,11 @@ class RefundPolicy:
     def __init__(self, up_to: Decimal = AUTO_APPROVE_UP_TO) -> None:
         self.up_to = up_to
 
-    async def decide(self, request: ApprovalRequest) -> Approval | Denial | Pending:
+    async def decide(self, request: ApprovalRequest) -> Approve | Denial | Pending:
         """Approve a small refund by policy; send any other write call to a person."""
         amount = request.arguments.get("amount")
         if request.tool == "refund" and isinstance(amount, Decimal) and amount <= self.up_to:
-            return Approval.of(request, by=f"policy: refunds up to ${self.up_to}")
+            return Approve(by=f"policy: refunds up to ${self.up_to}")
         return Pending(reason="sent to the refunds desk")
 
 

@@ -33,9 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from statemachine import (
     Agent,
-    Approval,
     ApprovalGate,
     ApprovalRequest,
+    Approve,
     Denial,
     Diagnostic,
     Done,
@@ -287,7 +287,7 @@ def researcher_agent(provider: FakeProvider) -> Agent[TripRequest]:
 class _NoWrites:
     """The researcher's approval gate: it has no write tool, and would be refused one."""
 
-    async def decide(self, request: ApprovalRequest) -> Approval | Denial:
+    async def decide(self, request: ApprovalRequest) -> Approve | Denial:
         """Deny."""
         return Denial(reason="the researcher may not write", denied_by="travel-researcher")
 
