@@ -334,6 +334,7 @@ def _source(body: str) -> str:
 
 
 def _message(name: str, method: str, where: int, line: int) -> str:
+    # In the snippets above, a transition on or after the use's line is in an earlier pass.
     again = " (in an earlier pass of the loop)" if where >= line else ""
     return (
         f"'{name}' is used after {name}.{method}() on line {where}{again} left its phase; "
@@ -473,4 +474,435 @@ def test_check_paths_reads_every_file(tmp_path: Path) -> None:
     assert [(Path(f.path).name, f.line) for f in findings] == [
         ("a.py", 3 + OFFSET),
         ("b.py", 3 + OFFSET),
+    ]
+
+
+# -- aliases, closures, self attributes, helpers, and the loop wording ------------------
+# Each snippet below is a whole file that imports what it uses, so the line numbers in
+# the expected findings are the snippet's own.
+
+
+def _report(source: str) -> list[str]:
+    return [str(finding) for finding in check_source(textwrap.dedent(source), "snippet.py")]
+
+
+def test_a_transition_through_an_alias_leaves_the_original() -> None:
+    """After ``b = a``, a transition through ``b`` makes a later use of ``a`` a finding too."""
+    assert _report(
+        """\
+        from statemachine import Planning
+
+
+        def f(a: Planning[str]):
+            b = a
+            b.fail("x")
+            return a.kind, b.kind
+        """
+    ) == [
+        "snippet.py:7:12: 'a' is used after b.fail() on line 6 left its phase (b was the same "
+        "phase); a phase is single-use: use the phase that fail() returned",
+        "snippet.py:7:20: 'b' is used after b.fail() on line 6 left its phase; a phase is "
+        "single-use: use the phase that fail() returned",
+    ]
+
+
+def test_a_transition_through_the_original_leaves_the_alias() -> None:
+    """``x = y = agent.start(...)`` binds one phase to two names: transitioning one leaves both."""
+    assert _report(
+        """\
+        from statemachine import Agent
+
+
+        def f(agent: Agent[str]):
+            first = second = agent.start("ctx", "hi")
+            planning = first.receive("hi")
+            return second.ctx
+        """
+    ) == [
+        "snippet.py:7:12: 'second' is used after first.receive() on line 6 left its phase "
+        "(first was the same phase); a phase is single-use: use the phase that receive() "
+        "returned",
+    ]
+
+
+def test_a_reassigned_alias_is_no_longer_the_same_phase() -> None:
+    """Binding an alias anew ends it: transitioning the new phase leaves the old name alone."""
+    assert (
+        _report(
+            """\
+            from statemachine import Planning
+
+
+            def f(a: Planning[str], other: Planning[str]):
+                b = a
+                b = other
+                b.fail("x")
+                return a.respond("ok")
+            """
+        )
+        == []
+    )
+
+
+def test_calling_a_closure_transitions_the_phase_it_captures() -> None:
+    """A nested def that transitions a captured phase counts as that transition where called."""
+    assert _report(
+        """\
+        from statemachine import Planning
+
+
+        def f(planning: Planning[str]):
+            def give_up():
+                return planning.fail("x")
+
+            failed = give_up()
+            return planning.kind
+        """
+    ) == [
+        "snippet.py:9:12: 'planning' is used after give_up() on line 8 left its phase "
+        "(give_up() transitions 'planning' by planning.fail()); a phase is single-use: use "
+        "the phase that fail() returned",
+    ]
+
+
+def test_a_lambda_called_twice_is_reported_at_the_second_call() -> None:
+    """The second call of a lambda that transitions a captured phase uses the left phase."""
+    assert _report(
+        """\
+        from statemachine import Planning
+
+
+        def f(planning: Planning[str]):
+            give_up = lambda: planning.fail("x")
+            first = give_up()
+            second = give_up()
+        """
+    ) == [
+        "snippet.py:7:14: 'planning' is used by give_up() after give_up() on line 6 left its "
+        "phase (give_up() transitions 'planning' by planning.fail()); a phase is single-use: "
+        "use the phase that fail() returned",
+    ]
+
+
+def test_calling_a_closure_that_reads_a_left_phase_is_a_use() -> None:
+    """A closure that reads a captured phase, called after the phase was left, is a finding."""
+    assert _report(
+        """\
+        from statemachine import Planning
+
+
+        def f(planning: Planning[str]):
+            show = lambda: print(planning.step)
+            responding = planning.respond("ok")
+            show()
+        """
+    ) == [
+        "snippet.py:7:5: 'planning' is used by show() after planning.respond() on line 6 left "
+        "its phase; a phase is single-use: use the phase that respond() returned",
+    ]
+
+
+def test_a_closure_never_called_changes_nothing() -> None:
+    """Defining a closure that transitions a captured phase is not a transition: only calls are."""
+    assert (
+        _report(
+            """\
+            from statemachine import Planning
+
+
+            def f(planning: Planning[str]):
+                give_up = lambda: planning.fail("x")
+                show = lambda: print(planning.step)
+                show()
+                return planning.respond("ok")
+            """
+        )
+        == []
+    )
+
+
+def test_a_closure_body_tracks_the_phase_it_captures() -> None:
+    """Inside a nested def, a captured phase is tracked like a variable of its own."""
+    assert _report(
+        """\
+        from statemachine import Planning
+
+
+        def f(planning: Planning[str]):
+            def give_up():
+                failed = planning.fail("x")
+                return planning.kind
+
+            return give_up
+        """
+    ) == [
+        "snippet.py:7:16: 'planning' is used after planning.fail() on line 6 left its phase; "
+        "a phase is single-use: use the phase that fail() returned",
+    ]
+
+
+def test_a_closure_called_in_a_loop_is_found_on_the_second_pass() -> None:
+    """A closure call that transitions a captured phase in a loop body is found on pass two."""
+    assert _report(
+        """\
+        from statemachine import Planning
+
+
+        def f(planning: Planning[str], calls):
+            call_one = lambda call: planning.call_tool(call)
+            for call in calls:
+                call_one(call)
+        """
+    ) == [
+        "snippet.py:7:9: 'planning' is used by call_one() after call_one() on line 7 (in an "
+        "earlier pass of the loop) left its phase (call_one() transitions 'planning' by "
+        "planning.call_tool()); a phase is single-use: use the phase that call_tool() returned",
+    ]
+
+
+def test_a_self_attribute_annotated_with_a_phase_is_tracked() -> None:
+    """``self.state`` annotated in the class is left by ``self.state.advance(rt)`` in a method."""
+    assert _report(
+        """\
+        from statemachine import Active, Runtime
+
+
+        class Driver:
+            state: Active[str]
+
+            async def step(self, rt: Runtime):
+                await self.state.advance(rt)
+                return self.state.ctx
+        """
+    ) == [
+        "snippet.py:9:16: 'self.state' is used after self.state.advance() on line 8 left its "
+        "phase; a phase is single-use: use the phase that advance() returned",
+    ]
+
+
+def test_a_self_attribute_assigned_a_phase_in_init_is_tracked_in_other_methods() -> None:
+    """An attribute ``__init__`` assigns ``agent.start(...)`` holds a phase in every method."""
+    assert _report(
+        """\
+        from statemachine import Agent
+
+
+        class Chat:
+            def __init__(self, agent: Agent[str]):
+                self.idle = agent.start("ctx", "hi")
+
+            def go(self, text: str):
+                planning = self.idle.receive(text)
+                self.idle.receive(text)
+                return planning
+        """
+    ) == [
+        "snippet.py:10:9: 'self.idle' is used after self.idle.receive() on line 9 left its "
+        "phase; a phase is single-use: use the phase that receive() returned",
+    ]
+
+
+def test_a_self_attribute_reassigned_to_the_result_is_clean() -> None:
+    """``self.state = await self.state.advance(rt)`` rebinds it, also across ``self.step()``."""
+    assert (
+        _report(
+            """\
+            from statemachine import Active, Runtime
+
+
+            class Driver:
+                state: Active[str]
+
+                async def step(self, rt: Runtime):
+                    self.state = await self.state.advance(rt)
+                    return self.state.ctx
+
+                async def run(self, rt: Runtime):
+                    await self.step(rt)
+                    await self.step(rt)
+                    return self.state.ctx
+            """
+        )
+        == []
+    )
+
+
+def test_a_method_that_transitions_a_self_attribute_leaves_it_at_the_call() -> None:
+    """A ``self.m()`` that transitions ``self.state`` leaves it, and one that reads it uses it."""
+    assert _report(
+        """\
+        from statemachine import Active, Runtime
+
+
+        class Driver:
+            state: Active[str]
+
+            async def push(self, rt: Runtime):
+                return await self.state.advance(rt)
+
+            def log(self):
+                print(self.state.step)
+
+            async def run(self, rt: Runtime):
+                nxt = await self.push(rt)
+                self.log()
+                return self.state.ctx
+        """
+    ) == [
+        "snippet.py:15:9: 'self.state' is used by self.log() after self.push() on line 14 left "
+        "its phase (self.push() transitions 'self.state' by self.state.advance()); a phase is "
+        "single-use: use the phase that advance() returned",
+        "snippet.py:16:16: 'self.state' is used after self.push() on line 14 left its phase "
+        "(self.push() transitions 'self.state' by self.state.advance()); a phase is "
+        "single-use: use the phase that advance() returned",
+    ]
+
+
+def test_a_helper_that_transitions_its_parameter_leaves_the_argument() -> None:
+    """A function transitioning its parameter leaves the argument passed by position or keyword."""
+    assert _report(
+        """\
+        from statemachine import Planning
+
+
+        def give_up(phase, reason):
+            return phase.fail(reason)
+
+
+        def f(planning: Planning[str]):
+            failed = give_up(planning, "no")
+            return planning.kind
+
+
+        def g(planning: Planning[str]):
+            failed = give_up(reason="no", phase=planning)
+            return planning.kind
+        """
+    ) == [
+        "snippet.py:10:12: 'planning' is used after give_up() on line 9 left its phase "
+        "(give_up() transitions its parameter 'phase' by phase.fail()); a phase is "
+        "single-use: use the phase that fail() returned",
+        "snippet.py:15:12: 'planning' is used after give_up() on line 14 left its phase "
+        "(give_up() transitions its parameter 'phase' by phase.fail()); a phase is "
+        "single-use: use the phase that fail() returned",
+    ]
+
+
+def test_a_helper_calling_a_helper_counts_too() -> None:
+    """A helper passing its parameter to one that transitions it counts, in any definition order."""
+    assert _report(
+        """\
+        from statemachine import Planning
+
+
+        def f(planning: Planning[str]):
+            stop(planning)
+            return planning.kind
+
+
+        def stop(phase):
+            give_up(phase)
+
+
+        def give_up(phase):
+            phase.fail("no")
+        """
+    ) == [
+        "snippet.py:6:12: 'planning' is used after stop() on line 5 left its phase (stop() "
+        "transitions its parameter 'phase' by give_up()); a phase is single-use: use the "
+        "phase that fail() returned",
+    ]
+
+
+def test_a_helper_that_does_not_transition_is_clean() -> None:
+    """A helper that only reads its phase, or transitions a non-phase argument, leaves nothing."""
+    assert (
+        _report(
+            """\
+            from statemachine import Planning
+
+
+            def describe(phase):
+                return f"{phase.kind} at step {phase.step}"
+
+
+            def give_up(phase):
+                return phase.fail("no")
+
+
+            def f(planning: Planning[str], cursor):
+                print(describe(planning))
+                give_up(cursor)
+                return planning.respond(cursor.fetchone())
+            """
+        )
+        == []
+    )
+
+
+def test_a_use_on_the_transitions_line_outside_a_loop_is_not_an_earlier_pass() -> None:
+    """Outside a loop, a use on (or before) the transition's line does not say "earlier pass"."""
+    assert _report(
+        """\
+        from statemachine import Planning
+
+
+        def f(planning: Planning[str]):
+            print(planning.fail("x"), planning.kind)
+
+
+        def g(planning: Planning[str]):
+            planning.ctx = (
+                planning.fail("x")
+            )
+        """
+    ) == [
+        "snippet.py:5:31: 'planning' is used after planning.fail() on line 5 left its phase; "
+        "a phase is single-use: use the phase that fail() returned",
+        "snippet.py:9:5: 'planning' is used after planning.fail() on line 10 left its phase; "
+        "a phase is single-use: use the phase that fail() returned",
+    ]
+
+
+def test_only_a_use_inside_the_loop_says_earlier_pass() -> None:
+    """Uses in the loop's second pass say "earlier pass"; the use after the loop does not."""
+    assert _report(
+        """\
+        from statemachine import Planning
+
+
+        def f(planning: Planning[str], calls):
+            for call in calls:
+                print(planning.step, planning.call_tool(call))
+            return planning.kind
+        """
+    ) == [
+        "snippet.py:6:15: 'planning' is used after planning.call_tool() on line 6 (in an "
+        "earlier pass of the loop) left its phase; a phase is single-use: use the phase that "
+        "call_tool() returned",
+        "snippet.py:6:30: 'planning' is used after planning.call_tool() on line 6 (in an "
+        "earlier pass of the loop) left its phase; a phase is single-use: use the phase that "
+        "call_tool() returned",
+        "snippet.py:7:12: 'planning' is used after planning.call_tool() on line 6 left its "
+        "phase; a phase is single-use: use the phase that call_tool() returned",
+    ]
+
+
+def test_allow_reuse_accepts_a_deliberate_read_of_an_alias() -> None:
+    """The escape comment accepts the findings on its line only, alias findings included."""
+    assert _report(
+        """\
+        from statemachine import Active, Runtime
+
+
+        async def f(state: Active[str], rt: Runtime, log):
+            before = state
+            state = await state.advance(rt)
+            log(before, state)  # statemachine: allow-reuse
+            return before.kind
+        """
+    ) == [
+        "snippet.py:8:12: 'before' is used after state.advance() on line 6 left its phase "
+        "(state was the same phase); a phase is single-use: use the phase that advance() "
+        "returned",
     ]
