@@ -201,7 +201,7 @@ def _mint(request: ApprovalRequest, decision: Approve) -> Approval:
     )
 
 
-def _approval_document(approval: Approval) -> dict[str, Any]:
+def _approval_document(approval: Approval) -> dict[str, Any]:  # pyright: ignore[reportUnusedFunction]
     """What a checkpoint keeps of ``approval`` (plain JSON values)."""
     return {
         "id": approval.id,
@@ -215,7 +215,9 @@ def _approval_document(approval: Approval) -> dict[str, Any]:
     }
 
 
-def _restored_approval(document: Mapping[str, Any], *, run_id: str, call_id: str) -> Approval:
+def _restored_approval(  # pyright: ignore[reportUnusedFunction]
+    document: Mapping[str, Any], *, run_id: str, call_id: str
+) -> Approval:
     """An approval read back from a checkpoint of the library's own store.
 
     A checkpoint written before approvals were bound to runs and calls (it has only
@@ -471,7 +473,7 @@ def load_decision(document: Mapping[str, Any], *, run_id: str | None = None) -> 
     )
 
 
-def _submitted(run_id: str, document: Mapping[str, Any]) -> dict[str, Any]:
+def _submitted(run_id: str, document: Mapping[str, Any]) -> dict[str, Any]:  # pyright: ignore[reportUnusedFunction]
     """``document`` as the store keeps it for run ``run_id``: a denial, or a yes that
     names this run and the call it answers. Anything else raises
     :class:`DecisionRefusedError` (an approval of another run is never stored)."""

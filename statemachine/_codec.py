@@ -44,7 +44,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, TypeVar
 
 import attrs
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -68,6 +68,8 @@ from ._phases import _UNSAVED, Agent, Done, Failed, Phase, _Ticket
 from ._tools import ApprovedCall, ReadCall, ReadTool, WriteCall, WriteTool, _approve
 
 __all__ = ["DOCUMENT_VERSION", "dump_phase", "load_phase"]
+
+C = TypeVar("C")
 
 DOCUMENT_VERSION: Final = 1
 
@@ -467,9 +469,9 @@ def _dump_parsed(parsed: Parsed[Any]) -> dict[str, Any]:
 def load_phase(
     document: Mapping[str, Any],
     *,
-    agents: Mapping[str, Agent[Any]],
+    agents: Mapping[str, Agent[C]],
     run_id: str | None = None,
-) -> Phase[Any]:
+) -> Phase[C]:
     """The phase ``document`` describes, for the agent it names among ``agents``.
 
     Raises :class:`CheckpointMismatchError` when the document does not fit (another
@@ -509,7 +511,10 @@ def load_phase(
     fields = document.get("fields")
     if not isinstance(fields, dict):
         loader.corrupt("the document has no fields object")
-    return loader.build(cls, agent, fields)
+    # The phase holds one of ``agents``, so its context type is theirs; the context class
+    # itself was checked against the document's named class as it was rebuilt.
+    built: Phase[C] = loader.build(cls, agent, fields)
+    return built
 
 
 class _Loader:

@@ -227,11 +227,13 @@ class _Ticket:
     ``"restore"``, ``"hand"``), which the runner reads to check what ``advance`` returned.
     """
 
-    __slots__ = ("__weakref__", "holder", "left_by", "origin", "parent", "via")
+    __slots__ = ("__weakref__", "copied", "holder", "left_by", "origin", "parent", "via")
 
     def __init__(self, parent: _Ticket | None, via: str) -> None:
         self.holder: weakref.ref[Phase[Any]] | None = None
         self.left_by: str | None = None
+        # Whether the transition that left it (advance) was carried on by a copy already.
+        self.copied = False
         self.parent = parent
         self.via = via
         self.origin: str = via if parent is None else parent.origin
@@ -350,8 +352,8 @@ class Phase(Generic[C]):
         ticket = _own_ticket(self, "copy")
         if ticket.left_by is None:
             ticket.left_by = "copy"
-        elif ticket.left_by == "advance":
-            ticket.left_by = "advance (carried on by a copy)"
+        elif ticket.left_by == "advance" and not ticket.copied:
+            ticket.copied = True
         else:
             raise PhaseReusedError(self.kind, "copy", ticket.left_by)
         changes["ticket"] = _Ticket(ticket, "copy")

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from datetime import date, timedelta
 from decimal import Decimal
 from functools import cache, partial
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, final
 
 import anyio
 import attrs
@@ -558,8 +558,7 @@ class Runner(Generic[C]):
         decision: Approve | Denial | None,
     ) -> RunResult[C]:
         seq, document = await checkpointer.load(run_id)
-        loaded = load_phase(document, agents={self._agent.name: self._agent}, run_id=run_id)
-        state = cast("Phase[C]", loaded)
+        state = load_phase(document, agents={self._agent.name: self._agent}, run_id=run_id)
         gate: ApprovalGate | None = None
         if decision is None and isinstance(state, AwaitApproval):
             submitted = await checkpointer.decision(run_id)

@@ -21,7 +21,6 @@ from agents.research import _scenarios as research
 from agents.travel import _scenarios as travel
 from statemachine import (
     Agent,
-    Approval,
     AwaitApproval,
     CheckpointCorruptError,
     CheckpointError,
@@ -52,6 +51,7 @@ from statemachine import (
     write_tool,
 )
 from statemachine._tools import _approve
+from statemachine.testing import hand_approval, hand_built
 
 NOON = datetime(2026, 1, 1, 12, tzinfo=UTC)
 KINDS = {
@@ -177,7 +177,8 @@ FLIGHT = {"flight": "TP1351", "price": Decimal("800.00")}
 
 def approved_call() -> Any:
     call = book.call(FLIGHT)
-    return _approve(call, Approval.of(call, by="ada@example.com", at=NOON))
+    waiting = hand_built(AwaitApproval, agent=AGENT, ctx=TRIP, call=call, call_id="call-1")
+    return _approve(call, hand_approval(waiting, by="ada@example.com", at=NOON))
 
 
 def constructed() -> list[Phase[Any]]:
@@ -188,27 +189,31 @@ def constructed() -> list[Phase[Any]]:
     assert isinstance(parsed, Parsed)
     loop = LoopState().record(AGENT.governor.action(book.call(FLIGHT), dumps(FLIGHT), "call-1"))
     return [
-        Idle(agent=AGENT, ctx=None, input="Book me a flight"),
-        Planning(**base, invalid_streak=2, loop=loop),
-        AwaitApproval(**base, call=book.call(FLIGHT), call_id="call-1"),
-        ToolCalling(**base, call=approved_call(), call_id="call-1", attempt=2),
-        ToolCalling(**base, call=weather.call({"city": "Lisbon"}), call_id="call-2"),
-        Observing(
+        hand_built(Idle, agent=AGENT, ctx=None, input="Book me a flight"),
+        hand_built(Planning, **base, invalid_streak=2, loop=loop),
+        hand_built(AwaitApproval, **base, call=book.call(FLIGHT), call_id="call-1"),
+        hand_built(ToolCalling, **base, call=approved_call(), call_id="call-1", attempt=2),
+        hand_built(ToolCalling, **base, call=weather.call({"city": "Lisbon"}), call_id="call-2"),
+        hand_built(
+            Observing,
             **base,
             call=approved_call(),
             call_id="call-1",
             output=Receipt(reference="TRV-1", charged=Decimal("800.00")),
         ),
-        Observing(
+        hand_built(
+            Observing,
             **base,
             call=weather.call({"city": "Lisbon"}),
             call_id="call-2",
             output={"$decimal": "not mine", "amounts": [Decimal("8E+2"), Decimal("-0"), 0.1]},
         ),
-        Retrying(**base, call=approved_call(), call_id="call-1", attempt=1, error="503"),
-        Responding(**base, text="Booked.", verified=parsed),
-        Done(**base, answer="Booked.", verified=parsed, answer_sha256=parsed.sha256),
-        Failed(**base, reason="budget", from_phase="ToolCalling", partial="half"),
+        hand_built(
+            Retrying, **base, call=approved_call(), call_id="call-1", attempt=1, error="503"
+        ),
+        hand_built(Responding, **base, text="Booked.", verified=parsed),
+        hand_built(Done, **base, answer="Booked.", verified=parsed, answer_sha256=parsed.sha256),
+        hand_built(Failed, **base, reason="budget", from_phase="ToolCalling", partial="half"),
     ]
 
 
@@ -280,7 +285,7 @@ def test_the_document_is_json_values_with_the_documented_header() -> None:
 @pytest.mark.anyio
 async def test_a_restored_phase_goes_on_running() -> None:
     """The single-use cell of the restored phase is fresh: it can take its transition."""
-    idle = Idle(agent=AGENT, ctx=TRIP, input="hello")
+    idle = hand_built(Idle, agent=AGENT, ctx=TRIP, input="hello")
     idle.receive("hello")
     restored = round_trip(idle)
     assert isinstance(restored, Idle)
@@ -298,8 +303,8 @@ def test_any_decimal_in_money_args_and_spend_round_trips_exactly(
 ) -> None:
     """Arbitrary finite amounts keep sign, digits and exponent in the call and the spend."""
     call = book.call({"flight": "X1", "price": price})
-    phase = AwaitApproval(
-        agent=AGENT, ctx=None, call=call, call_id="call-1", spent=Spend(cost=cost)
+    phase = hand_built(
+        AwaitApproval, agent=AGENT, ctx=None, call=call, call_id="call-1", spent=Spend(cost=cost)
     )
     restored = round_trip(phase)
     assert isinstance(restored, AwaitApproval)
@@ -483,7 +488,7 @@ def test_a_field_the_class_does_not_have_is_refused() -> None:
 
 def test_a_context_of_another_type_is_refused_when_dumped() -> None:
     """Only pydantic, attrs and None contexts can be checkpointed; the error says so."""
-    phase = Idle(agent=AGENT, ctx={"traveller": "Ada"}, input="hi")
+    phase = hand_built(Idle, agent=AGENT, ctx={"traveller": "Ada"}, input="hi")
     with pytest.raises(
         SetupError,
         match=exactly(
@@ -501,13 +506,18 @@ def test_a_context_class_defined_in_a_function_is_refused_when_dumped() -> None:
         name: str
 
     with pytest.raises(SetupError, match=r"Define the class at module level$"):
-        dump_phase(Idle(agent=AGENT, ctx=Local(name="x"), input="hi"))
+        dump_phase(hand_built(Idle, agent=AGENT, ctx=Local(name="x"), input="hi"))
 
 
 def test_an_output_that_would_not_come_back_equal_is_refused_when_dumped() -> None:
     """A set is not JSON: the output would come back as a list, so it is refused."""
-    phase = Observing(
-        agent=AGENT, ctx=None, call=weather.call({"city": "x"}), call_id="c", output={1, 2}
+    phase = hand_built(
+        Observing,
+        agent=AGENT,
+        ctx=None,
+        call=weather.call({"city": "x"}),
+        call_id="c",
+        output={1, 2},
     )
     with pytest.raises(SetupError, match="a tool output of type set cannot be checkpointed"):
         dump_phase(phase)

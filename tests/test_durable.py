@@ -14,8 +14,8 @@ from support import CityArgs, FakeClock
 
 from statemachine import (
     Agent,
-    Approval,
     ApprovalRequest,
+    Approve,
     AwaitApproval,
     Budget,
     CheckpointCipher,
@@ -226,7 +226,7 @@ class LaterGate:
     def __init__(self) -> None:
         self.requests: list[ApprovalRequest] = []
 
-    async def decide(self, request: ApprovalRequest) -> Approval | Denial | Pending:
+    async def decide(self, request: ApprovalRequest) -> Approve | Denial | Pending:
         self.requests.append(request)
         return Pending(reason="sent to the refunds desk")
 
@@ -270,7 +270,7 @@ async def test_a_run_waiting_for_approval_stops_and_resumes_with_the_persons_dec
     assert record.waiting_for == "approval of refund"
     assert payments.paid == []
     waiting = result.final
-    approval = Approval.of(waiting.call, by="ana@shop.example")
+    approval = Approve.of(waiting.request("run-7"), by="ana@shop.example")
     again = Runner(
         payments.agent, model=ScriptedModel(REFUND[1:]), gate=LaterGate(), checkpointer=store
     )

@@ -53,7 +53,7 @@ from statemachine import (
     write_tool,
 )
 from statemachine._model import _trusted
-from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
+from statemachine.testing import AutoDenyGate, ScriptedModel, hand_built, reply, tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -75,9 +75,14 @@ async def store(args: KeyArgs) -> str:
 
 
 def _fields(phase: Phase[Any]) -> dict[str, Any]:
-    """Every slot of ``phase``, the single-use cell included, and its class."""
+    """Every field of ``phase`` and its class; for the seal, whether it is a fresh
+    ticket bound to this very phase (each phase has a ticket of its own)."""
     values: dict[str, Any] = {"class": type(phase)}
     for field in attrs.fields(type(phase)):
+        if field.name == "_ticket":
+            ticket = phase._ticket
+            values[field.name] = (ticket.holder() is phase, ticket.left_by)
+            continue
         values[field.name] = getattr(phase, field.name)
     return values
 
@@ -96,6 +101,7 @@ def _long_way(leaving: Phase[Any], cls: type[Any], **changes: Any) -> Any:
         spent=leaving.spent,
         step=leaving.step + 1,
         loop=leaving.loop,
+        ticket=_phases._Ticket(None, "hand"),
         **changes,
     )
 
@@ -133,18 +139,19 @@ def test_next_builds_every_library_phase_as_its_init_does() -> None:
 
 
 def test_copy_is_attrs_evolve() -> None:
-    planning = _planning()
+    planning, again = _planning(), _planning()
     call = planning.agent.tools.call("lookup", {"key": "k"})
     calling = planning._next(ToolCalling, call=call, call_id="call-1", attempt=2)
-    calling._leave("test")
+    calling._leave("advance")  # a copy carries on the advance that left it
     cases: list[tuple[Phase[Any], dict[str, Any]]] = [
         (planning, {}),
-        (planning, {"loop": planning.loop._evolve(paused="x")}),
+        (again, {"loop": again.loop._evolve(paused="x")}),
         (calling, {"spent": calling.spent.add(tool_calls=1)}),
     ]
     for phase, changes in cases:
         copied = phase._copy(**changes)
-        assert _fields(copied) == _fields(attrs.evolve(phase, **changes))
+        evolved = attrs.evolve(phase, ticket=_phases._Ticket(None, "hand"), **changes)
+        assert _fields(copied) == _fields(evolved)
         assert not copied.left
     assert _phases._COPIERS[Planning] is not _phases._by_init
 
@@ -506,13 +513,13 @@ def test_a_transcript_grows_as_unpacking_it_would_make_it() -> None:
     hello = Message(role="user", content="hi")
     seeds: list[Any] = [(first,), [first], Log((first, hello))]
     for seed in seeds:
-        idle = Idle[None](agent=agent, ctx=None, transcript=seed)
+        idle = hand_built(Idle[None], agent=agent, ctx=None, transcript=seed)
         planning = idle.receive("hi")
         assert type(planning.transcript) is tuple
         assert planning.transcript == (*seed, hello)
         system = Message(role="system", content="Be brief.")
         assert planning._next(Planning).messages() == (system, *planning.transcript)
-        shown = Planning[None](agent=agent, ctx=None, transcript=seed).messages()
+        shown = hand_built(Planning[None], agent=agent, ctx=None, transcript=seed).messages()
         assert type(shown) is tuple
         assert shown == (system, *seed)
     planning = agent.start(None, "hi").receive("hi")

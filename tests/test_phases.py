@@ -19,8 +19,9 @@ from support import CityArgs, FlightArgs, exactly
 
 from statemachine import (
     Agent,
-    Approval,
     ApprovalMismatchError,
+    ApprovalRequest,
+    Approve,
     ApprovedCall,
     AwaitApproval,
     Budget,
@@ -54,6 +55,8 @@ from statemachine.testing import (
     AutoDenyGate,
     ScriptedGate,
     ScriptedModel,
+    hand_approval,
+    hand_built,
     reply,
     tool_call,
 )
@@ -156,22 +159,27 @@ class AsyncNoSleep:
 def planning(agent: Agent[Any], **fields: Any) -> Planning[Any]:
     """A Planning phase of ``agent`` with the customer's question in its transcript."""
     transcript = (Message(role="user", content="Weather in Oslo?"),)
-    return agent.phases.planning(agent=agent, ctx=None, transcript=transcript, **fields)
+    return hand_built(agent.phases.planning, agent=agent, ctx=None, transcript=transcript, **fields)
 
 
 def awaiting(agent: Agent[Any], call: WriteCall, **fields: Any) -> AwaitApproval[Any]:
     """An AwaitApproval phase holding ``call``."""
-    return agent.phases.await_approval(agent=agent, ctx=None, call=call, call_id="call-1", **fields)
+    return hand_built(
+        agent.phases.await_approval, agent=agent, ctx=None, call=call, call_id="call-1", **fields
+    )
 
 
 def calling(agent: Agent[Any], call: Any, **fields: Any) -> ToolCalling[Any]:
     """A ToolCalling phase holding ``call``."""
-    return agent.phases.tool_calling(agent=agent, ctx=None, call=call, call_id="call-1", **fields)
+    return hand_built(
+        agent.phases.tool_calling, agent=agent, ctx=None, call=call, call_id="call-1", **fields
+    )
 
 
 def approved(agent: Agent[Any], call: WriteCall, **fields: Any) -> ToolCalling[Any]:
     """The ToolCalling phase an approval of ``call`` leads to."""
-    return awaiting(agent, call, **fields).approve(Approval.of(call, by="ana", at=NOON))
+    waiting = awaiting(agent, call, **fields)
+    return waiting.approve(hand_approval(waiting, by="ana", at=NOON))
 
 
 # --- the graph --------------------------------------------------------------------------
@@ -315,8 +323,9 @@ def test_approve_returns_tool_calling_with_the_call_bound_to_its_approval() -> N
     agent = Agent[None](name="a", tools=[book_tool(calls)])
     call = agent.tools.call("book", {"flight": "SK1", "price": "899.90"})
     assert isinstance(call, WriteCall)
-    approval = Approval.of(call, by="ana", at=NOON)
-    nxt = awaiting(agent, call).approve(approval)
+    waiting = awaiting(agent, call)
+    approval = hand_approval(waiting, by="ana", at=NOON)
+    nxt = waiting.approve(approval)
     assert isinstance(nxt, ToolCalling)
     assert isinstance(nxt.call, ApprovedCall)
     assert nxt.call.call is call
@@ -348,7 +357,7 @@ def test_an_approval_for_another_call_is_refused(other: str) -> None:
         f"{call.key}. Ask the approver to approve this exact call."
     )
     with pytest.raises(ApprovalMismatchError, match=exactly(message)) as caught:
-        phase.approve(Approval.of(approved_call, by="mallory", at=NOON))
+        phase.approve(hand_approval(awaiting(agent, approved_call), by="mallory", at=NOON))
     assert (caught.value.approved, caught.value.presented) == (approved_call.key, call.key)
     assert phase.left is False
     assert calls.started == []
@@ -360,11 +369,12 @@ async def test_a_gate_approving_another_call_sends_the_run_back_to_planning() ->
     agent = Agent[None](name="a", tools=[book_tool(calls)])
     call = agent.tools.call("book", {"flight": "SK1", "price": "899.90"})
     other = agent.tools.call("book", {"flight": "SK1", "price": "8999.00"})
-    gate = ScriptedGate([Approval.of(other, by="mallory", at=NOON)])
+    asked = ApprovalRequest.for_call(other, run_id="r1", agent="a", call_id="call-1")
+    gate = ScriptedGate([Approve.of(asked, by="mallory", at=NOON)])
     model = ScriptedModel(
         [tool_call("book", {"flight": "SK1", "price": Decimal("899.90")}), reply("Not booked.")]
     )
-    result = await Runner(agent, model=model, gate=gate).run(None, "Book SK1")
+    result = await Runner(agent, model=model, gate=gate).run(None, "Book SK1", run_id="r1")
     assert result.history == (
         "Idle",
         "Planning",
@@ -379,8 +389,9 @@ async def test_a_gate_approving_another_call_sends_the_run_back_to_planning() ->
         role="tool",
         content=(
             f"Not approved: {call.describe()} was not run and nothing was charged. "
-            f"Reason: the approval given was for another call ({other.key}), so this call "
-            "stays unapproved. Do not call it again unless the customer asks anew."
+            "Reason: the approval given was for another call (it was given for arguments "
+            f"hash {other.args_hash!r}, and the request is for {call.args_hash!r}), so this "
+            "call stays unapproved. Do not call it again unless the customer asks anew."
         ),
         tool_call_id="call-1",
         name="book",
@@ -500,8 +511,13 @@ def test_observing_shows_the_model_the_output_with_exact_numbers() -> None:
     """observe() adds the output as JSON, a Decimal written as the same JSON number."""
     agent = Agent[None](name="a", tools=[weather_tool(Calls())])
     call = agent.tools.call("weather", {"city": "Oslo"})
-    phase = agent.phases.observing(
-        agent=agent, ctx=None, call=call, call_id="call-3", output={"price": Decimal("137.30")}
+    phase = hand_built(
+        agent.phases.observing,
+        agent=agent,
+        ctx=None,
+        call=call,
+        call_id="call-3",
+        output={"price": Decimal("137.30")},
     )
     nxt = phase.observe()
     assert nxt.transcript[-1] == Message(
@@ -515,8 +531,13 @@ def test_the_messages_of_a_tool_call_are_the_models_pydantic_would_make() -> Non
     agent = Agent[None](name="a", tools=[weather_tool(Calls())])
     call = agent.tools.call("weather", {"city": "Oslo"})
     nxt = planning(agent).call_tool(call)
-    observed = agent.phases.observing(
-        agent=agent, ctx=None, call=call, call_id=nxt.call_id, output={"sky": "sunny"}
+    observed = hand_built(
+        agent.phases.observing,
+        agent=agent,
+        ctx=None,
+        call=call,
+        call_id=nxt.call_id,
+        output={"sky": "sunny"},
     ).observe()
     asked, told = nxt.transcript[-1], observed.transcript[-1]
     request = ToolRequest(name="weather", arguments='{"city":"Oslo"}', id=nxt.call_id)
@@ -643,8 +664,14 @@ async def test_retrying_waits_the_policy_delay_then_calls_again(recording_sleep:
     policy = RetryPolicy(max_attempts=3, base_delay=0.5, multiplier=3.0, jitter=0.0)
     agent = Agent[None](name="a", tools=[weather_tool(Calls())], retry=policy)
     call = agent.tools.call("weather", {"city": "Oslo"})
-    phase = agent.phases.retrying(
-        agent=agent, ctx=None, call=call, call_id="call-1", attempt=2, error="timed out"
+    phase = hand_built(
+        agent.phases.retrying,
+        agent=agent,
+        ctx=None,
+        call=call,
+        call_id="call-1",
+        attempt=2,
+        error="timed out",
     )
     nxt = await phase.retry(runtime(sleep=recording_sleep))
     assert isinstance(nxt, ToolCalling)
@@ -657,8 +684,14 @@ async def test_retrying_fails_once_the_attempts_are_used(recording_sleep: Any) -
     """At the cap, Retrying's only way is Failed, naming the attempts and the last error."""
     agent = Agent[None](name="a", tools=[weather_tool(Calls())], retry=RetryPolicy(max_attempts=3))
     call = agent.tools.call("weather", {"city": "Oslo"})
-    phase = agent.phases.retrying(
-        agent=agent, ctx=None, call=call, call_id="call-1", attempt=3, error="ToolError: 503"
+    phase = hand_built(
+        agent.phases.retrying,
+        agent=agent,
+        ctx=None,
+        call=call,
+        call_id="call-1",
+        attempt=3,
+        error="ToolError: 503",
     )
     nxt = await phase.retry(runtime(sleep=recording_sleep))
     assert isinstance(nxt, Failed)
@@ -677,8 +710,14 @@ async def test_retrying_fails_when_the_backoff_would_outlast_the_wall_clock(
     call = agent.tools.call("weather", {"city": "Oslo"})
     rt = runtime(clock=fake_clock, sleep=recording_sleep)
     fake_clock.advance(55.0)
-    phase = agent.phases.retrying(
-        agent=agent, ctx=None, call=call, call_id="call-1", attempt=1, error="timed out"
+    phase = hand_built(
+        agent.phases.retrying,
+        agent=agent,
+        ctx=None,
+        call=call,
+        call_id="call-1",
+        attempt=1,
+        error="timed out",
     )
     nxt = await phase.retry(rt)
     assert isinstance(nxt, Failed)

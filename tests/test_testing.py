@@ -9,9 +9,9 @@ import pytest
 from support import FlightArgs, exactly
 
 from statemachine import (
-    Approve,
     ApprovalGate,
     ApprovalRequest,
+    Approve,
     Denial,
     Model,
     ModelRequest,

@@ -14,8 +14,9 @@ from pydantic import BaseModel
 from support import CityArgs, exactly
 
 from statemachine import (
-    Approval,
+    Agent,
     ApprovedCall,
+    AwaitApproval,
     BadArgumentsError,
     InvalidCall,
     Money,
@@ -32,6 +33,7 @@ from statemachine import (
     read_tool,
     write_tool,
 )
+from statemachine.testing import hand_approval, hand_built
 
 
 class QuoteArgs(BaseModel):
@@ -492,7 +494,9 @@ def test_one_call_has_one_key_whether_routed_or_built_in_code(tools: Tools) -> N
 def test_approved_call_has_no_public_constructor(tools: Tools) -> None:
     """Only AwaitApproval.approve makes an ApprovedCall; constructing one directly fails."""
     call = tools.refund.call({"order": "A-1", "amount": 5})
-    approval = Approval.of(call, by="ana", at=datetime(2026, 1, 1, tzinfo=UTC))
+    agent = Agent[None](name="a", tools=[tools.refund])
+    waiting = hand_built(AwaitApproval[None], agent=agent, ctx=None, call=call, call_id="c")
+    approval = hand_approval(waiting, by="ana", at=datetime(2026, 1, 1, tzinfo=UTC))
     message = (
         "ApprovedCall has no public constructor; a write call is approved by "
         "AwaitApproval.approve(approval)"
@@ -506,7 +510,9 @@ def test_approved_call_has_no_public_constructor(tools: Tools) -> None:
 def test_approved_call_refuses_a_forged_token(tools: Tools) -> None:
     """Guessing the private keyword does not help: any token but the library's is refused."""
     call = tools.refund.call({"order": "A-1", "amount": 5})
-    approval = Approval.of(call, by="ana", at=datetime(2026, 1, 1, tzinfo=UTC))
+    agent = Agent[None](name="a", tools=[tools.refund])
+    waiting = hand_built(AwaitApproval[None], agent=agent, ctx=None, call=call, call_id="c")
+    approval = hand_approval(waiting, by="ana", at=datetime(2026, 1, 1, tzinfo=UTC))
     message = (
         "ApprovedCall has no public constructor; a write call is approved by "
         "AwaitApproval.approve(approval)"

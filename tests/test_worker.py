@@ -34,7 +34,7 @@ from agents.support import (
     worker_runner,
 )
 from statemachine import (
-    Approval,
+    Approve,
     Checkpointer,
     ConfigError,
     Denial,
@@ -85,11 +85,13 @@ async def approval_for(store: Checkpointer, run_id: str, *, by: str) -> dict[str
     """A person's approval of the exact call the run waits on, read from its checkpoint."""
     _, document = await store.load(run_id)
     call = document["fields"]["call"]
-    approval = Approval(
+    approval = Approve(
+        by=by,
+        at=(await store.record(run_id)).updated_at,
+        run_id=run_id,
+        call_id=document["fields"]["call_id"],
         tool=call["tool"],
         args_hash=call["args_hash"],
-        approved_by=by,
-        approved_at=(await store.record(run_id)).updated_at,
     )
     return dump_decision(approval)
 

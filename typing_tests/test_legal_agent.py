@@ -146,7 +146,10 @@ async def approve_then_run(
     waiting: AwaitApproval[ShopCtx], rt: Runtime
 ) -> Planning[ShopCtx] | Retrying[ShopCtx] | Failed[ShopCtx]:
     """Approve the exact call, run it, and narrow what came of it."""
-    running = waiting.approve(Approval.of(waiting.call, by="ops@shop.example"))
+    decision = await rt.decide(waiting.request(rt.run_id))
+    if not isinstance(decision, Approval):
+        return waiting.deny("not approved")
+    running = waiting.approve(decision)
     after = await running.execute(rt)
     match after:
         case Observing():

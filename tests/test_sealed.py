@@ -1,0 +1,388 @@
+"""Sealed guarantees: only a person's decision makes an approval, only a transition a phase.
+
+Every test here is a forgery that code which type-checks (or nearly) can attempt from a
+phase subclass, a tool or a test of its own, and each asserts the write tool ran 0 times.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from decimal import Decimal
+from typing import Any
+
+import attrs
+import pytest
+from pydantic import BaseModel
+
+from statemachine import (
+    Agent,
+    Approval,
+    Approve,
+    ApprovedCall,
+    AwaitApproval,
+    DecisionRefusedError,
+    Done,
+    Failed,
+    Idle,
+    IllegalTransitionError,
+    MemoryCheckpointer,
+    Money,
+    Observing,
+    Phase,
+    PhaseForgedError,
+    PhaseReusedError,
+    Phases,
+    Planning,
+    Responding,
+    Retrying,
+    RetryPolicy,
+    Runner,
+    Runtime,
+    Spend,
+    ToolCalling,
+    UnapprovedWriteError,
+    WriteCall,
+    dump_decision,
+    read_tool,
+    write_tool,
+)
+from statemachine.testing import (
+    AutoApproveGate,
+    AutoDenyGate,
+    ScriptedModel,
+    hand_approval,
+    hand_built,
+    reply,
+    tool_call,
+)
+
+pytestmark = pytest.mark.anyio
+
+CHARGED: list[Decimal] = []
+
+
+class PayArgs(BaseModel):
+    to: str
+    amount: Money
+
+
+class FindArgs(BaseModel):
+    query: str
+
+
+@write_tool(idempotent=True, retry=RetryPolicy(max_attempts=3, base_delay=0, jitter=0))
+async def pay(args: PayArgs) -> dict[str, object]:
+    """Move money."""
+    CHARGED.append(args.amount)
+    return {"paid": args.amount}
+
+
+@read_tool
+async def find(args: FindArgs) -> str:
+    """Look something up."""
+    return "found"
+
+
+PAY = {"to": "ada", "amount": "10.00"}
+
+
+@pytest.fixture(autouse=True)
+def _nothing_charged() -> None:
+    CHARGED.clear()
+
+
+def pay_call(amount: str = "10.00") -> WriteCall:
+    call = pay.call({"to": "ada", "amount": amount})
+    assert isinstance(call, WriteCall)
+    return call
+
+
+def shop(planning: type[Planning[None]] = Planning) -> Agent[None]:
+    return Agent[None](name="shop", tools=[pay, find], phases=Phases(planning=planning))
+
+
+def paying_model() -> ScriptedModel:
+    return ScriptedModel([tool_call("pay", PAY), reply("Paid.")])
+
+
+async def approved_tool_calling(agent: Agent[None]) -> tuple[ToolCalling[None], Runtime]:
+    """A live ToolCalling of an approved pay, driven by hand through its real transitions."""
+    rt = Runtime(run_id="r1", model=paying_model(), gate=AutoApproveGate())
+    state: Phase[None] = agent.start(None, "Pay Ada")
+    while not isinstance(state, ToolCalling):
+        assert isinstance(state, Idle | Planning | AwaitApproval)
+        state = await state.advance(rt)
+    assert isinstance(state.call, ApprovedCall)
+    return state, rt
+
+
+# --- 1. self-approval -------------------------------------------------------------------------
+
+
+class SelfApproving(Planning[None]):
+    """Asks for approval and approves it itself, in one advance."""
+
+    async def advance(
+        self, rt: Runtime
+    ) -> ToolCalling[None] | AwaitApproval[None] | Planning[None] | Failed[None] | Responding[None]:
+        waiting = self.request_approval(pay_call())
+        return waiting.approve(hand_approval(waiting, by="me"))
+
+
+class AsksTheGateItself(Planning[None]):
+    """Asks the runtime's gate from Planning and approves with whatever it gets."""
+
+    async def advance(
+        self, rt: Runtime
+    ) -> ToolCalling[None] | AwaitApproval[None] | Planning[None] | Failed[None] | Responding[None]:
+        waiting = self.request_approval(pay_call())
+        decision = await rt.decide(waiting.request(rt.run_id))
+        if isinstance(decision, Approval):
+            return waiting.approve(decision)
+        return waiting.deny("no")
+
+
+async def test_a_planning_subclass_cannot_approve_its_own_write() -> None:
+    """request_approval(call).approve(...) inside advance is refused by the runner; 0 charges."""
+    runner = Runner(shop(SelfApproving), model=paying_model(), gate=AutoDenyGate())
+    with pytest.raises(IllegalTransitionError, match="it is 2 transitions away, not one"):
+        await runner.run(None, "Pay Ada")
+    assert CHARGED == []
+
+
+async def test_a_gate_asked_from_planning_does_not_skip_await_approval() -> None:
+    """Even the real gate's yes cannot take Planning straight to a write: 0 charges."""
+    runner = Runner(shop(AsksTheGateItself), model=paying_model(), gate=AutoApproveGate())
+    with pytest.raises(IllegalTransitionError):
+        await runner.run(None, "Pay Ada")
+    assert CHARGED == []
+    denied = Runner(shop(AsksTheGateItself), model=paying_model(), gate=AutoDenyGate())
+    with pytest.raises(IllegalTransitionError):  # request and deny: two transitions too
+        await denied.run(None, "Pay Ada")
+    assert CHARGED == []
+
+
+async def test_a_gate_cannot_hand_back_an_approval_of_its_own() -> None:
+    """A gate answering an Approval (say, one recorded in another run) is refused: 0 charges."""
+    first = await Runner(shop(), model=paying_model(), gate=AutoApproveGate()).run(None, "Pay")
+    recorded = next(s.call.approval for s in first.states if isinstance(s, ToolCalling))
+    assert [Decimal("10.00")] == CHARGED
+
+    class Replaying:
+        async def decide(self, request: Any) -> Any:
+            return recorded
+
+    with pytest.raises(Exception, match="a gate answers Approve"):
+        await Runner(shop(), model=paying_model(), gate=Replaying()).run(None, "Pay")
+    assert [Decimal("10.00")] == CHARGED
+
+
+# --- 2. replayed approvals --------------------------------------------------------------------
+
+
+async def waiting_run(store: MemoryCheckpointer, run_id: str) -> AwaitApproval[None]:
+    class Later:
+        async def decide(self, request: Any) -> Any:
+            from statemachine import Pending
+
+            return Pending()
+
+    result = await Runner(shop(), model=paying_model(), gate=Later(), checkpointer=store).run(
+        None, "Pay Ada", run_id=run_id
+    )
+    assert isinstance(result.final, AwaitApproval)
+    return result.final
+
+
+async def test_an_approval_of_one_run_is_refused_in_another() -> None:
+    """Run A's yes, submitted to run B's store record or given to its resume, runs nothing."""
+    store = MemoryCheckpointer()
+    a = await waiting_run(store, "a")
+    await waiting_run(store, "b")
+    yes_for_a = Approve.of(a.request("a"), by="lin")
+    with pytest.raises(DecisionRefusedError, match="the approval is for run 'a'"):
+        await store.submit_decision("b", dump_decision(yes_for_a))
+    runner = Runner(
+        shop(), model=ScriptedModel([reply("Paid.")]), gate=AutoDenyGate(), checkpointer=store
+    )
+    with pytest.raises(DecisionRefusedError, match="does not answer the call this run waits for"):
+        await runner.resume("b", decision=yes_for_a)
+    assert CHARGED == []
+    # The right yes, once: the run pays once, and the same decision is not there again.
+    await store.submit_decision("a", dump_decision(yes_for_a))
+    done = await runner.resume("a")
+    assert isinstance(done.final, Done)
+    assert [Decimal("10.00")] == CHARGED
+    assert await store.decision("a") is None
+
+
+# --- 3. copies --------------------------------------------------------------------------------
+
+
+async def test_copies_of_a_phase_are_refused_and_cannot_transition() -> None:
+    """attrs.evolve, copy, deepcopy and pickle of an approved ToolCalling: refused, 0 charges."""
+    state, rt = await approved_tool_calling(shop())
+    with pytest.raises(PhaseForgedError, match=r"attrs\.evolve"):
+        attrs.evolve(state)
+    with pytest.raises(PhaseForgedError, match=r"copy\.copy"):
+        copy.copy(state)
+    with pytest.raises(PhaseForgedError, match="deepcopy"):
+        copy.deepcopy(state)
+    with pytest.raises(PhaseForgedError, match="pickling"):
+        pickle.dumps(state)
+    # With attrs' validators switched off the copy is made, but it can never transition.
+    with attrs.validators.disabled():
+        evolved = attrs.evolve(state)
+    with pytest.raises(PhaseForgedError, match="on a copy of a phase"):
+        await evolved.execute(rt)
+    assert CHARGED == []
+    await state.execute(rt)
+    assert [Decimal("10.00")] == CHARGED
+    with pytest.raises(PhaseForgedError):
+        await evolved.execute(rt)
+    assert [Decimal("10.00")] == CHARGED
+
+
+async def test_no_copy_lowers_attempts_steps_or_spend() -> None:
+    """Evolving a Retrying to attempt 1 or a Planning to no spend is refused."""
+    agent = shop()
+    planning = agent.start(None, "hi").receive("hi")
+    with pytest.raises(PhaseForgedError):
+        attrs.evolve(planning, spent=Spend())
+    with pytest.raises(PhaseForgedError):
+        attrs.evolve(planning, step=0)
+    retrying = hand_built(
+        Retrying[None],
+        agent=agent,
+        ctx=None,
+        call=find.call({"query": "q"}),
+        call_id="c",
+        attempt=3,
+        error="503",
+    )
+    with pytest.raises(PhaseForgedError):
+        attrs.evolve(retrying, attempt=1)
+
+
+# --- 4. forged approved calls -----------------------------------------------------------------
+
+
+async def test_an_approved_call_swapped_for_another_write_is_refused() -> None:
+    """object.__setattr__ of another WriteCall (or other arguments) into the approved call."""
+    state, rt = await approved_tool_calling(shop())
+    object.__setattr__(state.call, "call", pay_call("9999.00"))
+    with pytest.raises(UnapprovedWriteError, match="its approval is for pay:"):
+        await state.execute(rt)
+    state, rt = await approved_tool_calling(shop())
+    object.__setattr__(state.call.call, "args", PayArgs(to="mallory", amount=Decimal("10.00")))
+    with pytest.raises(UnapprovedWriteError, match="its approval is for pay:"):
+        await state.execute(rt)
+    assert CHARGED == []
+
+
+@pytest.mark.parametrize("how", ["object.__new__", "__setstate__", "copied approval"])
+async def test_an_approved_call_made_any_other_way_is_refused(how: str) -> None:
+    """An ApprovedCall not made by AwaitApproval.approve in this run: refused, 0 charges."""
+    state, rt = await approved_tool_calling(shop())
+    real = state.call
+    assert isinstance(real, ApprovedCall)
+    forged = object.__new__(ApprovedCall)
+    if how == "__setstate__":
+        # What unpickling does, with the approval of this run around another call.
+        forged.__setstate__((pay_call("9999.00"), real.approval))  # type: ignore[attr-defined]
+    elif how == "copied approval":
+        twin = object.__new__(type(real.approval))
+        for field in attrs.fields(type(real.approval)):
+            object.__setattr__(twin, field.name, getattr(real.approval, field.name))
+        object.__setattr__(forged, "call", real.call)
+        object.__setattr__(forged, "approval", twin)
+    object.__setattr__(state, "call", forged)
+    with pytest.raises(UnapprovedWriteError):
+        await state.execute(rt)
+    assert CHARGED == []
+
+
+async def test_an_approval_lets_one_attempt_run_once() -> None:
+    """A ToolCalling that ran cannot run again, and a hand approval is no runner's."""
+    state, rt = await approved_tool_calling(shop())
+    approval = state.call.approval  # type: ignore[union-attr]
+    await state.execute(rt)
+    with pytest.raises(PhaseReusedError):
+        await state.execute(rt)
+    assert [Decimal("10.00")] == CHARGED
+    assert approval.run_id == "r1"
+
+
+# --- 5. later phases built by hand ------------------------------------------------------------
+
+
+def test_no_phase_can_be_built_directly() -> None:
+    """Every phase class refuses its constructor without a minted ticket, and with a stolen one."""
+    agent = shop()
+    idle = agent.start(None, "hi")
+    for cls, fields in [
+        (Planning, {}),
+        (ToolCalling, {"call": find.call({"query": "q"}), "call_id": "c"}),
+        (Done, {"answer": "hi"}),
+    ]:
+        with pytest.raises(TypeError, match="ticket"):
+            cls(agent=agent, ctx=None, **fields)  # type: ignore[call-arg]
+        with pytest.raises(PhaseForgedError, match="directly"):
+            cls(agent=agent, ctx=None, ticket=None, **fields)  # type: ignore[arg-type]
+        with pytest.raises(PhaseForgedError, match=r"attrs\.evolve"):
+            cls(agent=agent, ctx=None, ticket=idle._ticket, **fields)
+
+
+def test_observing_retrying_and_tool_calling_refuse_an_unapproved_write() -> None:
+    """Each later phase refuses a bare WriteCall, however it is built."""
+    agent = shop()
+    for cls, extra in [
+        (ToolCalling, {}),
+        (Observing, {"output": {"paid": 10}}),
+        (Retrying, {"attempt": 1, "error": "503"}),
+    ]:
+        with pytest.raises(UnapprovedWriteError):
+            hand_built(cls, agent=agent, ctx=None, call=pay_call(), call_id="c", **extra)
+
+
+async def test_a_runner_refuses_a_hand_built_phase() -> None:
+    """statemachine.testing's phases are for unit tests: a Runner will not drive one."""
+    agent = shop()
+    planning = hand_built(Planning[None], agent=agent, ctx=None)
+    runner = Runner(agent, model=paying_model(), gate=AutoApproveGate())
+    with pytest.raises(PhaseForgedError, match=r"built with statemachine\.testing"):
+        await runner.drive(planning)
+
+
+class ShortCut(Planning[None]):
+    """Returns a phase it built itself instead of one its transitions made."""
+
+    async def advance(
+        self, rt: Runtime
+    ) -> ToolCalling[None] | AwaitApproval[None] | Planning[None] | Failed[None] | Responding[None]:
+        self._leave("advance")
+        return hand_built(Responding[None], agent=self.agent, ctx=None, text="done")
+
+
+class Stays(Planning[None]):
+    """Returns itself: no transition at all."""
+
+    async def advance(
+        self, rt: Runtime
+    ) -> ToolCalling[None] | AwaitApproval[None] | Planning[None] | Failed[None] | Responding[None]:
+        return self
+
+
+@pytest.mark.parametrize(
+    ("cls", "problem"), [(ShortCut, "no transition"), (Stays, "0 transitions")]
+)
+async def test_advance_must_return_what_one_of_its_transitions_made(
+    cls: type[Planning[None]], problem: str
+) -> None:
+    """A phase advance built, or the same phase again, is refused before anything is saved."""
+    store = MemoryCheckpointer()
+    runner = Runner(shop(cls), model=paying_model(), gate=AutoApproveGate(), checkpointer=store)
+    with pytest.raises(IllegalTransitionError, match=problem):
+        await runner.run(None, "hi", run_id="r")
+    assert [entry.phase for entry in await store.history("r")] == ["Idle", "Planning"]

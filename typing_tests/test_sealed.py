@@ -1,0 +1,108 @@
+"""Sealed guarantees: only the runtime makes an Approval, only a transition makes a phase."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statemachine import (
+    Agent,
+    Approval,
+    ApprovalGate,
+    ApprovalRequest,
+    Approve,
+    AwaitApproval,
+    Denial,
+    Done,
+    Failed,
+    Idle,
+    Observing,
+    Pending,
+    Phase,
+    Planning,
+    Responding,
+    Retrying,
+    Runner,
+    ToolCalling,
+    WriteCall,
+    load_phase,
+)
+from statemachine.testing import ScriptedModel, hand_built
+
+from ._fixtures import LOOKUP_ARGS, Ctx, lookup
+
+
+def no_phase_is_built_directly(agent: Agent[Ctx], ctx: Ctx, write: WriteCall) -> None:
+    # Rule: every phase is made by a transition (Agent.start makes Idle); building one is
+    # a missing-argument error under both checkers, whatever the fields.
+    read = lookup.call(LOOKUP_ARGS)
+    Idle(agent=agent, ctx=ctx, input="hi")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    Planning(agent=agent, ctx=ctx)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    AwaitApproval(agent=agent, ctx=ctx, call=write, call_id="c")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    ToolCalling(agent=agent, ctx=ctx, call=read, call_id="c")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    Observing(agent=agent, ctx=ctx, call=read, call_id="c", output=1)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    Retrying(agent=agent, ctx=ctx, call=read, call_id="c", attempt=1, error="")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    Responding(agent=agent, ctx=ctx, text="hi")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    Done(agent=agent, ctx=ctx, answer="hi")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    Failed(agent=agent, ctx=ctx, reason="no")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    # Rule: nor through the agent's configured classes.
+    agent.phases.planning(agent=agent, ctx=ctx)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+
+
+class MyPlanning(Planning[Ctx]):
+    """A user's subclass: a field with a default still works, and so does its advance."""
+
+    note: str = ""
+
+    def shortcut(self) -> Done[Ctx]:
+        # Rule: a subclass method cannot add a Planning -> Done edge by building a Done.
+        return Done[Ctx](agent=self.agent, ctx=self.ctx, answer="x")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+
+
+def only_the_runtime_makes_an_approval(request: ApprovalRequest) -> None:
+    # Rule: Approval has no public constructor, and no Approval.of.
+    Approval(  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+        id="x",
+        run_id="r",
+        call_id="c",
+        tool="t",
+        args_hash="h",
+        approved_by="me",
+        approved_at=None,  # type: ignore[arg-type]
+        note="",
+    )
+    Approval.of(request, by="me")  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+    # A person's yes is an Approve: legal, and not an Approval.
+    yes = Approve.of(request, by="lin")
+    _approval: Approval = yes  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
+
+
+class MintingGate:
+    """A gate that answers with an Approval: not a gate."""
+
+    async def decide(self, request: ApprovalRequest) -> Approval | Denial | Pending:
+        raise NotImplementedError
+
+
+class DecidingGate:
+    """A gate answers a decision: Approve, Denial or Pending."""
+
+    async def decide(self, request: ApprovalRequest) -> Approve | Denial | Pending:
+        return Approve(by="lin")
+
+
+def gates_return_decisions(agent: Agent[Ctx]) -> None:
+    Runner(agent, model=ScriptedModel([]), gate=MintingGate())  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    _gate: ApprovalGate = DecidingGate()
+    Runner(agent, model=ScriptedModel([]), gate=DecidingGate())
+
+
+def load_phase_keeps_the_context_type(document: dict[str, Any], agent: Agent[Ctx]) -> None:
+    restored: Phase[Ctx] = load_phase(document, agents={"a": agent})
+    # Rule: a phase of one context type does not become another's.
+    _wrong: Phase[int] = load_phase(document, agents={"a": agent})  # type: ignore[dict-item]  # pyright: ignore[reportAssignmentType]
+    del restored
+
+
+def hand_built_is_typed(agent: Agent[Ctx], ctx: Ctx) -> Planning[Ctx]:
+    """statemachine.testing.hand_built, for unit tests: the class it is given."""
+    return hand_built(Planning[Ctx], agent=agent, ctx=ctx)
