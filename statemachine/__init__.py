@@ -92,6 +92,7 @@ from ._observe import ProgressLine, configure_logging
 from ._phases import (
     Active,
     Agent,
+    AnyPhase,
     AwaitApproval,
     Done,
     Failed,
@@ -147,6 +148,7 @@ __all__ = (
     "ActionRecord",
     "Active",
     "Agent",
+    "AnyPhase",
     "AgentConfig",
     "AgentGraph",
     "Approval",

@@ -290,11 +290,13 @@ class _ApprovalBook:
         call_id: str,
         attempt: int,
         tools: ToolRegistry,
+        hand_phase: bool = False,
     ) -> tuple[WriteTool[Any], _Args]:
         """The tool and arguments to run for ``approved``; :class:`UnapprovedWriteError` if
         this book did not make its approval for exactly this run, call and arguments, or
         the approval has already let this attempt (or, for a tool that is not idempotent,
-        any attempt) run."""
+        any attempt) run. A hand approval (``statemachine.testing``) counts only in a book
+        built by hand, for a phase built by hand (``hand_phase``)."""
         try:
             call, approval = approved.call, approved.approval
             tool, args = call.tool, call.args
@@ -308,7 +310,7 @@ class _ApprovalBook:
         if tuple(map(type, parts)) != (ApprovedCall, WriteCall, Approval, WriteTool):
             raise UnapprovedWriteError(name, "it is not a write call approved in this run")
         grant = self._grants.get(approval.id)
-        if grant is None and self._hand:
+        if grant is None and self._hand and hand_phase:
             grant = _HAND_GRANTS.get(approval.id)
         if grant is None or grant.approval is not approval:
             raise UnapprovedWriteError(name, "no approval of it was given in this run")

@@ -44,7 +44,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar, cast
 
 import attrs
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -64,7 +64,7 @@ from ._errors import (
 from ._governor import LoopState
 from ._guard import Diagnostic, Parsed, Repair
 from ._model import Message
-from ._phases import _UNSAVED, Agent, Done, Failed, Phase, _Ticket
+from ._phases import _UNSAVED, Agent, AnyPhase, Done, Failed, Phase, _Ticket
 from ._tools import ApprovedCall, ReadCall, ReadTool, WriteCall, WriteTool, _approve
 
 __all__ = ["DOCUMENT_VERSION", "dump_phase", "load_phase"]
@@ -471,7 +471,7 @@ def load_phase(
     *,
     agents: Mapping[str, Agent[C]],
     run_id: str | None = None,
-) -> Phase[C]:
+) -> AnyPhase[C]:
     """The phase ``document`` describes, for the agent it names among ``agents``.
 
     Raises :class:`CheckpointMismatchError` when the document does not fit (another
@@ -513,8 +513,8 @@ def load_phase(
         loader.corrupt("the document has no fields object")
     # The phase holds one of ``agents``, so its context type is theirs; the context class
     # itself was checked against the document's named class as it was rebuilt.
-    built: Phase[C] = loader.build(cls, agent, fields)
-    return built
+    # A phase class from the agent's Phases, or Failed/Done: one of AnyPhase's members.
+    return cast("AnyPhase[C]", loader.build(cls, agent, fields))
 
 
 class _Loader:

@@ -42,7 +42,18 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import date
 from decimal import Decimal
 from types import MemberDescriptorType
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, assert_never, cast, final
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Generic,
+    Self,
+    TypeAlias,
+    TypeVar,
+    assert_never,
+    cast,
+    final,
+)
 
 import anyio
 import attrs
@@ -110,6 +121,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Active",
     "Agent",
+    "AnyPhase",
     "AwaitApproval",
     "Done",
     "Failed",
@@ -400,7 +412,7 @@ class Active(Phase[C]):
         return self._fail(f"the context failed its schema before {self.kind} started: {named}")
 
     @abc.abstractmethod
-    async def advance(self, rt: Runtime) -> Phase[C]:
+    async def advance(self, rt: Runtime) -> AnyPhase[C]:
         """Do this phase's work and return the next phase."""
 
 
@@ -546,14 +558,20 @@ class Planning(Active[C]):
     def pause(self, reason: str) -> Planning[C]:
         """Wait for a person: the runner stops here until :meth:`resume` is called."""
         self._leave("pause")
-        return self._next(self.agent.phases.planning, loop=self.loop._evolve(paused=reason))
+        return self._next(
+            self.agent.phases.planning,
+            loop=self.loop._evolve(paused=reason),
+            invalid_streak=self.invalid_streak,  # a pause does not end a run of invalid calls
+        )
 
     def resume(self, note: str) -> Planning[C]:
         """A person let the paused run go on; ``note`` says who and why."""
         self._leave("resume")
         flags = (*self.loop.flags, f"resumed: {note}")
         return self._next(
-            self.agent.phases.planning, loop=self.loop._evolve(paused="", flags=flags)
+            self.agent.phases.planning,
+            loop=self.loop._evolve(paused="", flags=flags),
+            invalid_streak=self.invalid_streak,
         )
 
     def _ruled(self, hook: Hook, decision: Decision) -> Planning[C]:
@@ -1009,6 +1027,7 @@ class ToolCalling(Active[C]):
             call_id=self.call_id,
             attempt=self.attempt,
             tools=self.agent.tools,
+            hand_phase=_own_ticket(self, "execute").origin == "hand",
         )
         return write, args, call.approval.args_hash
 
@@ -1212,6 +1231,21 @@ class Done(Phase[C]):
     def output(self) -> Any:
         """The validated, frozen answer object (the guard's schema), if there was a guard."""
         return None if self.verified is None else self.verified.value
+
+
+# The closed union of the phases. ``isinstance`` and ``match`` on an ``AnyPhase[C]`` keep
+# ``C`` under both checkers (on a ``Phase[C]``, mypy narrows to ``Planning[Any]``).
+AnyPhase: TypeAlias = (
+    Idle[C]
+    | Planning[C]
+    | AwaitApproval[C]
+    | ToolCalling[C]
+    | Observing[C]
+    | Retrying[C]
+    | Responding[C]
+    | Failed[C]
+    | Done[C]
+)
 
 
 def _check_phase_class(role: str, base: type[Any]) -> Callable[[Any, Any, Any], None]:
@@ -1566,18 +1600,26 @@ class Agent(Generic[C]):
         *,
         name: str,
         tools: ToolRegistry | Iterable[Tool] = (),
-        **definition: Any,
-    ) -> Agent[Any]:
+        phases: Phases[C] | None = None,
+        governor: LoopGovernor | None = None,
+        answer_guard: OutputGuard[Any] | None = None,
+    ) -> Agent[C]:
         """An agent whose settings come from ``config`` (see :class:`AgentConfig`).
 
-        ``definition`` takes what is code rather than configuration: ``phases``,
-        ``governor``, ``answer_guard``. A typo in ``config`` raises
-        :class:`ConfigError` here, before anything runs.
+        ``phases``, ``governor`` and ``answer_guard`` are code rather than configuration.
+        A typo in ``config`` raises :class:`ConfigError` here, before anything runs. The
+        agent's context type is the one named (``Agent[Trip].from_config(...)``), the
+        variable's (``agent: Agent[Trip] = Agent.from_config(...)``) or ``phases``'s.
         """
         from ._config import AgentConfig  # here: only configuration reads it
 
         settings = validate_config(AgentConfig, config)
-        return Agent(
+        definition: dict[str, Any] = {"answer_guard": answer_guard}
+        if phases is not None:
+            definition["phases"] = phases
+        if governor is not None:
+            definition["governor"] = governor
+        return Agent[C](
             name=name,
             tools=tools,
             instructions=settings.instructions,

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from datetime import date, timedelta
 from decimal import Decimal
 from functools import cache, partial
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, final
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast, final
 
 import anyio
 import attrs
@@ -31,8 +31,6 @@ from ._errors import (
     CheckpointOrderError,
     DecisionRefusedError,
     EffectUncertainError,
-    IllegalTransitionError,
-    PhaseForgedError,
     RunClaimedError,
     RunPausedError,
     SetupError,
@@ -44,6 +42,7 @@ from ._observe import Instruments, default_instruments
 from ._phases import (
     Active,
     Agent,
+    AnyPhase,
     AwaitApproval,
     Done,
     Failed,
@@ -52,10 +51,10 @@ from ._phases import (
     Retrying,
     Runtime,
     ToolCalling,
-    _own_ticket,
 )
 from ._store import Checkpointer, RunRecord, _Store
 from ._tools import ApprovedCall
+from ._watch import Watch, check_start
 
 if TYPE_CHECKING:
     import logging
@@ -103,8 +102,9 @@ class RunResult(Generic[C]):
     """
 
     run_id: str
-    final: Phase[C]
-    states: tuple[Phase[C], ...] = attrs.field(repr=False)
+    # The closed union, so that isinstance and match on them keep C (see AnyPhase).
+    final: AnyPhase[C]
+    states: tuple[AnyPhase[C], ...] = attrs.field(repr=False)
     path: tuple[tuple[str, int], ...] = attrs.field(
         default=attrs.Factory(lambda result: _path_of(result.states), takes_self=True),
         repr=False,
@@ -294,7 +294,7 @@ class Runner(Generic[C]):
         """
         if isinstance(state, Planning) and state.loop.paused:
             raise RunPausedError(state.loop.paused)
-        _check_start(state)
+        check_start(state, self._agent)
         rt = Runtime(
             run_id=run_id or uuid.uuid4().hex,
             model=self._model,
@@ -313,6 +313,7 @@ class Runner(Generic[C]):
         object.__setattr__(rt, "_approvals", _ApprovalBook(hand=False))
         if _restored is not None:
             _restored(rt)
+        watch = Watch(rt, self._agent, state)
         went = _Went(state, keep=self._keep_states)
         run_span = self._tracer.start_span(
             f"run {self._agent.name}",
@@ -336,7 +337,7 @@ class Runner(Generic[C]):
                 # (a new run, a resumed one) is where a context can arrive unchecked.
                 problems = state.input_problems()
                 if problems:
-                    state = state.reject_input(problems)
+                    state = watch.accept(state, state.reject_input(problems), (Failed,))
                     went.add(state)
                     await saver.save(state)
             with driving.scope as scope:
@@ -345,7 +346,7 @@ class Runner(Generic[C]):
                         # A worker shutting down: the run stays running, for another.
                         return went.result(rt.run_id, state)
                     before = state
-                    state = await self._step(rt, before, in_run, log)
+                    state = await self._step(rt, before, in_run, log, watch)
                     went.add(state)
                     # Without a checkpointer there is nothing to save: no coroutine to await.
                     record = await saver.save(state) if saving else None
@@ -387,7 +388,9 @@ class Runner(Generic[C]):
             raise TypeError(f"{type(state).__name__} is neither active nor terminal")
         return went.result(rt.run_id, state)
 
-    async def _step(self, rt: Runtime, before: Active[C], in_run: Context, log: Any) -> Phase[C]:
+    async def _step(
+        self, rt: Runtime, before: Active[C], in_run: Context, log: Any, watch: Watch
+    ) -> Phase[C]:
         """One transition, in one span named after it, and one log event with the same keys.
 
         The span is started and made current as ``start_as_current_span`` does it. Its
@@ -401,7 +404,7 @@ class Runner(Generic[C]):
         if span.is_recording():
             with trace.use_span(span, end_on_exit=True):
                 try:
-                    after = _checked_transition(before, await before.advance(rt))
+                    after = watch.accept(before, await before.advance(rt))
                 except BaseException as error:
                     self._metrics.failed(before, rt.clock() - entered)
                     span.record_exception(error)
@@ -419,7 +422,7 @@ class Runner(Generic[C]):
             if span is not trace.get_current_span():
                 token = otel_context.attach(trace.set_span_in_context(span))
             try:
-                after = _checked_transition(before, await before.advance(rt))
+                after = watch.accept(before, await before.advance(rt))
             except BaseException:
                 self._metrics.failed(before, rt.clock() - entered)
                 raise
@@ -584,7 +587,7 @@ class Runner(Generic[C]):
         record = await checkpointer.set_status(run_id, RunStatus.RUNNING)
         if record.stop_requested:  # stopped from elsewhere before it went on
             await checkpointer.set_status(run_id, RunStatus.CANCELLED)
-            stopped = RunResult(run_id=run_id, final=state, states=(state,))
+            stopped = RunResult(run_id=run_id, final=state, states=(state,))  # a loaded phase
             self._running[run_id].result = stopped
             return stopped
         if isinstance(state, Planning) and state.loop.paused:
@@ -773,8 +776,11 @@ class _Went(Generic[C]):
             self._states.append(state)
 
     def result(self, run_id: str, final: Phase[C]) -> RunResult[C]:
-        states = tuple(self._states) if self._keep else (final,)
-        return RunResult(run_id=run_id, final=final, states=states, path=tuple(self._path))
+        # Every phase a runner drives is one of the agent's Phases or Failed/Done, so one
+        # of AnyPhase's members (Phases refuses any other class).
+        states = cast("tuple[AnyPhase[C], ...]", tuple(self._states) if self._keep else (final,))
+        closed = cast("AnyPhase[C]", final)
+        return RunResult(run_id=run_id, final=closed, states=states, path=tuple(self._path))
 
 
 class _Driving:
@@ -902,120 +908,3 @@ def _admit_restored(state: Phase[Any], rt: Runtime) -> None:
     if isinstance(state, ToolCalling | Retrying) and type(call) is ApprovedCall:
         attempts = state.attempt - 1 if isinstance(state, ToolCalling) else state.attempt
         rt._approvals.admit(call.approval, attempts=attempts)
-
-
-def _check_start(state: object) -> None:
-    """Refuse to drive a phase that no transition (or ``Agent.start``, or a restore) made."""
-    if not isinstance(state, Phase):
-        raise SetupError(f"drive takes a phase, got {type(state).__name__}")
-    ticket = _own_ticket(state, "drive")
-    if ticket.origin == "hand":
-        raise PhaseForgedError(
-            state.kind, "a Runner does not drive a phase built with statemachine.testing"
-        )
-    if ticket.left_by is not None:
-        raise PhaseForgedError(state.kind, f"driving a phase already left by {ticket.left_by}()")
-
-
-# How far back the runner looks for the phase an advance started from: the copies one
-# advance makes (the validation loop's retries) and its one transition.
-_MAX_LINKS = 64
-
-
-def _checked_transition(before: Active[Any], after: object) -> Phase[Any]:
-    """``after``, once it is shown to be what one transition of ``before`` made.
-
-    Phase subclasses are not trusted: their ``advance`` may return anything that type-
-    checks. The runner goes on only with a phase that the library minted from ``before``
-    by exactly one transition (and any copies), to a kind that ``before.advance``'s
-    annotation names, one step on, spending and counting no less than before; a write
-    reaches ``ToolCalling`` only from ``AwaitApproval`` or ``Retrying`` of that call.
-    """
-    if not isinstance(after, Phase):
-        raise IllegalTransitionError(before.kind, type(after).__name__, "it is not a phase")
-    link: Any = _own_ticket(after, "advance")
-    origin = before._ticket
-    transitions = 0
-    for _ in range(_MAX_LINKS):
-        if link is origin:
-            break
-        if link is None or link.via not in ("transition", "copy"):
-            link = None
-            break
-        transitions += link.via == "transition"
-        link = link.parent
-    else:
-        link = None
-    if link is None:
-        raise IllegalTransitionError(
-            before.kind, after.kind, "no transition of the phase it advanced made it"
-        )
-    if transitions != 1:
-        raise IllegalTransitionError(
-            before.kind, after.kind, f"it is {transitions} transitions away, not one"
-        )
-    # Nothing before the phase advanced is needed again: the chain stays one step long.
-    after._ticket.parent = None
-    _check_rules(before, after)
-    return after
-
-
-def _check_rules(before: Active[Any], after: Phase[Any]) -> None:
-    problem = None
-    if after.agent is not before.agent:
-        problem = "it belongs to another agent"
-    elif not isinstance(after, _successors(type(before))):
-        problem = f"{type(before).__name__}.advance's annotation does not name it"
-    elif after.step != before.step + 1:
-        problem = f"its step is {after.step}, not {before.step + 1}"
-    elif not _spent_no_less(before, after):
-        problem = "it has spent less than the phase before it"
-    elif len(after.loop.actions) < len(before.loop.actions) or (
-        after.loop.tool_iterations < before.loop.tool_iterations
-    ):
-        problem = "its loop memory lost actions or iterations"
-    elif isinstance(after, ToolCalling | Retrying) and type(after.call) is ApprovedCall:
-        problem = _write_problem(before, after)
-    if problem is not None:
-        raise IllegalTransitionError(before.kind, after.kind, problem)
-
-
-# The phase classes each class's advance may return, read once per class.
-_SUCCESSORS: dict[type[Any], tuple[type[Phase[Any]], ...]] = {}
-
-
-def _successors(cls: type[Active[Any]]) -> tuple[type[Phase[Any]], ...]:
-    found = _SUCCESSORS.get(cls)
-    if found is None:
-        from ._diagram import _targets  # here: the diagram module loads with the first agent
-
-        found = _SUCCESSORS[cls] = _targets(cls)
-    return found
-
-
-def _spent_no_less(before: Phase[Any], after: Phase[Any]) -> bool:
-    old, new = before.spent, after.spent
-    return (
-        new.tokens >= old.tokens
-        and new.cost >= old.cost
-        and new.tool_calls >= old.tool_calls
-        and new.model_calls >= old.model_calls
-    )
-
-
-def _write_problem(before: Active[Any], after: ToolCalling[Any] | Retrying[Any]) -> str | None:
-    """Why ``after``, holding an approved write, may not follow ``before``; else ``None``."""
-    if isinstance(after, Retrying):
-        if isinstance(before, ToolCalling) and before.call is after.call:
-            return None if before.attempt == after.attempt else "a retry keeps the attempt"
-        return "a write is retried only from the ToolCalling that ran it"
-    approved = after.call
-    if isinstance(before, AwaitApproval) and isinstance(approved, ApprovedCall):
-        if before.call_id != after.call_id or before.call is not approved.call:
-            return "it holds another call than the one approved"
-        return None if after.attempt == 1 else "a first attempt is attempt 1"
-    if isinstance(before, Retrying):
-        if before.call is not after.call or after.attempt != before.attempt + 1:
-            return "a retry runs the same approved call, one attempt on"
-        return None
-    return "a write reaches ToolCalling only through AwaitApproval"

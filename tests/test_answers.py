@@ -213,7 +213,7 @@ async def test_a_run_whose_context_fails_its_schema_fails_before_it_starts() -> 
 def test_a_typo_in_the_agents_configuration_fails_at_start_up() -> None:
     """max_step instead of max_steps is refused by name, with the key that was meant."""
     with pytest.raises(ConfigError) as caught:
-        Agent.from_config({"max_step": 5}, name="support")
+        Agent[None].from_config({"max_step": 5}, name="support")
     assert caught.value.key == "max_step"
     assert caught.value.suggestion == "max_steps"
     assert str(caught.value).startswith(
@@ -223,7 +223,7 @@ def test_a_typo_in_the_agents_configuration_fails_at_start_up() -> None:
 
 def test_a_configured_agent_takes_every_setting() -> None:
     """Budget, retry and caps come from the mapping, exactly."""
-    agent = Agent.from_config(
+    agent = Agent[None].from_config(
         {
             "instructions": "Be brief.",
             "budget": {"cost": "12.50", "tool_calls": 5},
@@ -249,7 +249,7 @@ def test_a_float_in_a_configured_budget_is_refused() -> None:
         "started with it."
     )
     with pytest.raises(ConfigError, match=exactly(message)):
-        Agent.from_config({"budget": {"cost": 12.5}}, name="support")
+        Agent[None].from_config({"budget": {"cost": 12.5}}, name="support")
 
 
 def test_a_constrained_answer_guard_refuses_a_backend_that_cannot_enforce_it() -> None:

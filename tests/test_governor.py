@@ -1029,10 +1029,11 @@ async def test_a_restored_loop_state_still_detects_duplicates() -> None:
     planning = done.states[4]
     assert isinstance(planning, Planning)
     # Restored as a resume restores it: through the checkpoint codec.
-    resumed_from = load_phase(dump_phase(planning), agents={planning.agent.name: planning.agent})
+    agent = shop.agent()
+    resumed_from = load_phase(dump_phase(planning), agents={agent.name: agent})
     assert resumed_from.loop == LoopState.model_validate_json(planning.loop.model_dump_json())
     second = ScriptedModel([call("weather", {"city": "Oslo"}), reply("Still sunny.")])
-    result = await Runner(shop.agent(), model=second, gate=AutoDenyGate()).drive(resumed_from)
+    result = await Runner(agent, model=second, gate=AutoDenyGate()).drive(resumed_from)
     assert shop.ran("weather") == [CityArgs(city="Oslo")]
     assert verdicts(result) == [("before_action", "suppress", "exact")]
 

@@ -14,6 +14,7 @@ PUBLIC = {
     "ActionRecord",
     "Active",
     "Agent",
+    "AnyPhase",
     "AgentConfig",
     "AgentGraph",
     "Approval",

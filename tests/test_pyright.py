@@ -100,6 +100,27 @@ CASES: dict[str, str] = {
         def raise_it(refund: Refund) -> None:
             refund.amount = "1000000"
         """,
+    "building_a_phase_directly": """
+        from statemachine import Agent, ReadCall, ToolCalling
+
+        def skip(agent: Agent[str], call: ReadCall) -> ToolCalling[str]:
+            return ToolCalling[str](agent=agent, ctx="c", call=call, call_id="c")
+        """,
+    "approving_without_a_gate": """
+        from statemachine import ApprovalRequest, Approval
+
+        def mint(request: ApprovalRequest) -> Approval:
+            return Approval(
+                id="x",
+                run_id="r",
+                call_id="c",
+                tool="t",
+                args_hash="h",
+                approved_by="me",
+                approved_at=None,
+                note="",
+            )
+        """,
     "legal_loop_from_a_phase_parameter": """
         from statemachine import Active, Agent, Phase, Runtime
         from statemachine.testing import AutoApproveGate, ScriptedModel, reply
@@ -290,3 +311,17 @@ def test_loop_from_a_phase_parameter_is_clean(
 ) -> None:
     """The advance loop from a Phase parameter, and a Runtime built by hand, are clean."""
     assert pyright_diagnostics["legal_loop_from_a_phase_parameter"] == []
+
+
+def test_building_a_phase_directly(pyright_diagnostics: dict[str, list[Diagnostic]]) -> None:
+    """Phases are sealed: only a transition makes one (a required private ticket)."""
+    assert pyright_diagnostics["building_a_phase_directly"] == [
+        (4, "reportCallIssue", 'Argument missing for parameter "ticket"'),
+    ]
+
+
+def test_approving_without_a_gate(pyright_diagnostics: dict[str, list[Diagnostic]]) -> None:
+    """Approval has no public constructor: the runtime makes it from a gate's yes."""
+    assert pyright_diagnostics["approving_without_a_gate"] == [
+        (4, "reportCallIssue", 'Argument missing for parameter "_token"'),
+    ]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import copy
 import pickle
+import shutil
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -25,6 +27,7 @@ from statemachine import (
     Done,
     Failed,
     Idle,
+    IllegalStatusChangeError,
     IllegalTransitionError,
     MemoryCheckpointer,
     Money,
@@ -40,10 +43,13 @@ from statemachine import (
     Runner,
     Runtime,
     Spend,
+    SQLiteCheckpointer,
     ToolCalling,
     UnapprovedWriteError,
     WriteCall,
     dump_decision,
+    dump_phase,
+    load_phase,
     read_tool,
     write_tool,
 )
@@ -386,3 +392,175 @@ async def test_advance_must_return_what_one_of_its_transitions_made(
     with pytest.raises(IllegalTransitionError, match=problem):
         await runner.run(None, "hi", run_id="r")
     assert [entry.phase for entry in await store.history("r")] == ["Idle", "Planning"]
+
+
+# --- changes in place, from inside a phase ----------------------------------------------------
+
+
+class Thrifty(Planning[None]):
+    """Forgets what the run spent before planning (a frozen field, set anyway)."""
+
+    async def advance(
+        self, rt: Runtime
+    ) -> ToolCalling[None] | AwaitApproval[None] | Planning[None] | Failed[None] | Responding[None]:
+        object.__setattr__(self, "spent", Spend())
+        return await super().advance(rt)
+
+
+class GateSwapper(Planning[None]):
+    """Puts an approving gate into the run's runtime before the write is asked about."""
+
+    async def advance(
+        self, rt: Runtime
+    ) -> ToolCalling[None] | AwaitApproval[None] | Planning[None] | Failed[None] | Responding[None]:
+        object.__setattr__(rt, "gate", AutoApproveGate())
+        return await super().advance(rt)
+
+
+class BudgetRaiser(Planning[None]):
+    """Lifts the agent's cost budget from inside a phase."""
+
+    async def advance(
+        self, rt: Runtime
+    ) -> ToolCalling[None] | AwaitApproval[None] | Planning[None] | Failed[None] | Responding[None]:
+        object.__setattr__(self.agent.budget, "cost", Decimal("1000000"))
+        return await super().advance(rt)
+
+
+class Forgetful(Retrying[None]):
+    """Starts its attempts again: sets its attempt back to 1 before retrying."""
+
+    async def retry(self, rt: Runtime) -> ToolCalling[None] | Failed[None]:
+        object.__setattr__(self, "attempt", 1)
+        return await super().retry(rt)
+
+
+async def test_a_phase_changed_in_place_cannot_lower_what_the_run_spent() -> None:
+    """The runner compares with its own record of the phase it accepted, not the phase."""
+    model = ScriptedModel(
+        [tool_call("find", {"query": "q"}, tokens=5), tool_call("find", {"query": "r"})]
+    )
+    runner = Runner(shop(Thrifty), model=model, gate=AutoDenyGate())
+    with pytest.raises(IllegalTransitionError, match="counts less spend"):
+        await runner.run(None, "hi")
+
+
+@pytest.mark.parametrize(("cls", "problem"), [(GateSwapper, "runtime"), (BudgetRaiser, "budget")])
+async def test_the_runtime_and_the_agent_cannot_be_changed_from_a_phase(
+    cls: type[Planning[None]], problem: str
+) -> None:
+    """A gate swapped into the runtime, or a budget lifted, stops the run: 0 charges."""
+    from statemachine import Budget
+
+    agent = Agent[None](
+        name="shop", tools=[pay, find], budget=Budget(cost=Decimal(5)), phases=Phases(planning=cls)
+    )
+    runner = Runner(agent, model=paying_model(), gate=AutoDenyGate())
+    with pytest.raises(IllegalTransitionError, match=problem):
+        await runner.run(None, "Pay Ada")
+    assert CHARGED == []
+
+
+async def test_a_retry_cannot_start_its_attempts_again() -> None:
+    """A Retrying subclass that resets its attempt is refused at the ToolCalling it makes."""
+    calls: list[str] = []
+
+    @read_tool(name="flaky", retry=RetryPolicy(max_attempts=2, base_delay=0, jitter=0))
+    async def flaky(args: FindArgs) -> str:
+        calls.append(args.query)
+        from statemachine import ToolError
+
+        raise ToolError("503")
+
+    agent = Agent[None](name="f", tools=[flaky], phases=Phases(retrying=Forgetful))
+    model = ScriptedModel([tool_call("flaky", {"query": "q"})])
+    runner = Runner(agent, model=model, gate=AutoDenyGate())
+    with pytest.raises(IllegalTransitionError, match="a retry is attempt"):
+        await runner.run(None, "hi")
+    assert len(calls) == 2  # attempt 1, then the attempt 2 the forged Retrying made: no more
+
+
+# --- data written before approvals were sealed ------------------------------------------------
+
+PRE_SEAL = Path(__file__).parent / "data" / "pre-seal-runs.db"
+
+
+class OldPayArgs(BaseModel):
+    to: str
+    amount: str
+
+
+async def test_runs_saved_before_sealed_approvals_resume_and_pay_once(tmp_path: Path) -> None:
+    """tests/data/pre-seal-runs.db (written by tests/data/make_pre_seal_runs.py at commit
+    a85b0b8): an approval in a checkpoint, and a stored decision, in the old form (no run,
+    no call id) are bound to the run (and call) that hold them, and each run pays once."""
+    paid: list[str] = []
+
+    @write_tool(name="pay")
+    async def old_pay(args: OldPayArgs) -> dict[str, str]:
+        paid.append(args.amount)
+        return {"paid": args.amount}
+
+    agent = Agent[None](name="payer", tools=[old_pay])
+    path = tmp_path / "runs.db"
+    shutil.copy(PRE_SEAL, path)
+    async with SQLiteCheckpointer(path) as store:
+        _, document = await store.load("approved-then-crashed")
+        restored = load_phase(document, agents={"payer": agent}, run_id="approved-then-crashed")
+        assert isinstance(restored, ToolCalling)
+        assert isinstance(restored.call, ApprovedCall)
+        approval = restored.call.approval
+        assert (approval.run_id, approval.call_id) == ("approved-then-crashed", restored.call_id)
+        assert approval.approved_by == "lin@old.example"
+        runner = Runner(
+            agent, model=ScriptedModel([reply("Paid.")]), gate=AutoDenyGate(), checkpointer=store
+        )
+        crashed = await runner.resume("approved-then-crashed")
+        assert isinstance(crashed.final, Done)
+        assert paid == ["10.00"]
+        second = Runner(
+            agent, model=ScriptedModel([reply("Paid.")]), gate=AutoDenyGate(), checkpointer=store
+        )
+        decided = await second.resume("decided-while-waiting")
+        assert decided.history[:3] == ("AwaitApproval", "ToolCalling", "Observing")
+        assert paid == ["10.00", "10.00"]
+        with pytest.raises(IllegalStatusChangeError):  # completed: nothing runs again
+            await second.resume("approved-then-crashed")
+        assert paid == ["10.00", "10.00"]
+
+
+# --- users' subclasses keep working -----------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class NotingPlanning(Planning[None]):
+    """A user's subclass: a field with a default, a method, and its own advance."""
+
+    note: str = "kept"
+
+    def noted(self) -> str:
+        return f"{self.note} at step {self.step}"
+
+    async def advance(
+        self, rt: Runtime
+    ) -> ToolCalling[None] | AwaitApproval[None] | Planning[None] | Failed[None] | Responding[None]:
+        assert self.noted().startswith("kept")
+        return await super().advance(rt)
+
+
+async def test_a_subclass_with_a_field_a_method_and_an_advance_runs_and_restores(
+    tmp_path: Path,
+) -> None:
+    """Sealing takes nothing from subclasses: the run pays once, the checkpoint restores."""
+    agent = shop(NotingPlanning)
+    async with SQLiteCheckpointer(tmp_path / "runs.db") as store:
+        result = await Runner(
+            agent, model=paying_model(), gate=AutoApproveGate(), checkpointer=store
+        ).run(None, "Pay Ada", run_id="r")
+        assert isinstance(result.final, Done)
+        assert [Decimal("10.00")] == CHARGED
+        planning = next(s for s in result.states if isinstance(s, NotingPlanning))
+        restored = load_phase(dump_phase(planning), agents={"shop": agent})
+        assert isinstance(restored, NotingPlanning)
+        assert restored.note == "kept"
+        assert restored == planning

@@ -1,0 +1,225 @@
+"""What the runner checks between two transitions: phase subclasses are not trusted.
+
+The runner calls ``advance`` on phases that users subclass, and a subclass's ``advance``
+may return anything that type-checks. :class:`Watch` holds, for one ``drive``, what the
+runner knows independently of the phases: the runtime it built, the agent's terms, and
+the counters of the phase it accepted last. It goes on with a phase only when
+
+- the library minted it from the phase advanced, by exactly one transition (and any
+  copies), so no phase built by hand, copied, evolved or unpickled is ever run;
+- its kind is one the advanced class's ``advance`` annotation names (the graph);
+- its step is one more, and nothing it counts (spend, actions, tool iterations, the
+  attempt of the same call) is less than the accepted phase's, read when it was accepted,
+  so an in-place change of a phase (``object.__setattr__``) cannot lower them;
+- a write reaches ``ToolCalling`` only from ``AwaitApproval`` (approve) or ``Retrying``
+  of the same call, one attempt on;
+- the runtime and the agent are the ones the run started with (no gate, ledger, approval
+  book or budget swapped in from inside a phase).
+
+Anything else raises :class:`IllegalTransitionError` before the phase is saved or run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, final
+
+import attrs
+
+from ._errors import IllegalTransitionError, PhaseForgedError, SetupError
+from ._phases import (
+    Active,
+    Agent,
+    AwaitApproval,
+    Phase,
+    Retrying,
+    Runtime,
+    ToolCalling,
+    _own_ticket,
+)
+from ._tools import ApprovedCall
+
+__all__ = ["Watch", "check_start"]
+
+# How far back the runner looks for the phase an advance started from: the copies one
+# advance makes (the validation loop's retries) and its one transition.
+_MAX_LINKS = 64
+
+# The counters of a phase: step, the four spend totals, actions, tool iterations, and
+# the call id and attempt of the call it holds ("" and -1 for none).
+_Counters = tuple[int, int, Any, int, int, int, int, str, int]
+
+
+def _counters(phase: Phase[Any]) -> _Counters:
+    spent, loop = phase.spent, phase.loop
+    call_id = getattr(phase, "call_id", "")
+    attempt = getattr(phase, "attempt", -1)
+    return (
+        phase.step,
+        spent.tokens,
+        spent.cost,
+        spent.tool_calls,
+        spent.model_calls,
+        len(loop.actions),
+        loop.tool_iterations,
+        call_id if isinstance(call_id, str) else "",
+        attempt if isinstance(attempt, int) else -1,
+    )
+
+
+def check_start(state: object, agent: Agent[Any]) -> None:
+    """Refuse to drive a phase that no transition (or ``Agent.start``, or a restore) made."""
+    if not isinstance(state, Phase):
+        raise SetupError(f"drive takes a phase, got {type(state).__name__}")
+    ticket = _own_ticket(state, "drive")
+    if ticket.origin == "hand":
+        raise PhaseForgedError(
+            state.kind, "a Runner does not drive a phase built with statemachine.testing"
+        )
+    if ticket.left_by is not None:
+        raise PhaseForgedError(state.kind, f"driving a phase already left by {ticket.left_by}()")
+    if state.agent is not agent:
+        same = " (another Agent object of the same name)" if state.agent.name == agent.name else ""
+        raise SetupError(
+            f"the {state.kind} phase belongs to agent {state.agent.name!r}{same}, and this "
+            f"runner runs agent {agent.name!r}; drive a phase of this runner's agent "
+            "(restore one for it with load_phase(document, agents={name: agent}))"
+        )
+
+
+_RUNTIME_FIELDS = tuple(field.name for field in attrs.fields(Runtime))
+_AGENT_FIELDS = tuple(field.name for field in attrs.fields(Agent))
+
+
+def _parts(value: Any, names: tuple[str, ...]) -> tuple[Any, ...]:
+    return tuple(getattr(value, name) for name in names)
+
+
+@final
+class Watch:
+    """The runner's own record of one drive, against which each advance is checked."""
+
+    __slots__ = ("_agent", "_budget", "_counters", "_rt", "_runtime", "_terms")
+
+    def __init__(self, rt: Runtime, agent: Agent[Any], start: Phase[Any]) -> None:
+        self._rt = rt
+        self._runtime = _parts(rt, _RUNTIME_FIELDS)
+        self._agent = agent
+        self._terms = _parts(agent, _AGENT_FIELDS)
+        self._budget = dict(agent.budget.__dict__)
+        self._counters = _counters(start)
+
+    def accept(
+        self,
+        before: Active[Any],
+        after: object,
+        kinds: tuple[type[Phase[Any]], ...] | None = None,
+    ) -> Phase[Any]:
+        """``after``, once it is shown to be what one transition of ``before`` made.
+
+        ``kinds``: the classes it may be, when not those ``before.advance`` names (a
+        phase that refuses its input goes to ``Failed``).
+        """
+        if not isinstance(after, Phase):
+            raise IllegalTransitionError(before.kind, type(after).__name__, "it is not a phase")
+        self._one_transition(before, after)
+        problem = self._unchanged(before) or self._rules(before, after, kinds)
+        if problem is not None:
+            raise IllegalTransitionError(before.kind, after.kind, problem)
+        self._counters = _counters(after)
+        return after
+
+    @staticmethod
+    def _one_transition(before: Active[Any], after: Phase[Any]) -> None:
+        link: Any = _own_ticket(after, "advance")
+        origin = before._ticket
+        transitions = 0
+        for _ in range(_MAX_LINKS):
+            if link is origin:
+                break
+            if link is None or link.via not in ("transition", "copy"):
+                link = None
+                break
+            transitions += link.via == "transition"
+            link = link.parent
+        else:
+            link = None
+        if link is None:
+            raise IllegalTransitionError(
+                before.kind, after.kind, "no transition of the phase it advanced made it"
+            )
+        if transitions != 1:
+            raise IllegalTransitionError(
+                before.kind, after.kind, f"it is {transitions} transitions away, not one"
+            )
+        # Nothing before the phase advanced is needed again: the chain stays one step long.
+        after._ticket.parent = None
+
+    def _unchanged(self, before: Active[Any]) -> str | None:
+        runtime = _parts(self._rt, _RUNTIME_FIELDS)
+        if any(now is not then for now, then in zip(runtime, self._runtime, strict=True)):
+            return "the run's runtime (its gate, ledger, clock or approvals) was changed"
+        terms = _parts(self._agent, _AGENT_FIELDS)
+        if any(now is not then for now, then in zip(terms, self._terms, strict=True)):
+            return "the agent's terms (budget, limits, tools, phases) were changed"
+        if dict(self._agent.budget.__dict__) != self._budget:
+            return "the agent's budget was changed"
+        if before.agent is not self._agent:
+            return "the phase advanced belongs to another agent"
+        return None
+
+    def _rules(
+        self,
+        before: Active[Any],
+        after: Phase[Any],
+        kinds: tuple[type[Phase[Any]], ...] | None,
+    ) -> str | None:
+        was = self._counters
+        now = _counters(after)
+        if after.agent is not self._agent:
+            return "it belongs to another agent"
+        if not isinstance(after, _successors(type(before)) if kinds is None else kinds):
+            return f"{type(before).__name__}.advance's annotation does not name it"
+        if now[0] != was[0] + 1:
+            return f"its step is {now[0]}, not {was[0] + 1}"
+        if any(new < old for new, old in zip(now[1:7], was[1:7], strict=True)):
+            return "it counts less spend, actions or tool iterations than the phase before it"
+        if now[7] and now[7] == was[7] and -1 < now[8] < was[8]:
+            return f"its attempt is {now[8]}, below {was[8]}"
+        if isinstance(after, ToolCalling) and isinstance(before, Retrying) and now[8] != was[8] + 1:
+            return f"a retry is attempt {was[8] + 1}, not {now[8]}"
+        if isinstance(after, ToolCalling | Retrying) and type(after.call) is ApprovedCall:
+            return _write_problem(before, after, was)
+        return None
+
+
+# The phase classes each class's advance may return, read once per class.
+_SUCCESSORS: dict[type[Any], tuple[type[Phase[Any]], ...]] = {}
+
+
+def _successors(cls: type[Active[Any]]) -> tuple[type[Phase[Any]], ...]:
+    found = _SUCCESSORS.get(cls)
+    if found is None:
+        from ._diagram import _targets  # here: the diagram module loads with the first agent
+
+        found = _SUCCESSORS[cls] = _targets(cls)
+    return found
+
+
+def _write_problem(
+    before: Active[Any], after: ToolCalling[Any] | Retrying[Any], was: _Counters
+) -> str | None:
+    """Why ``after``, holding an approved write, may not follow ``before``; else ``None``."""
+    if isinstance(after, Retrying):
+        if isinstance(before, ToolCalling) and before.call is after.call:
+            return None if after.attempt == was[8] else "a retry keeps the attempt"
+        return "a write is retried only from the ToolCalling that ran it"
+    approved = after.call
+    if isinstance(before, AwaitApproval) and isinstance(approved, ApprovedCall):
+        if before.call_id != after.call_id or before.call is not approved.call:
+            return "it holds another call than the one approved"
+        return None if after.attempt == 1 else "a first attempt is attempt 1"
+    if isinstance(before, Retrying):
+        if before.call is not after.call or after.call_id != was[7]:
+            return "a retry runs the same approved call"
+        return None
+    return "a write reaches ToolCalling only through AwaitApproval"
