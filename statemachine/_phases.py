@@ -249,20 +249,16 @@ class _Ticket:
         self.parent = parent
         self.via = via
         self.origin: str = via if parent is None else parent.origin
-        _MINTED.add(self)
 
     def __reduce_ex__(self, protocol: object) -> Any:
         raise PhaseForgedError("(pickled)", "pickling or copying a phase is refused")
 
 
-# Every ticket the library minted and that is still alive: one made any other way is not.
-_MINTED: weakref.WeakSet[_Ticket] = weakref.WeakSet()
-
-
 def _bind(phase: Phase[Any], _: Any, ticket: _Ticket) -> None:
     """Bind a fresh minted ticket to the phase being built; refuse anything else."""
     given: object = ticket  # whatever the caller passed, whatever its annotation says
-    if type(given) is not _Ticket or ticket not in _MINTED:
+    # A ticket made without its constructor (object.__new__) has no holder slot set.
+    if type(given) is not _Ticket or not hasattr(ticket, "holder"):
         raise PhaseForgedError(type(phase).kind, f"building {type(phase).__name__} directly")
     if ticket.holder is not None:
         raise PhaseForgedError(
@@ -273,14 +269,15 @@ def _bind(phase: Phase[Any], _: Any, ticket: _Ticket) -> None:
 
 def _own_ticket(phase: Phase[Any], doing: str) -> _Ticket:
     """``phase``'s ticket, when the library minted it for this very object."""
+    ticket: object = None
     try:
         ticket = phase._ticket
+        holder = phase._ticket.holder
     except AttributeError:
-        ticket = None
-    if type(ticket) is not _Ticket or ticket not in _MINTED:
+        holder = None
+    if holder is None or type(ticket) is not _Ticket:
         raise PhaseForgedError(type(phase).kind, f"{doing}() on a phase no transition made")
-    holder = ticket.holder
-    if holder is None or holder() is not phase:
+    if holder() is not phase:
         raise PhaseForgedError(
             type(phase).kind, f"{doing}() on a copy of a phase (attrs.evolve, copy, pickle)"
         )

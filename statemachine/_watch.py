@@ -21,6 +21,7 @@ Anything else raises :class:`IllegalTransitionError` before the phase is saved o
 
 from __future__ import annotations
 
+import operator
 from typing import Any, final
 
 import attrs
@@ -86,12 +87,14 @@ def check_start(state: object, agent: Agent[Any]) -> None:
         )
 
 
-_RUNTIME_FIELDS = tuple(field.name for field in attrs.fields(Runtime))
-_AGENT_FIELDS = tuple(field.name for field in attrs.fields(Agent))
+# Every field of the runtime and of the agent, read as one tuple (in C).
+_runtime_parts = operator.attrgetter(*(field.name for field in attrs.fields(Runtime)))
+_agent_parts = operator.attrgetter(*(field.name for field in attrs.fields(Agent)))
 
 
-def _parts(value: Any, names: tuple[str, ...]) -> tuple[Any, ...]:
-    return tuple(getattr(value, name) for name in names)
+def _same(now: tuple[Any, ...], then: tuple[Any, ...]) -> bool:
+    """Whether the two tuples hold the very same objects (identity, not ``==``)."""
+    return all(map(operator.is_, now, then))
 
 
 @final
@@ -102,9 +105,9 @@ class Watch:
 
     def __init__(self, rt: Runtime, agent: Agent[Any], start: Phase[Any]) -> None:
         self._rt = rt
-        self._runtime = _parts(rt, _RUNTIME_FIELDS)
+        self._runtime = _runtime_parts(rt)
         self._agent = agent
-        self._terms = _parts(agent, _AGENT_FIELDS)
+        self._terms = _agent_parts(agent)
         self._budget = dict(agent.budget.__dict__)
         self._counters = _counters(start)
 
@@ -122,10 +125,11 @@ class Watch:
         if not isinstance(after, Phase):
             raise IllegalTransitionError(before.kind, type(after).__name__, "it is not a phase")
         self._one_transition(before, after)
-        problem = self._unchanged(before) or self._rules(before, after, kinds)
+        now = _counters(after)
+        problem = self._unchanged(before) or self._rules(before, after, now, kinds)
         if problem is not None:
             raise IllegalTransitionError(before.kind, after.kind, problem)
-        self._counters = _counters(after)
+        self._counters = now
         return after
 
     @staticmethod
@@ -155,13 +159,11 @@ class Watch:
         after._ticket.parent = None
 
     def _unchanged(self, before: Active[Any]) -> str | None:
-        runtime = _parts(self._rt, _RUNTIME_FIELDS)
-        if any(now is not then for now, then in zip(runtime, self._runtime, strict=True)):
+        if not _same(_runtime_parts(self._rt), self._runtime):
             return "the run's runtime (its gate, ledger, clock or approvals) was changed"
-        terms = _parts(self._agent, _AGENT_FIELDS)
-        if any(now is not then for now, then in zip(terms, self._terms, strict=True)):
+        if not _same(_agent_parts(self._agent), self._terms):
             return "the agent's terms (budget, limits, tools, phases) were changed"
-        if dict(self._agent.budget.__dict__) != self._budget:
+        if vars(self._agent.budget) != self._budget:
             return "the agent's budget was changed"
         if before.agent is not self._agent:
             return "the phase advanced belongs to another agent"
@@ -171,17 +173,17 @@ class Watch:
         self,
         before: Active[Any],
         after: Phase[Any],
+        now: _Counters,
         kinds: tuple[type[Phase[Any]], ...] | None,
     ) -> str | None:
         was = self._counters
-        now = _counters(after)
         if after.agent is not self._agent:
             return "it belongs to another agent"
         if not isinstance(after, _successors(type(before)) if kinds is None else kinds):
             return f"{type(before).__name__}.advance's annotation does not name it"
         if now[0] != was[0] + 1:
             return f"its step is {now[0]}, not {was[0] + 1}"
-        if any(new < old for new, old in zip(now[1:7], was[1:7], strict=True)):
+        if not all(map(operator.ge, now[1:7], was[1:7])):
             return "it counts less spend, actions or tool iterations than the phase before it"
         if now[7] and now[7] == was[7] and -1 < now[8] < was[8]:
             return f"its attempt is {now[8]}, below {was[8]}"
