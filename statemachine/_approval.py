@@ -17,13 +17,13 @@ import hashlib
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol, final, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, final, runtime_checkable
 
 import attrs
 from pydantic import BaseModel, Field, ValidationError
 
 from ._errors import DecisionRefusedError, SetupError, UnapprovedWriteError, UnknownToolError
-from ._tools import ApprovedCall, ToolRegistry, WriteCall, WriteTool, _canonical
+from ._tools import AM, ApprovedCall, ToolRegistry, WriteCall, WriteTool, _canonical
 
 if TYPE_CHECKING:
     from pydantic import BaseModel as _Args
@@ -40,8 +40,11 @@ __all__ = [
 ]
 
 
-class ApprovalRequest(BaseModel, frozen=True, extra="forbid", defer_build=True):
-    """What the person is asked to approve: one exact write call of one run."""
+class ApprovalRequest(BaseModel, Generic[AM], frozen=True, extra="forbid", defer_build=True):
+    """What the person is asked to approve: one exact write call of one run.
+
+    Generic in the call's arguments model, as the :class:`Approval` made from it is.
+    """
 
     run_id: str
     agent: str
@@ -53,10 +56,10 @@ class ApprovalRequest(BaseModel, frozen=True, extra="forbid", defer_build=True):
 
     @classmethod
     def for_call(
-        cls, call: WriteCall, *, run_id: str, agent: str, call_id: str = ""
-    ) -> ApprovalRequest:
+        cls, call: WriteCall[AM], *, run_id: str, agent: str, call_id: str = ""
+    ) -> ApprovalRequest[AM]:
         """The request for ``call`` (the model's call ``call_id`` in run ``run_id``)."""
-        return cls(
+        return ApprovalRequest[AM](
             run_id=run_id,
             agent=agent,
             call_id=call_id,
@@ -137,7 +140,7 @@ _MINT = _Sealed()
 
 @final
 @attrs.frozen(init=False)
-class Approval:
+class Approval(Generic[AM]):
     """An approval of one write call in one run, made by the run's runtime from a yes.
 
     There is no public constructor: a gate or a person gives an :class:`Approve`, and
@@ -187,7 +190,7 @@ class Approval:
         return f"{self.tool}:{self.args_hash}"
 
 
-def _mint(request: ApprovalRequest, decision: Approve) -> Approval:
+def _mint(request: ApprovalRequest[AM], decision: Approve) -> Approval[AM]:
     return Approval(
         id=uuid.uuid4().hex,
         run_id=request.run_id,
@@ -272,7 +275,7 @@ class _ApprovalBook:
         self._grants: dict[str, _Grant] = {}
         self._hand = hand
 
-    def grant(self, request: ApprovalRequest, decision: Approve) -> Approval:
+    def grant(self, request: ApprovalRequest[AM], decision: Approve) -> Approval[AM]:
         """The approval of ``request`` that ``decision`` gives, recorded in this book."""
         approval = _mint(request, decision)
         self._grants[approval.id] = _Grant(approval)

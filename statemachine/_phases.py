@@ -103,6 +103,7 @@ from ._retry import RetryPolicy
 from ._store import Checkpointer
 from ._tools import (
     _IDEMPOTENCY_KEY,
+    AM,
     ApprovedCall,
     InvalidCall,
     ReadCall,
@@ -172,7 +173,7 @@ class Runtime:
         init=False, factory=lambda: _ApprovalBook(hand=True), eq=False, repr=False
     )
 
-    async def decide(self, request: ApprovalRequest) -> Approval | Denial | Pending:
+    async def decide(self, request: ApprovalRequest[AM]) -> Approval[AM] | Denial | Pending:
         """Ask the gate about ``request``; a yes comes back as the :class:`Approval` made
         from it and recorded for this run. A yes given for another request is a denial."""
         if request.run_id != self.run_id:
@@ -487,15 +488,15 @@ class Planning(Active[C]):
         )
 
     def request_approval(
-        self, call: WriteCall, *, raw_arguments: str | None = None
-    ) -> AwaitApproval[C]:
+        self, call: WriteCall[AM], *, raw_arguments: str | None = None
+    ) -> AwaitApproval[C, AM]:
         """Ask a person to approve a write call before it can run."""
         if not isinstance(call, WriteCall):
             raise SetupError(f"request_approval takes a WriteCall, got {type(call).__name__}")
         self._leave("request_approval")
         return self._awaiting(call, self._action(call, raw_arguments))
 
-    def _awaiting(self, call: WriteCall, action: ActionRecord) -> AwaitApproval[C]:
+    def _awaiting(self, call: WriteCall[AM], action: ActionRecord) -> AwaitApproval[C, AM]:
         return self._next(
             self.agent.phases.await_approval,
             call=call,
@@ -816,23 +817,28 @@ class Planning(Active[C]):
 
 
 @attrs.frozen(kw_only=True)
-class AwaitApproval(Active[C]):
-    """A write call waits for a person. It does nothing else."""
+class AwaitApproval(Active[C], Generic[C, AM]):
+    """A write call waits for a person. It does nothing else.
+
+    Generic in the call's arguments model too (defaulted: ``AwaitApproval[C]`` is
+    ``AwaitApproval[C, Any]``), so that an approval of another tool's call is a type error
+    where the types carry it (``planning.request_approval(refund.call(...))``).
+    """
 
     kind: ClassVar[str] = "AwaitApproval"
 
-    call: WriteCall
+    call: WriteCall[AM]
     call_id: str
     # Why the run waits here (the gate answered Pending); empty while it is asking.
     waiting: str = ""
 
-    def request(self, run_id: str) -> ApprovalRequest:
+    def request(self, run_id: str) -> ApprovalRequest[AM]:
         """What the person is asked."""
         return ApprovalRequest.for_call(
             self.call, run_id=run_id, agent=self.agent.name, call_id=self.call_id
         )
 
-    def approve(self, approval: Approval) -> ToolCalling[C]:
+    def approve(self, approval: Approval[AM]) -> ToolCalling[C]:
         """Run the call; ``approval`` must be for this exact call (tool, arguments, call id).
 
         The approval comes from the runtime (``await rt.decide(request)``), which made it
@@ -876,7 +882,7 @@ class AwaitApproval(Active[C]):
             loop=self.loop.settle(self.call_id, "refused", reason),
         )
 
-    def wait(self, reason: str) -> AwaitApproval[C]:
+    def wait(self, reason: str) -> AwaitApproval[C, AM]:
         """No decision yet: the run stops here until a person's decision resumes it.
 
         On resume this phase is run again in full (it asks the gate again), which is
@@ -890,7 +896,7 @@ class AwaitApproval(Active[C]):
             waiting=reason,
         )
 
-    async def advance(self, rt: Runtime) -> ToolCalling[C] | Planning[C] | AwaitApproval[C]:
+    async def advance(self, rt: Runtime) -> ToolCalling[C] | Planning[C] | AwaitApproval[C, AM]:
         """Ask the gate, then approve, deny, or wait for the person's decision."""
         decision = await rt.decide(self.request(rt.run_id))
         match decision:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, final, get_typ
 
 import attrs
 from pydantic import BaseModel, ValidationError
+from typing_extensions import TypeVar as TypeVarWithDefault
 
 from . import _json
 from ._errors import BadArgumentsError, SetupError, UnknownToolError
@@ -50,6 +51,10 @@ __all__ = [
 ]
 
 A = TypeVar("A", bound=BaseModel)
+# The arguments model a write call, its approval and its approved call are of. Defaulted
+# (PEP 696), so ``WriteCall`` alone is ``WriteCall[Any]``: what the model's routed calls
+# are, and what an approval for another tool's call can only be refused for at run time.
+AM = TypeVarWithDefault("AM", bound=BaseModel, default=Any)
 ToolFunction = Callable[[A], Awaitable[Any]]
 # Any, not A: a lambda in @write_tool(cost=...) is checked before A is known.
 CostFunction = Callable[[Any], Decimal]
@@ -159,7 +164,7 @@ class WriteTool(_Tool[A]):
     effect: Literal["write"] = attrs.field(default="write", init=False)
     idempotent: bool = False
 
-    def call(self, args: A | Mapping[str, Any]) -> WriteCall:
+    def call(self, args: A | Mapping[str, Any]) -> WriteCall[A]:
         """A call of this tool with validated arguments (still needing approval)."""
         return WriteCall(tool=self, args=self._validate(args))
 
@@ -268,10 +273,15 @@ class ReadCall(_Call):
 
 @final
 @attrs.frozen(kw_only=True)
-class WriteCall(_Call):
-    """A call of a write tool: can run only once approved."""
+class WriteCall(_Call, Generic[AM]):
+    """A call of a write tool: can run only once approved.
 
-    tool: WriteTool[Any] = attrs.field(validator=_effect(WriteTool))
+    Generic in the tool's arguments model (``refund.call(...)`` is a
+    ``WriteCall[RefundArgs]``), so that an approval of another tool's call does not
+    type-check where the types carry it.
+    """
+
+    tool: WriteTool[AM] = attrs.field(validator=_effect(WriteTool))
 
 
 @final
@@ -290,18 +300,20 @@ _APPROVAL_TOKEN = _Sealed()
 
 @final
 @attrs.frozen(init=False)
-class ApprovedCall:
+class ApprovedCall(Generic[AM]):
     """A write call together with the approval that lets it run.
 
     Only ``AwaitApproval.approve`` makes one; there is no public constructor.
     """
 
-    call: WriteCall
-    approval: Approval
+    call: WriteCall[AM]
+    approval: Approval[AM]
 
     if TYPE_CHECKING:
         # For mypy the token is required, so ApprovedCall(call, approval) is a call-arg error.
-        def __init__(self, call: WriteCall, approval: Approval, *, _token: _Sealed) -> None: ...
+        def __init__(
+            self, call: WriteCall[AM], approval: Approval[AM], *, _token: _Sealed
+        ) -> None: ...
 
     else:
 
@@ -327,7 +339,7 @@ class ApprovedCall:
         )
 
     @property
-    def tool(self) -> WriteTool[Any]:
+    def tool(self) -> WriteTool[AM]:
         """The write tool to run."""
         return self.call.tool
 
@@ -374,7 +386,7 @@ def current_idempotency_key() -> str | None:
 
 
 # Used by AwaitApproval.approve and the checkpoint codec (pyright counts uses in this module only).
-def _approve(call: WriteCall, approval: Approval) -> ApprovedCall:  # pyright: ignore[reportUnusedFunction]
+def _approve(call: WriteCall[AM], approval: Approval[AM]) -> ApprovedCall[AM]:  # pyright: ignore[reportUnusedFunction]
     return ApprovedCall(call, approval, _token=_APPROVAL_TOKEN)
 
 

@@ -25,6 +25,7 @@ from ._model import ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import to_money
 from ._phases import AwaitApproval, Phase, _Ticket
 from ._store import MemoryCheckpointer
+from ._tools import AM
 
 __all__ = [
     "AutoApproveGate",
@@ -57,12 +58,12 @@ def hand_built(cls: type[P], /, **fields: Any) -> P:
 
 
 def hand_approval(
-    waiting: AwaitApproval[Any],
+    waiting: AwaitApproval[Any, AM],
     *,
     by: str = "test-approver",
     at: datetime | None = None,
     run_id: str = "",
-) -> Approval:
+) -> Approval[AM]:
     """An approval of the call ``waiting`` holds, for a unit test that drives it by hand.
 
     Pass it to ``waiting.approve(...)``. Only a ``Runtime`` built by hand honours it
@@ -70,7 +71,7 @@ def hand_approval(
     default any run driven by hand), once, as the runtime's own approvals are.
     """
     call = waiting.call
-    approval = Approval(
+    approval = Approval[AM](
         id=f"hand-{uuid.uuid4().hex}",
         run_id=run_id,
         call_id=waiting.call_id,

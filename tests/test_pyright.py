@@ -121,6 +121,23 @@ CASES: dict[str, str] = {
                 note="",
             )
         """,
+    "approval_of_another_tools_call": """
+        from pydantic import BaseModel
+
+        from statemachine import Approval, AwaitApproval
+
+
+        class ChargeArgs(BaseModel):
+            amount: str
+
+
+        class RefundArgs(BaseModel):
+            order: str
+
+
+        def mix(waiting: AwaitApproval[str, ChargeArgs], approval: Approval[RefundArgs]) -> None:
+            waiting.approve(approval)
+        """,
     "legal_loop_from_a_phase_parameter": """
         from statemachine import Active, Agent, Phase, Runtime
         from statemachine.testing import AutoApproveGate, ScriptedModel, reply
@@ -192,8 +209,9 @@ def test_write_call_passed_to_call_tool(pyright_diagnostics: dict[str, list[Diag
         (
             4,
             "reportArgumentType",
-            'Argument of type "WriteCall" cannot be assigned to parameter "call" of type '
-            '"ReadCall" in function "call_tool"\n  "WriteCall" is not assignable to "ReadCall"',
+            'Argument of type "WriteCall[Any]" cannot be assigned to parameter "call" of type '
+            '"ReadCall" in function "call_tool"\n'
+            '  "WriteCall[Any]" is not assignable to "ReadCall"',
         )
     ]
 
@@ -276,7 +294,7 @@ def test_assigning_an_approval_field(pyright_diagnostics: dict[str, list[Diagnos
         (
             4,
             "reportAttributeAccessIssue",
-            'Cannot assign to attribute "approved_by" for class "Approval"\n'
+            'Cannot assign to attribute "approved_by" for class "Approval[Any]"\n'
             '  Attribute "approved_by" is read-only',
         )
     ]
@@ -324,4 +342,19 @@ def test_approving_without_a_gate(pyright_diagnostics: dict[str, list[Diagnostic
     """Approval has no public constructor: the runtime makes it from a gate's yes."""
     assert pyright_diagnostics["approving_without_a_gate"] == [
         (4, "reportCallIssue", 'Argument missing for parameter "_token"'),
+    ]
+
+
+def test_approval_of_another_tools_call(pyright_diagnostics: dict[str, list[Diagnostic]]) -> None:
+    """Approvals are typed by the arguments model of the call they are for."""
+    assert pyright_diagnostics["approval_of_another_tools_call"] == [
+        (
+            15,
+            "reportArgumentType",
+            'Argument of type "Approval[RefundArgs]" cannot be assigned to parameter "approval" '
+            'of type "Approval[ChargeArgs]" in function "approve"\n'
+            '  "Approval[RefundArgs]" is not assignable to "Approval[ChargeArgs]"\n'
+            '    Type parameter "AM@Approval" is invariant, but "RefundArgs" is not the same as '
+            '"ChargeArgs"',
+        )
     ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_type
+
+from pydantic import BaseModel
 
 from statemachine import (
     Agent,
@@ -22,13 +24,15 @@ from statemachine import (
     Responding,
     Retrying,
     Runner,
+    Runtime,
     ToolCalling,
     WriteCall,
     load_phase,
+    write_tool,
 )
-from statemachine.testing import ScriptedModel, hand_built
+from statemachine.testing import ScriptedModel, hand_approval, hand_built
 
-from ._fixtures import LOOKUP_ARGS, Ctx, lookup
+from ._fixtures import CHARGE_ARGS, LOOKUP_ARGS, ChargeArgs, Ctx, charge, lookup
 
 
 def no_phase_is_built_directly(agent: Agent[Ctx], ctx: Ctx, write: WriteCall) -> None:
@@ -106,3 +110,30 @@ def load_phase_keeps_the_context_type(document: dict[str, Any], agent: Agent[Ctx
 def hand_built_is_typed(agent: Agent[Ctx], ctx: Ctx) -> Planning[Ctx]:
     """statemachine.testing.hand_built, for unit tests: the class it is given."""
     return hand_built(Planning[Ctx], agent=agent, ctx=ctx)
+
+
+class RefundArgs(BaseModel):
+    """Arguments of a second write tool."""
+
+    order_id: str
+
+
+@write_tool
+async def refund(args: RefundArgs) -> str:
+    """Another write tool."""
+    return args.order_id
+
+
+async def an_approval_of_another_tools_call(planning: Planning[Ctx], rt: Runtime) -> None:
+    waiting_charge = planning.request_approval(charge.call(CHARGE_ARGS))
+    assert_type(waiting_charge, AwaitApproval[Ctx, ChargeArgs])
+    waiting_refund = planning.request_approval(refund.call(RefundArgs(order_id="A-1")))
+    decision = await rt.decide(waiting_refund.request(rt.run_id))
+    if isinstance(decision, Approval):
+        assert_type(decision, Approval[RefundArgs])
+        # Rule: an approval of a refund cannot approve a charge.
+        waiting_charge.approve(decision)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+        # Legal: the approval of exactly the call asked about.
+        waiting_refund.approve(decision)
+    # A hand approval (statemachine.testing) is typed the same way.
+    waiting_charge.approve(hand_approval(waiting_refund))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
