@@ -8,16 +8,23 @@ from functools import partial
 from typing import Any
 
 import anyio
+import attrs
 from support import RecordingSleep
 
 from agents.travel import (
+    FakeProvider,
     Outcome,
+    TripContext,
+    TripPlanning,
     budget_stops_before_spending,
     flaky_weather,
     prompt_flip,
+    travel_agent,
     weather_down,
 )
-from statemachine import Done, Failed
+from agents.travel._agent import INSTRUCTIONS
+from statemachine import Done, Failed, Phases, Runner
+from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
 
 
 def run(scenario: Callable[..., Awaitable[Outcome]], **kwargs: Any) -> tuple[Outcome, list[float]]:
@@ -150,3 +157,29 @@ def test_demo_prints_every_scenario(capsys: Any) -> None:
     assert out.count("states:") == 5
     assert "charged:   nothing" in out
     assert "charged:   $800.00" in out
+
+
+@attrs.frozen(kw_only=True)
+class StrictDesk(TripPlanning):
+    """A desk's own planning: the same phase with a field default of its own."""
+
+    house_rules: str = "Never book a hotel without a flight."
+
+
+def test_a_desk_subclass_with_a_field_default_runs_and_keeps_the_default_prompt() -> None:
+    """A phase subclass that adds a defaulted field works through every transition, and the
+    travel agent's own prompt is unchanged (its house rules are empty)."""
+    trip = TripContext(traveller="Ada", destination="Lisbon")
+    prompts: dict[str, str] = {}
+    for name, planning in [("default", TripPlanning), ("strict", StrictDesk)]:
+        agent = attrs.evolve(travel_agent(FakeProvider()), phases=Phases(planning=planning))
+        model = ScriptedModel([tool_call("get_weather", {"city": "Lisbon"}), reply("Sunny.")])
+        result = anyio.run(
+            lambda agent=agent, model=model: Runner(agent, model=model, gate=AutoDenyGate()).run(
+                trip, "Weather?"
+            )
+        )
+        assert isinstance(result.final, Done)
+        prompts[name] = model.requests[-1].messages[0].content
+    assert prompts["default"] == (f"{INSTRUCTIONS}\nTraveller: Ada. Destination: Lisbon.")
+    assert prompts["strict"] == prompts["default"] + "\nNever book a hotel without a flight."

@@ -123,15 +123,25 @@ class HotelArgs(BookingArgs):
     nights: int = Field(ge=1)
 
 
+@attrs.frozen(kw_only=True)
 class TripPlanning(Planning[TripContext]):
-    """Planning for a trip: the instructions name the traveller and the destination."""
+    """Planning for a trip: the instructions name the traveller and the destination.
+
+    ``house_rules`` (a field with a default, as a phase subclass may add) are a desk's
+    own lines, appended to the prompt; a desk sets them in a subclass of its own
+    (``class StrictDesk(TripPlanning): house_rules: str = "..."``). Empty by default, so
+    the default prompt is the travel agent's alone.
+    """
+
+    house_rules: str = ""
 
     def instructions(self) -> str:
-        """The travel agent's system prompt, built from the trip."""
-        return (
+        """The travel agent's system prompt, built from the trip (and the house rules)."""
+        prompt = (
             f"{self.agent.instructions}\n"
             f"Traveller: {self.ctx.traveller}. Destination: {self.ctx.destination}."
         )
+        return f"{prompt}\n{self.house_rules}" if self.house_rules else prompt
 
 
 INSTRUCTIONS = "You are a travel agent. Be proactive: book what the traveller is likely to need."
