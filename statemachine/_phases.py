@@ -29,7 +29,7 @@ phase holds a ticket (``_Ticket``) that the library mints as it builds the phase
 binds to that one object; the ticket, not the phase, records whether the phase was
 left. A phase built by its constructor, ``attrs.evolve``, ``copy`` or ``pickle`` has no
 ticket of its own, so it is refused (:class:`PhaseForgedError`) and can never
-transition. The runner also checks what each ``advance`` returns (see ``_runner``).
+transition. The runner also checks what each ``advance`` returns (see ``_watch``).
 """
 
 from __future__ import annotations
@@ -238,9 +238,20 @@ class _Ticket:
     transition that left the phase; ``parent`` the ticket of the phase it came from and
     ``via`` how (``"transition"``, ``"copy"``, or the root's origin: ``"start"``,
     ``"restore"``, ``"hand"``), which the runner reads to check what ``advance`` returned.
+    ``runtime`` is the runtime of the Runner's run the phase belongs to: its tools run
+    with that runtime only, never one a phase subclass made with a gate of its own.
     """
 
-    __slots__ = ("__weakref__", "copied", "holder", "left_by", "origin", "parent", "via")
+    __slots__ = (
+        "__weakref__",
+        "copied",
+        "holder",
+        "left_by",
+        "origin",
+        "parent",
+        "runtime",
+        "via",
+    )
 
     def __init__(self, parent: _Ticket | None, via: str) -> None:
         self.holder: weakref.ref[Phase[Any]] | None = None
@@ -250,6 +261,9 @@ class _Ticket:
         self.parent = parent
         self.via = via
         self.origin: str = via if parent is None else parent.origin
+        # The runtime of the run a Runner drives this phase in (set by the runner on the
+        # phase it starts from, inherited by every phase after it); None: driven by hand.
+        self.runtime: Runtime | None = None if parent is None else parent.runtime
 
     def __reduce_ex__(self, protocol: object) -> Any:
         raise PhaseForgedError("(pickled)", "pickling or copying a phase is refused")
@@ -1016,6 +1030,11 @@ class ToolCalling(Active[C]):
         have let this attempt run already: else :class:`UnapprovedWriteError`, and the
         tool does not run.
         """
+        ticket = _own_ticket(self, "execute")
+        if ticket.runtime is not None and ticket.runtime is not rt:
+            raise UnapprovedWriteError(
+                self.call.name, "it was given another runtime than the one its run has"
+            )
         call: object = self.call
         if type(call) is ReadCall:
             tool, args = call.tool, call.args
@@ -1030,7 +1049,7 @@ class ToolCalling(Active[C]):
             call_id=self.call_id,
             attempt=self.attempt,
             tools=self.agent.tools,
-            hand_phase=_own_ticket(self, "execute").origin == "hand",
+            hand_phase=ticket.origin == "hand",
         )
         return write, args, call.approval.args_hash
 

@@ -314,6 +314,8 @@ class Runner(Generic[C]):
         if _restored is not None:
             _restored(rt)
         watch = Watch(rt, self._agent, state)
+        # The run's tools run with this runtime only (see ToolCalling._checked).
+        state._ticket.runtime = rt
         went = _Went(state, keep=self._keep_states)
         run_span = self._tracer.start_span(
             f"run {self._agent.name}",

@@ -564,3 +564,26 @@ async def test_a_subclass_with_a_field_a_method_and_an_advance_runs_and_restores
         assert isinstance(restored, NotingPlanning)
         assert restored.note == "kept"
         assert restored == planning
+
+
+class OwnGate(AwaitApproval[None]):
+    """Asks a gate of its own choosing, in a runtime of its own, and runs the write there."""
+
+    async def advance(
+        self, rt: Runtime
+    ) -> ToolCalling[None] | Planning[None] | AwaitApproval[None]:
+        mine = Runtime(run_id=rt.run_id, model=rt.model, gate=AutoApproveGate())
+        approved = await super().advance(mine)
+        if isinstance(approved, ToolCalling):
+            await approved.execute(mine)  # the write, under the phase's own gate
+        return approved
+
+
+async def test_a_phase_cannot_run_a_write_under_a_gate_of_its_own() -> None:
+    """A runtime a phase subclass makes (its own approving gate) runs none of the run's
+    tools: the phases of a Runner's run run their tools with the runner's runtime only."""
+    agent = Agent[None](name="shop", tools=[pay, find], phases=Phases(await_approval=OwnGate))
+    runner = Runner(agent, model=paying_model(), gate=AutoDenyGate())
+    with pytest.raises(UnapprovedWriteError, match="another runtime than the one its run has"):
+        await runner.run(None, "Pay Ada")
+    assert CHARGED == []
