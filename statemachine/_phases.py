@@ -996,7 +996,7 @@ class ToolCalling(Active[C]):
         timeout = tool.timeout if remaining is None else min(tool.timeout, remaining)
         token = _IDEMPOTENCY_KEY.set(key)
         try:
-            output = await _within(tool.fn(args), timeout)
+            output = await _within(tool._fn(args), timeout)
         except Exception as error:
             if agent.retry_for(tool).retries(error):
                 return self._next(

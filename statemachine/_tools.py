@@ -103,7 +103,9 @@ class _Tool(Generic[A]):
     name: str
     description: str
     args_model: type[A]
-    fn: ToolFunction[A] = attrs.field(repr=False)
+    # Private: a write tool object offers no public way to run its function without an
+    # approval; only ToolCalling.execute calls it (as ``tool._fn``).
+    _fn: ToolFunction[A] = attrs.field(repr=False, alias="fn")
     timeout: float = attrs.field(validator=_positive_timeout)
     retry: RetryPolicy | None
     cost: CostFunction | None = attrs.field(repr=False)

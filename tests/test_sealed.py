@@ -587,3 +587,10 @@ async def test_a_phase_cannot_run_a_write_under_a_gate_of_its_own() -> None:
     with pytest.raises(UnapprovedWriteError, match="another runtime than the one its run has"):
         await runner.run(None, "Pay Ada")
     assert CHARGED == []
+
+
+def test_a_write_tool_has_no_public_function_to_call() -> None:
+    """The tool object is no way around approval: its function is not a public attribute."""
+    with pytest.raises(AttributeError):
+        pay.fn  # type: ignore[attr-defined]  # noqa: B018
+    assert CHARGED == []

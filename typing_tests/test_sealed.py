@@ -137,3 +137,8 @@ async def an_approval_of_another_tools_call(planning: Planning[Ctx], rt: Runtime
         waiting_refund.approve(decision)
     # A hand approval (statemachine.testing) is typed the same way.
     waiting_charge.approve(hand_approval(waiting_refund))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+
+
+async def a_write_tool_offers_no_way_around_approval() -> None:
+    # Rule: a tool's function is not a public attribute: only ToolCalling.execute runs it.
+    await charge.fn(CHARGE_ARGS)  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
