@@ -565,11 +565,13 @@ class Runner(Generic[C]):
         seq, document = await checkpointer.load(run_id)
         state = load_phase(document, agents={self._agent.name: self._agent}, run_id=run_id)
         gate: ApprovalGate | None = None
+        stored = False
         if decision is None and isinstance(state, AwaitApproval):
             submitted = await checkpointer.decision(run_id)
             if submitted is not None:
                 # Cleared by the next checkpoint, which the decision leads to.
                 decision = load_decision(submitted, run_id=run_id)
+                stored = True
         if decision is not None:
             if not isinstance(state, AwaitApproval):
                 raise SetupError(
@@ -579,6 +581,8 @@ class Runner(Generic[C]):
             if isinstance(decision, Approve):
                 misfit = decision.misfit(state.request(run_id))
                 if misfit is not None:
+                    if stored:  # dropped: the run waits for a decision about its own call
+                        await checkpointer.take_decision(run_id)
                     raise DecisionRefusedError(
                         f"the approval does not answer the call this run waits for "
                         f"({misfit}); nothing was run. Approve this run's request: "

@@ -594,3 +594,20 @@ def test_a_write_tool_has_no_public_function_to_call() -> None:
     with pytest.raises(AttributeError):
         pay.fn  # type: ignore[attr-defined]  # noqa: B018
     assert CHARGED == []
+
+
+async def test_a_stored_approval_of_an_earlier_call_is_refused_and_dropped() -> None:
+    """A yes stored for another call of the same run is refused at resume, and dropped, so
+    the run stays waiting for a decision about its own call; nothing is paid."""
+    store = MemoryCheckpointer()
+    waiting = await waiting_run(store, "r")
+    other = waiting.request("r").model_copy(update={"call_id": "call-99"})
+    await store.submit_decision("r", dump_decision(Approve.of(other, by="lin")))
+    runner = Runner(
+        shop(), model=ScriptedModel([reply("Paid.")]), gate=AutoDenyGate(), checkpointer=store
+    )
+    with pytest.raises(DecisionRefusedError, match="it was given for call id 'call-99'"):
+        await runner.resume("r")
+    assert await store.decision("r") is None
+    assert (await store.record("r")).status == "interrupted"
+    assert CHARGED == []
