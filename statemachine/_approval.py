@@ -246,13 +246,24 @@ def _restored_approval(  # pyright: ignore[reportUnusedFunction]
 
 @final
 class _Grant:
-    """One approval in a run's book, and the last attempt it let run."""
+    """One approval in a run's book: what it was made for, and the last attempt it let run.
 
-    __slots__ = ("approval", "attempts")
+    ``binding`` is read from the approval when it is made, and kept here: an approval
+    changed in place afterwards (``object.__setattr__``) no longer matches it.
+    ``idempotent`` is the tool's word at the first attempt, kept for the retries.
+    """
+
+    __slots__ = ("approval", "attempts", "binding", "idempotent")
 
     def __init__(self, approval: Approval, attempts: int = 0) -> None:
         self.approval = approval
         self.attempts = attempts
+        self.binding = _binding(approval)
+        self.idempotent: bool | None = None
+
+
+def _binding(approval: Approval) -> tuple[str, str, str, str, str]:
+    return (approval.id, approval.run_id, approval.call_id, approval.tool, approval.args_hash)
 
 
 # Approvals made by statemachine.testing.hand_approval, for phases driven by hand: only
@@ -317,21 +328,26 @@ class _ApprovalBook:
             grant = _HAND_GRANTS.get(approval.id)
         if grant is None or grant.approval is not approval:
             raise UnapprovedWriteError(name, "no approval of it was given in this run")
+        if _binding(approval) != grant.binding:
+            raise UnapprovedWriteError(name, "its approval was changed after it was given")
+        _, bound_run, bound_call, bound_tool, bound_hash = grant.binding
         hand = grant is _HAND_GRANTS.get(approval.id)
-        if approval.run_id != run_id and not (hand and approval.run_id == ""):
+        if bound_run != run_id and not (hand and bound_run == ""):
             raise UnapprovedWriteError(
-                name, f"its approval was given in run {approval.run_id!r}, not in {run_id!r}"
+                name, f"its approval was given in run {bound_run!r}, not in {run_id!r}"
             )
-        if approval.call_id != call_id:
+        if bound_call != call_id:
             raise UnapprovedWriteError(
-                name, f"its approval is for call {approval.call_id!r}, not {call_id!r}"
+                name, f"its approval is for call {bound_call!r}, not {call_id!r}"
             )
-        self._check_call(approval, tool, args, name, tools)
+        self._check_call(f"{bound_tool}:{bound_hash}", tool, args, name, tools)
         if type(attempt) is not int or attempt <= grant.attempts:
             raise UnapprovedWriteError(
                 name, f"its approval {approval.id} has already let attempt {grant.attempts} run"
             )
-        if attempt > 1 and not tool.idempotent:
+        if grant.idempotent is None:
+            grant.idempotent = tool.idempotent is True
+        if attempt > 1 and not grant.idempotent:
             raise UnapprovedWriteError(
                 name, "it is not idempotent, so its approval lets one attempt run"
             )
@@ -340,7 +356,7 @@ class _ApprovalBook:
 
     @staticmethod
     def _check_call(
-        approval: Approval, tool: WriteTool[Any], args: _Args, name: str, tools: ToolRegistry
+        key: str, tool: WriteTool[Any], args: _Args, name: str, tools: ToolRegistry
     ) -> None:
         try:
             registered = tools.get(name)
@@ -352,10 +368,9 @@ class _ApprovalBook:
             args_hash = hashlib.sha256(_canonical(args).encode()).hexdigest()
         except (ValueError, ArithmeticError, TypeError):
             raise UnapprovedWriteError(name, "its arguments are not JSON values") from None
-        if approval.tool != name or approval.args_hash != args_hash:
+        if key != f"{name}:{args_hash}":
             raise UnapprovedWriteError(
-                name,
-                f"its approval is for {approval.key}, and the call is {name}:{args_hash}",
+                name, f"its approval is for {key}, and the call is {name}:{args_hash}"
             )
 
 
