@@ -12,7 +12,8 @@ the counters of the phase it accepted last. It goes on with a phase only when
   attempt of the same call) is less than the accepted phase's, read when it was accepted,
   so an in-place change of a phase (``object.__setattr__``) cannot lower them;
 - a write reaches ``ToolCalling`` only from ``AwaitApproval`` (approve) or ``Retrying``
-  of the same call, one attempt on;
+  of the same call, one attempt on; a retry never goes past the agent's retry cap for
+  the tool (a ``Retrying`` subclass may override ``policy``, not the agent's cap);
 - the runtime and the agent are the ones the run started with (no gate, ledger, approval
   book or budget swapped in from inside a phase).
 
@@ -187,8 +188,13 @@ class Watch:
             return "it counts less spend, actions or tool iterations than the phase before it"
         if now[7] and now[7] == was[7] and -1 < now[8] < was[8]:
             return f"its attempt is {now[8]}, below {was[8]}"
-        if isinstance(after, ToolCalling) and isinstance(before, Retrying) and now[8] != was[8] + 1:
-            return f"a retry is attempt {was[8] + 1}, not {now[8]}"
+        if isinstance(after, ToolCalling) and isinstance(before, Retrying):
+            if now[8] != was[8] + 1:
+                return f"a retry is attempt {was[8] + 1}, not {now[8]}"
+            # The cap is the agent's (a Retrying subclass may not widen its own policy).
+            cap = self._agent.retry_for(after.call.tool).max_attempts
+            if now[8] > cap:
+                return f"attempt {now[8]} is past the retry cap of {cap}"
         if isinstance(after, ToolCalling | Retrying) and type(after.call) is ApprovedCall:
             return _write_problem(before, after, was)
         return None

@@ -47,6 +47,7 @@ from statemachine import (
     Spend,
     SQLiteCheckpointer,
     ToolCalling,
+    ToolError,
     UnapprovedWriteError,
     WriteCall,
     dump_decision,
@@ -665,3 +666,27 @@ async def test_an_approval_changed_in_place_no_longer_approves_anything() -> Non
     with pytest.raises(UnapprovedWriteError, match="its approval was changed after it was given"):
         await runner.run(None, "Pay Ada")
     assert CHARGED == []
+
+
+class Lenient(Retrying[None]):
+    """Widens its own retry policy: ten attempts where the agent allows two."""
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return RetryPolicy(max_attempts=10, base_delay=0, jitter=0)
+
+
+async def test_a_retrying_subclass_cannot_widen_the_agents_retry_cap() -> None:
+    """The runner holds the agent's cap, not the phase's: attempt 3 of a cap of 2 is refused."""
+    calls: list[str] = []
+
+    @read_tool(name="flaky", retry=RetryPolicy(max_attempts=2, base_delay=0, jitter=0))
+    async def flaky(args: FindArgs) -> str:
+        calls.append(args.query)
+        raise ToolError("503")
+
+    agent = Agent[None](name="f", tools=[flaky], phases=Phases(retrying=Lenient))
+    model = ScriptedModel([tool_call("flaky", {"query": "q"})])
+    with pytest.raises(IllegalTransitionError, match="past the retry cap of 2"):
+        await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "hi")
+    assert len(calls) == 2
