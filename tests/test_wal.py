@@ -49,9 +49,11 @@ async def test_saves_leave_the_checkpoint_to_the_thread_and_the_wal_stays_bounde
         store._wal.close()  # waits for the checkpoint under way
         assert store._wal.done >= 4
         assert store._wal.failed is None
-        # Without the thread's checkpoints the WAL would hold every page of 400 saves
-        # (more than 800 pages); with them it is reused from its start.
-        assert wal_bytes(path) < 500 * PAGE
+        # Without the thread's checkpoints the WAL holds every page of 400 saves (about
+        # 2,900 pages); with them it is reused from its start: about 290 pages on a quiet
+        # machine, 512 seen on a loaded one, whose thread lags the saves. The bound is
+        # between, well away from both.
+        assert wal_bytes(path) < 1000 * PAGE
         seq, loaded = await store.load("r")
         assert (seq, loaded) == (399, document(399))
     assert wal_bytes(path) == 0  # the last connection to close copied the rest back
