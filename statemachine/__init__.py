@@ -85,6 +85,7 @@ from ._guard import (
     validate_with_retries,
 )
 from ._json import canonical, canonical_hash, dumps, loads
+from ._ledger import EffectLedger
 from ._lifecycle import RunLifecycle, RunStatus
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import Money, to_money
@@ -179,6 +180,7 @@ __all__ = (
     "Denial",
     "Diagnostic",
     "Done",
+    "EffectLedger",
     "EffectRecord",
     "EffectUncertainError",
     "EstimateExceededError",

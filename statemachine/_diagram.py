@@ -27,52 +27,16 @@ import inspect
 import re
 import sys
 import types
-import typing
-import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final, TypeGuard, final
+from typing import Any, TypeGuard, final
 
 import attrs
 
 from ._errors import SetupError
-from ._phases import (
-    Active,
-    Agent,
-    AwaitApproval,
-    Done,
-    Failed,
-    Idle,
-    Observing,
-    Phase,
-    Phases,
-    Planning,
-    Responding,
-    Retrying,
-    ToolCalling,
-)
+from ._phases import _ROLES, _TERMINAL, Active, Agent, Phases, _graph_edges
 
 __all__ = ["AgentGraph", "agent_graph"]
-
-# The Phases fields and the phase each one must be (a subclass of), in drawing order.
-_ROLES: Final[tuple[tuple[str, type[Active[Any]]], ...]] = (
-    ("idle", Idle),
-    ("planning", Planning),
-    ("await_approval", AwaitApproval),
-    ("tool_calling", ToolCalling),
-    ("observing", Observing),
-    ("retrying", Retrying),
-    ("responding", Responding),
-)
-_TERMINAL: Final[tuple[type[Phase[Any]], ...]] = (Failed, Done)
-_ORDER: Final[tuple[type[Phase[Any]], ...]] = (*(base for _, base in _ROLES), *_TERMINAL)
-_NAMES: Final = ", ".join(base.__name__ for base in _ORDER)
-
-# The phase classes each class's ``advance`` names, read once per class. Weak keys:
-# an agent factory that makes a phase subclass per call does not keep them all alive.
-_TARGETS: weakref.WeakKeyDictionary[type[Any], tuple[type[Phase[Any]], ...]] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 @final
@@ -117,105 +81,11 @@ def agent_graph(agent: Agent[Any] | Phases[Any]) -> AgentGraph:
     ``advance`` has no return annotation, names something that cannot be resolved
     in its module, may return something that is not a phase, or names a phase
     subclass that this agent does not run (its ``Phases`` names another class).
+    (The graph itself is read by the phases, ``Active.successors``; this draws it.)
     """
     phases = agent.phases if isinstance(agent, Agent) else agent
-    running: dict[type[Phase[Any]], type[Active[Any]]] = {
-        base: getattr(phases, role) for role, base in _ROLES
-    }
-    named: list[tuple[str, type[Active[Any]]]] = []
-    edges: set[tuple[type[Phase[Any]], type[Phase[Any]]]] = set()
-    for _, base in _ROLES:
-        cls = running[base]
-        named.append((cls.kind, cls))
-        for target in _targets(cls):
-            target_base = _base_of(target)
-            assert target_base is not None  # _targets admits phases only
-            runs = running.get(target_base)
-            if runs is not None and not issubclass(runs, target):
-                role_of = next(r for r, b in _ROLES if b is target_base)
-                raise SetupError(
-                    f"{_where(cls)} may return {target.__name__}, but this agent runs "
-                    f"{runs.__name__} as its {target_base.__name__} phase: annotate "
-                    f"{target_base.__name__}[...] (the agent's own class is used), or "
-                    f"build the agent with Phases({role_of}={target.__name__})"
-                )
-            edges.add((base, target_base))
-    kinds: dict[type[Phase[Any]], str] = {
-        base: running[base].kind if base in running else base.kind for base in _ORDER
-    }
-    ordered = sorted(edges, key=lambda edge: (_ORDER.index(edge[0]), _ORDER.index(edge[1])))
-    return AgentGraph(phases=tuple(named), edges=tuple((kinds[a], kinds[b]) for a, b in ordered))
-
-
-def _base_of(cls: type[Any]) -> type[Phase[Any]] | None:
-    return next((base for base in _ORDER if issubclass(cls, base)), None)
-
-
-def _where(cls: type[Any]) -> str:
-    """``Class.advance``, naming the class that defines it when ``cls`` inherits it."""
-    owner = next(klass for klass in cls.__mro__ if "advance" in vars(klass))
-    inherited = "" if owner is cls else f" (inherited by {cls.__name__})"
-    return f"{owner.__module__}.{owner.__qualname__}.advance{inherited}"
-
-
-def _targets(cls: type[Active[Any]]) -> tuple[type[Phase[Any]], ...]:
-    """The phase classes that ``cls.advance`` may return, read from its annotation."""
-    cached = _TARGETS.get(cls)
-    if cached is None:
-        cached = _TARGETS[cls] = _read_targets(cls)
-    return cached
-
-
-def _read_targets(cls: type[Active[Any]]) -> tuple[type[Phase[Any]], ...]:
-    where = _where(cls)
-    advance = inspect.unwrap(cls.advance)
-    annotations: dict[str, Any] = getattr(advance, "__annotations__", {})
-    if "return" not in annotations:
-        raise SetupError(
-            f"{where} has no return annotation; annotate it with the phases it may go "
-            "to, e.g. -> Planning[C] | Failed[C]"
-        )
-    written = annotations["return"]
-    # Only the return annotation is resolved: a parameter's type may be imported
-    # for the type checker alone, and the graph does not need it.
-    holder = types.SimpleNamespace(__annotations__={"return": written})
-    module = getattr(advance, "__module__", "?")
-    try:
-        hint = typing.get_type_hints(holder, globalns=getattr(advance, "__globals__", {}))
-    except NameError as error:
-        name = getattr(error, "name", None) or str(error)
-        raise SetupError(
-            f"{where} is annotated -> {written}, and {name!r} is not defined in module "
-            f"{module}; import it there at run time (not only under TYPE_CHECKING), or "
-            "define the phase class at module level"
-        ) from error
-    except Exception as error:
-        raise SetupError(
-            f"{where} is annotated -> {written}, which cannot be resolved ({error}); "
-            "annotate it with the phases it may go to, e.g. -> Planning[C] | Failed[C]"
-        ) from error
-    returned = hint["return"]
-    members = typing.get_args(returned) if _is_union(returned) else (returned,)
-    found: list[type[Phase[Any]]] = []
-    for member in members:
-        target = typing.get_origin(member) or member
-        if not (isinstance(target, type) and _base_of(target) is not None):
-            raise SetupError(
-                f"{where} may return {_show(member)}, which is not a phase; it may return "
-                f"only phases ({_NAMES}) or subclasses of them"
-            )
-        found.append(target)
-    return tuple(found)
-
-
-def _is_union(hint: Any) -> bool:
-    return typing.get_origin(hint) in (typing.Union, types.UnionType)
-
-
-def _show(hint: Any) -> str:
-    if hint is type(None):
-        return "None"
-    return hint.__name__ if isinstance(hint, type) else repr(hint)
+    named, edges = _graph_edges(phases)
+    return AgentGraph(phases=named, edges=edges)
 
 
 # --- the command line ---------------------------------------------------------------

@@ -35,8 +35,11 @@ transition. The runner also checks what each ``advance`` returns (see ``_watch``
 from __future__ import annotations
 
 import abc
+import inspect
 import random
 import time
+import types
+import typing
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import date
@@ -46,6 +49,7 @@ from typing import (
     TYPE_CHECKING,
     Any,
     ClassVar,
+    Final,
     Generic,
     Self,
     TypeAlias,
@@ -98,9 +102,9 @@ from ._guard import (
     validate_config,
     validate_with_retries,
 )
+from ._ledger import EffectLedger
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, _trusted
 from ._retry import RetryPolicy
-from ._store import Checkpointer
 from ._tools import (
     _IDEMPOTENCY_KEY,
     AM,
@@ -162,7 +166,7 @@ class Runtime:
     today: Callable[[], date] = date.today
     # The validation-fallback counter; None: the global OpenTelemetry meter's.
     fallbacks: metrics.Counter | None = None
-    ledger: Checkpointer | None = None
+    ledger: EffectLedger | None = None
     # A default given as ``default=`` (not the ``@started.default`` decorator), so
     # that pyright, which reads attrs through dataclass_transform, sees it too.
     started: float = attrs.field(default=attrs.Factory(lambda rt: rt.clock(), takes_self=True))
@@ -426,6 +430,15 @@ class Active(Phase[C]):
     @abc.abstractmethod
     async def advance(self, rt: Runtime) -> AnyPhase[C]:
         """Do this phase's work and return the next phase."""
+
+    @classmethod
+    def successors(cls) -> tuple[type[Phase[Any]], ...]:
+        """The phase classes this class's ``advance`` may return, read from its annotation.
+
+        Read once per class; :class:`SetupError` for an annotation that is missing,
+        cannot be resolved, or names something that is not a phase.
+        """
+        return _successors_of(cls)
 
 
 @attrs.frozen(kw_only=True)
@@ -1319,10 +1332,142 @@ class Phases(Generic[C]):
     )
 
     def __attrs_post_init__(self) -> None:
-        # Imported here: _diagram imports this module. It reads each class once.
-        from ._diagram import agent_graph
+        _graph_edges(self)  # the graph is valid for this agent (each class read once)
 
-        agent_graph(self)
+
+# --- the graph, read from the advance annotations ----------------------------------------
+# Each active phase's ``advance`` is annotated with the union of the phases it may go to,
+# and the type checkers check every body against it; the graph is read from those same
+# annotations (``Active.successors``), so it cannot drift from the code. The core reads
+# it: ``Phases`` validates an agent's graph where the agent is defined, and the runner
+# checks each transition against it; ``statemachine.agent_graph`` draws it.
+
+# The Phases fields and the phase each one must be (a subclass of), in drawing order.
+_ROLES: Final[tuple[tuple[str, type[Active[Any]]], ...]] = (
+    ("idle", Idle),
+    ("planning", Planning),
+    ("await_approval", AwaitApproval),
+    ("tool_calling", ToolCalling),
+    ("observing", Observing),
+    ("retrying", Retrying),
+    ("responding", Responding),
+)
+_TERMINAL: Final[tuple[type[Phase[Any]], ...]] = (Failed, Done)
+_ORDER: Final[tuple[type[Phase[Any]], ...]] = (*(base for _, base in _ROLES), *_TERMINAL)
+_NAMES: Final = ", ".join(base.__name__ for base in _ORDER)
+
+# The phase classes each class's ``advance`` names, read once per class. Weak keys:
+# an agent factory that makes a phase subclass per call does not keep them all alive.
+_TARGETS: weakref.WeakKeyDictionary[type[Any], tuple[type[Phase[Any]], ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _base_of(cls: type[Any]) -> type[Phase[Any]] | None:
+    return next((base for base in _ORDER if issubclass(cls, base)), None)
+
+
+def _where(cls: type[Any]) -> str:
+    """``Class.advance``, naming the class that defines it when ``cls`` inherits it."""
+    owner = next(klass for klass in cls.__mro__ if "advance" in vars(klass))
+    inherited = "" if owner is cls else f" (inherited by {cls.__name__})"
+    return f"{owner.__module__}.{owner.__qualname__}.advance{inherited}"
+
+
+def _successors_of(cls: type[Active[Any]]) -> tuple[type[Phase[Any]], ...]:
+    """The phase classes that ``cls.advance`` may return, read from its annotation."""
+    cached = _TARGETS.get(cls)
+    if cached is None:
+        cached = _TARGETS[cls] = _read_targets(cls)
+    return cached
+
+
+def _read_targets(cls: type[Active[Any]]) -> tuple[type[Phase[Any]], ...]:
+    where = _where(cls)
+    advance = inspect.unwrap(cls.advance)
+    annotations: dict[str, Any] = getattr(advance, "__annotations__", {})
+    if "return" not in annotations:
+        raise SetupError(
+            f"{where} has no return annotation; annotate it with the phases it may go "
+            "to, e.g. -> Planning[C] | Failed[C]"
+        )
+    written = annotations["return"]
+    # Only the return annotation is resolved: a parameter's type may be imported
+    # for the type checker alone, and the graph does not need it.
+    holder = types.SimpleNamespace(__annotations__={"return": written})
+    module = getattr(advance, "__module__", "?")
+    try:
+        hint = typing.get_type_hints(holder, globalns=getattr(advance, "__globals__", {}))
+    except NameError as error:
+        name = getattr(error, "name", None) or str(error)
+        raise SetupError(
+            f"{where} is annotated -> {written}, and {name!r} is not defined in module "
+            f"{module}; import it there at run time (not only under TYPE_CHECKING), or "
+            "define the phase class at module level"
+        ) from error
+    except Exception as error:
+        raise SetupError(
+            f"{where} is annotated -> {written}, which cannot be resolved ({error}); "
+            "annotate it with the phases it may go to, e.g. -> Planning[C] | Failed[C]"
+        ) from error
+    returned = hint["return"]
+    members = typing.get_args(returned) if _is_union(returned) else (returned,)
+    found: list[type[Phase[Any]]] = []
+    for member in members:
+        target = typing.get_origin(member) or member
+        if not (isinstance(target, type) and _base_of(target) is not None):
+            raise SetupError(
+                f"{where} may return {_show(member)}, which is not a phase; it may return "
+                f"only phases ({_NAMES}) or subclasses of them"
+            )
+        found.append(target)
+    return tuple(found)
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+def _show(hint: Any) -> str:
+    if hint is type(None):
+        return "None"
+    return hint.__name__ if isinstance(hint, type) else repr(hint)
+
+
+def _graph_edges(
+    phases: Phases[Any],
+) -> tuple[tuple[tuple[str, type[Active[Any]]], ...], tuple[tuple[str, str], ...]]:
+    """The named active phases of an agent running ``phases``, and its edges by name.
+
+    Raises :class:`SetupError` when an ``advance`` annotation cannot be read or names a
+    phase subclass this agent does not run (see :func:`statemachine.agent_graph`).
+    """
+    running: dict[type[Phase[Any]], type[Active[Any]]] = {
+        base: getattr(phases, role) for role, base in _ROLES
+    }
+    named: list[tuple[str, type[Active[Any]]]] = []
+    edges: set[tuple[type[Phase[Any]], type[Phase[Any]]]] = set()
+    for _, base in _ROLES:
+        cls = running[base]
+        named.append((cls.kind, cls))
+        for target in cls.successors():
+            target_base = _base_of(target)
+            assert target_base is not None  # successors() admits phases only
+            runs = running.get(target_base)
+            if runs is not None and not issubclass(runs, target):
+                role_of = next(r for r, b in _ROLES if b is target_base)
+                raise SetupError(
+                    f"{_where(cls)} may return {target.__name__}, but this agent runs "
+                    f"{runs.__name__} as its {target_base.__name__} phase: annotate "
+                    f"{target_base.__name__}[...] (the agent's own class is used), or "
+                    f"build the agent with Phases({role_of}={target.__name__})"
+                )
+            edges.add((base, target_base))
+    kinds: dict[type[Phase[Any]], str] = {
+        base: running[base].kind if base in running else base.kind for base in _ORDER
+    }
+    ordered = sorted(edges, key=lambda edge: (_ORDER.index(edge[0]), _ORDER.index(edge[1])))
+    return tuple(named), tuple((kinds[a], kinds[b]) for a, b in ordered)
 
 
 _ONCE = RetryPolicy(max_attempts=1, retry_on=())

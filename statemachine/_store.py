@@ -82,6 +82,7 @@ from ._errors import (
     UnknownRunError,
 )
 from ._json import JSON, Texts, dumps, dumps_fast, dumps_reusing, fingerprint, loads
+from ._ledger import EffectLedger, EffectRecord
 from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus
 from ._model import _trusted
 
@@ -183,25 +184,6 @@ class LeaseRecord(BaseModel, defer_build=True):
         return min(self.released_at, self.until)
 
 
-class EffectRecord(BaseModel, defer_build=True):
-    """One write-tool call in the side-effect ledger, under its idempotency key.
-
-    ``status`` is ``intent`` (recorded before the call: it may or may not have gone
-    through) or ``committed`` (the call returned ``result``, a JSON-able value whose
-    non-integer numbers are exact ``Decimal``).
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    key: str
-    run_id: str
-    tool: str
-    args_hash: str
-    status: Literal["intent", "committed"]
-    result: Any = None
-    updated_at: datetime
-
-
 class Sealer(Protocol):
     """Encryption at rest: ``open(seal(p, aad=a), aad=a) == p``; any other ``aad`` fails.
 
@@ -214,8 +196,11 @@ class Sealer(Protocol):
     def open(self, blob: bytes, *, aad: bytes, run_id: str | None = None) -> bytes: ...
 
 
-class Checkpointer(Protocol):
-    """Where runs are checkpointed: one checkpoint per transition, one registry row per run."""
+class Checkpointer(EffectLedger, Protocol):
+    """Where runs are checkpointed: one checkpoint per transition, one registry row per run.
+
+    It is the side-effect ledger too (:class:`EffectLedger`, the part the core uses).
+    """
 
     async def save(
         self,
@@ -311,24 +296,6 @@ class Checkpointer(Protocol):
         self, older_than: timedelta = DEFAULT_RETENTION, *, now: datetime | None = None
     ) -> int:
         """Remove ended runs last updated before ``now - older_than``; return how many."""
-        ...
-
-    async def record_intent(
-        self, key: str, *, run_id: str, tool: str, args_hash: str
-    ) -> EffectRecord:
-        """Record that a write call is about to run; an existing record is returned as it is."""
-        ...
-
-    async def record_result(self, key: str, result: Any) -> EffectRecord:
-        """Record what the call under ``key`` returned: the effect is committed."""
-        ...
-
-    async def effect(self, key: str) -> EffectRecord | None:
-        """The ledger's record under ``key``, or ``None`` if no call was recorded."""
-        ...
-
-    async def discard_intent(self, key: str) -> None:
-        """Forget an intent a person found did not go through, so the call may run again."""
         ...
 
 

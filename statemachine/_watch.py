@@ -180,7 +180,7 @@ class Watch:
         was = self._counters
         if after.agent is not self._agent:
             return "it belongs to another agent"
-        if not isinstance(after, _successors(type(before)) if kinds is None else kinds):
+        if not isinstance(after, type(before).successors() if kinds is None else kinds):
             return f"{type(before).__name__}.advance's annotation does not name it"
         if now[0] != was[0] + 1:
             return f"its step is {now[0]}, not {was[0] + 1}"
@@ -198,19 +198,6 @@ class Watch:
         if isinstance(after, ToolCalling | Retrying) and type(after.call) is ApprovedCall:
             return _write_problem(before, after, was)
         return None
-
-
-# The phase classes each class's advance may return, read once per class.
-_SUCCESSORS: dict[type[Any], tuple[type[Phase[Any]], ...]] = {}
-
-
-def _successors(cls: type[Active[Any]]) -> tuple[type[Phase[Any]], ...]:
-    found = _SUCCESSORS.get(cls)
-    if found is None:
-        from ._diagram import _targets  # here: the diagram module loads with the first agent
-
-        found = _SUCCESSORS[cls] = _targets(cls)
-    return found
 
 
 def _write_problem(

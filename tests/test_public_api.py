@@ -45,6 +45,7 @@ PUBLIC = {
     "Denial",
     "Diagnostic",
     "Done",
+    "EffectLedger",
     "EffectRecord",
     "EffectUncertainError",
     "EstimateExceededError",
