@@ -1,7 +1,8 @@
 """The library's exceptions, all under one root.
 
 Each error also inherits the nearest builtin, so callers' existing ``except``
-clauses keep working::
+clauses keep working, and related errors share a family (``RunError``, ``BudgetError``,
+``CheckpointError``) that callers can catch whole::
 
     StatemachineError (Exception)
     ├── SetupError (TypeError)             an agent, tool or phase is defined wrongly
@@ -13,23 +14,25 @@ clauses keep working::
     ├── PhaseReusedError (RuntimeError)    a phase object transitioned a second time
     ├── PhaseForgedError (RuntimeError)    a phase no transition made: built, copied or unpickled
     ├── IllegalTransitionError (RuntimeError) advance returned a phase the runner refuses
-    ├── RunPausedError (RuntimeError)      a paused run driven without a person's resume
-    ├── RunClaimedError (RuntimeError)     a run another process is resuming right now
+    ├── RunError (RuntimeError)            a saved run cannot be driven or changed so now
+    │   ├── RunPausedError (RuntimeError)  a paused run driven without a person's resume
+    │   ├── RunClaimedError (RuntimeError) a run another process is resuming right now
+    │   ├── IllegalStatusChangeError (RuntimeError) a run's status moved where its lifecycle forbids
+    │   ├── UnknownRunError (LookupError)  a run id the checkpoint store has never saved
+    │   └── CheckpointOrderError (ValueError) a checkpoint saved out of turn: not the run's next seq
     ├── DecisionRefusedError (ValueError)  a person's decision for a run not waiting for one
     ├── EffectUncertainError (RuntimeError) a write may have gone through: a person must check
     ├── ToolError (RuntimeError)           raised by a tool: its service failed (503, ...)
-    ├── BudgetExceededError (RuntimeError) a reservation does not fit in what the budget has left
-    ├── EstimateExceededError (ValueError) a reservation committed more than its estimate
-    ├── ReservationSettledError (RuntimeError) a reservation committed or released twice
+    ├── BudgetError (RuntimeError)         a reservation of a shared budget cannot be made so
+    │   ├── BudgetExceededError (RuntimeError) it does not fit in what the budget has left
+    │   ├── EstimateExceededError (ValueError) it committed more than its estimate
+    │   └── ReservationSettledError (RuntimeError) it was committed or released twice
     ├── ScriptExhaustedError (RuntimeError) a scripted model or gate ran out of turns
     ├── OutputRejectedError (ValueError)   guard mode 'reject' met an invalid model reply
     ├── OutputTamperedError (RuntimeError) a validated reply changed before it was shipped
     ├── ModelUnavailableError (RuntimeError) the model's server is busy or down (429, 5xx)
     ├── ModelRequestError (ValueError)     the model's server refused the request (4xx): fix it
     ├── ModelResponseError (ValueError)    the model's server sent something that is not a reply
-    ├── IllegalStatusChangeError (RuntimeError) a run's status moved where its lifecycle forbids
-    ├── UnknownRunError (LookupError)      a run id the checkpoint store has never saved
-    ├── CheckpointOrderError (ValueError)  a checkpoint saved out of turn: not the run's next seq
     └── CheckpointError (ValueError)       a checkpoint cannot be restored as it is
         ├── CheckpointMismatchError (ValueError) it does not fit this library or these agents
         ├── CheckpointTamperedError (ValueError) altered, or read with the wrong key or context
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ApprovalMismatchError",
     "BadArgumentsError",
+    "BudgetError",
     "BudgetExceededError",
     "CheckpointCorruptError",
     "CheckpointError",
@@ -73,6 +77,7 @@ __all__ = [
     "PhaseReusedError",
     "ReservationSettledError",
     "RunClaimedError",
+    "RunError",
     "RunPausedError",
     "ScriptExhaustedError",
     "SetupError",
@@ -103,6 +108,14 @@ class UnknownToolError(SetupError, LookupError):
             f"unknown tool {name!r}; this agent's tools are: {listed}. "
             "Register the tool on the agent or fix the name."
         )
+
+
+class RunError(StatemachineError, RuntimeError):
+    """A saved run cannot be driven or changed as asked: the family of the run errors."""
+
+
+class BudgetError(StatemachineError, RuntimeError):
+    """A reservation of a shared budget cannot be made or settled as asked (the family)."""
 
 
 class BadArgumentsError(StatemachineError, ValueError):
@@ -231,7 +244,7 @@ class ToolError(StatemachineError, RuntimeError):
         super().__init__(message)
 
 
-class BudgetExceededError(StatemachineError, RuntimeError):
+class BudgetExceededError(BudgetError):
     """A reservation that does not fit in what is left of the budget.
 
     ``.budget`` names the limit in the way (``"tokens"``, ``"cost"``, ``"tool_calls"``
@@ -251,7 +264,7 @@ class BudgetExceededError(StatemachineError, RuntimeError):
         super().__init__(f"{reason}. {advice}")
 
 
-class EstimateExceededError(StatemachineError, ValueError):
+class EstimateExceededError(BudgetError, ValueError):
     """A commit of more than its reservation's estimate; nothing was recorded."""
 
     def __init__(
@@ -276,7 +289,7 @@ def _amount(budget: str, value: int | Decimal) -> str:
     return f"{value} {unit}" if value == 1 else f"{value} {unit}s"
 
 
-class ReservationSettledError(StatemachineError, RuntimeError):
+class ReservationSettledError(BudgetError):
     """A reservation committed or released after it was already settled."""
 
     def __init__(self, purpose: str, *, first: str, attempted: str) -> None:
@@ -290,7 +303,7 @@ class ReservationSettledError(StatemachineError, RuntimeError):
         )
 
 
-class RunPausedError(StatemachineError, RuntimeError):
+class RunPausedError(RunError):
     """A run that waits for a person was driven on without being resumed."""
 
     def __init__(self, reason: str) -> None:
@@ -503,7 +516,7 @@ class CheckpointKeyError(CheckpointError, LookupError):
         )
 
 
-class IllegalStatusChangeError(StatemachineError, RuntimeError):
+class IllegalStatusChangeError(RunError):
     """A change of a run's status that its lifecycle does not allow; the status is unchanged.
 
     ``.run_id``, ``.current`` and ``.target`` name the refused change; ``.legal`` lists
@@ -525,7 +538,7 @@ class IllegalStatusChangeError(StatemachineError, RuntimeError):
         )
 
 
-class UnknownRunError(StatemachineError, LookupError):
+class UnknownRunError(RunError, LookupError):
     """A run id with no checkpoint in the store: never saved, purged, or mistyped."""
 
     def __init__(self, run_id: str, *, store: str) -> None:
@@ -537,7 +550,7 @@ class UnknownRunError(StatemachineError, LookupError):
         )
 
 
-class CheckpointOrderError(StatemachineError, ValueError):
+class CheckpointOrderError(RunError, ValueError):
     """A checkpoint whose seq is not the run's next one; nothing was saved.
 
     ``.expected`` is the seq the run is waiting for (0 for a new run), ``.seq`` the one given.
@@ -554,7 +567,7 @@ class CheckpointOrderError(StatemachineError, ValueError):
         )
 
 
-class RunClaimedError(StatemachineError, RuntimeError):
+class RunClaimedError(RunError):
     """Another process holds the run (it is resuming it); only one may go on."""
 
     def __init__(self, run_id: str) -> None:
