@@ -17,7 +17,7 @@ import hashlib
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, Protocol, final, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, final, runtime_checkable
 
 import attrs
 from pydantic import BaseModel, Field, ValidationError
@@ -38,6 +38,17 @@ __all__ = [
     "dump_decision",
     "load_decision",
 ]
+
+
+# What a run waiting for an approval waits for, in its registry row: this, then the tool
+# (``AwaitApproval.waiting_for``); the stores and the command line read it back with
+# :func:`waits_for_approval`.
+APPROVAL_OF: Final = "approval of "
+
+
+def waits_for_approval(waiting_for: str) -> bool:
+    """Whether a registry row's ``waiting_for`` says the run waits for an approval."""
+    return waiting_for.startswith(APPROVAL_OF)
 
 
 class ApprovalRequest(BaseModel, Generic[AM], frozen=True, extra="forbid", defer_build=True):

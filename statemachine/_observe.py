@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Self, TextIO, final
 from ._governor import Verdict
 from ._guard import FALLBACK_COUNTER
 from ._json import dumps
-from ._phases import AwaitApproval, Done, Failed, Phase, Planning, Retrying, ToolCalling
+from ._phases import Active, AwaitApproval, Done, Failed, Phase, Retrying, ToolCalling
 
 if TYPE_CHECKING:
     import logging
@@ -267,6 +267,4 @@ class ProgressLine:
 
 
 def _waits(state: Phase[Any]) -> bool:
-    return (isinstance(state, Planning) and bool(state.loop.paused)) or (
-        isinstance(state, AwaitApproval) and bool(state.waiting)
-    )
+    return isinstance(state, Active) and bool(state.waiting_for)

@@ -65,6 +65,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import _json
 from ._approval import (
+    APPROVAL_OF,
     Approval,
     ApprovalGate,
     ApprovalRequest,
@@ -431,6 +432,17 @@ class Active(Phase[C]):
     async def advance(self, rt: Runtime) -> AnyPhase[C]:
         """Do this phase's work and return the next phase."""
 
+    @property
+    def waiting_for(self) -> str:
+        """What this phase waits for a person about (``""``: it does not wait).
+
+        A paused ``Planning`` waits for the pause's reason; an ``AwaitApproval`` whose
+        gate answered ``Pending`` for ``approval of <tool>`` (the tool only: the registry
+        row that shows it is not encrypted, and the arguments may be a customer's). A run
+        whose phase waits is ``interrupted`` and is resumed only by a person.
+        """
+        return ""
+
     @classmethod
     def successors(cls) -> tuple[type[Phase[Any]], ...]:
         """The phase classes this class's ``advance`` may return, read from its annotation.
@@ -476,6 +488,11 @@ class Planning(Active[C]):
     def instructions(self) -> str:
         """The system prompt for the model; by default the agent's instructions."""
         return self.agent.instructions
+
+    @property
+    def waiting_for(self) -> str:
+        """The reason of the pause this phase waits in (``""``: not paused)."""
+        return self.loop.paused
 
     def messages(self) -> tuple[Message, ...]:
         """What the model is shown: the instructions, then the conversation."""
@@ -858,6 +875,11 @@ class AwaitApproval(Active[C], Generic[C, AM]):
     call_id: str
     # Why the run waits here (the gate answered Pending); empty while it is asking.
     waiting: str = ""
+
+    @property
+    def waiting_for(self) -> str:
+        """``approval of <tool>`` once the gate answered ``Pending`` (``""`` while asking)."""
+        return f"{APPROVAL_OF}{self.call.name}" if self.waiting else ""
 
     def request(self, run_id: str) -> ApprovalRequest[AM]:
         """What the person is asked."""

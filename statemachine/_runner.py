@@ -272,9 +272,6 @@ class Runner(Generic[C]):
         *,
         run_id: str | None = None,
         gate: ApprovalGate | None = None,
-        _seq: int | None = None,
-        _elapsed: float = 0.0,
-        _restored: Callable[[Runtime], None] | None = None,
     ) -> RunResult[C]:
         """Advance ``state`` until the run answers, fails, or pauses for a person.
 
@@ -292,11 +289,12 @@ class Runner(Generic[C]):
         does. A new run driven here holds no lease (a run that is resumed does): in a
         store that workers share, start runs with :meth:`submit` instead.
         """
-        if isinstance(state, Planning) and state.loop.paused:
-            raise RunPausedError(state.loop.paused)
-        check_start(state, self._agent)
+        return await self._drive_from(state, run_id=run_id, gate=gate)
+
+    def _runtime(self, run_id: str, gate: ApprovalGate | None, elapsed: float) -> Runtime:
+        """The runtime of one drive, with an approval book of the runner's own."""
         rt = Runtime(
-            run_id=run_id or uuid.uuid4().hex,
+            run_id=run_id,
             model=self._model,
             gate=self._gate if gate is None else gate,
             clock=self._clock,
@@ -306,25 +304,38 @@ class Runner(Generic[C]):
             fallbacks=self._fallbacks,
             ledger=self._checkpointer,
             # A resumed run's clock goes on from the time it had already used.
-            started=self._clock() - _elapsed,
+            started=self._clock() - elapsed,
         )
         # The runner's book: approvals its own gate (or a person, through the store) gave
         # in this run, never statemachine.testing's hand-made ones.
         object.__setattr__(rt, "_approvals", _ApprovalBook(hand=False))
-        if _restored is not None:
-            _restored(rt)
-        watch = Watch(rt, self._agent, state)
+        return rt
+
+    async def _drive_from(
+        self,
+        state: Phase[C],
+        *,
+        run_id: str | None,
+        gate: ApprovalGate | None,
+        seq: int | None = None,
+        elapsed: float = 0.0,
+        restored: Callable[[Runtime], None] | None = None,
+    ) -> RunResult[C]:
+        """:meth:`drive`, or :meth:`resume` going on from checkpoint ``seq`` of a run that
+        had used ``elapsed`` seconds (``restored`` records its approvals in the runtime)."""
+        if isinstance(state, Planning) and state.loop.paused:
+            raise RunPausedError(state.loop.paused)
+        check_start(state, self._agent)
+        rt = self._runtime(run_id or uuid.uuid4().hex, gate, elapsed)
+        if restored is not None:
+            restored(rt)
         # The run's tools run with this runtime only (see ToolCalling._checked).
         state._ticket.runtime = rt
-        went = _Went(state, keep=self._keep_states)
+        saver = _Saver(self._checkpointer, rt, self._agent.name, seq)
         run_span = self._tracer.start_span(
             f"run {self._agent.name}",
             attributes={"statemachine.run_id": rt.run_id, "statemachine.agent": self._agent.name},
         )
-        in_run = trace.set_span_in_context(run_span)
-        log = _log().bind(run_id=rt.run_id, agent=self._agent.name)
-        saver = _Saver(self._checkpointer, rt, self._agent.name, _seq)
-        saving = self._checkpointer is not None
         # Known from the start, so that stop() finds the run even before its first save.
         driving = self._running.setdefault(rt.run_id, _Driving())
         try:
@@ -333,42 +344,9 @@ class Runner(Generic[C]):
             run_span.end()
             self._forget(rt.run_id, driving)
             raise
+        went = _Went(state, keep=self._keep_states)
         try:
-            if isinstance(state, Active):
-                # A phase validates its input before it starts: entering from outside
-                # (a new run, a resumed one) is where a context can arrive unchecked.
-                problems = state.input_problems()
-                if problems:
-                    state = watch.accept(state, state.reject_input(problems), (Failed,))
-                    went.add(state)
-                    await saver.save(state)
-            with driving.scope as scope:
-                while isinstance(state, Active):
-                    if driving.hand_back is not None and driving.hand_back.is_set():
-                        # A worker shutting down: the run stays running, for another.
-                        return went.result(rt.run_id, state)
-                    before = state
-                    state = await self._step(rt, before, in_run, log, watch)
-                    went.add(state)
-                    # Without a checkpointer there is nothing to save: no coroutine to await.
-                    record = await saver.save(state) if saving else None
-                    if self._on_transition is not None:
-                        self._on_transition(before, state)
-                    if _stop_asked(record) and isinstance(state, Active):
-                        # Stopped from elsewhere (the store): as stop(), at this checkpoint.
-                        await saver.mark(RunStatus.CANCELLED)
-                        stopped = went.result(rt.run_id, state)
-                        driving.result = stopped
-                        return stopped
-                    if _waits_for_a_person(state):
-                        return went.result(rt.run_id, state)
-            if scope.cancelled_caught:  # stop(): the last phase saved is where it stopped
-                if not driving.lost:  # else another worker holds the run now: not ours to mark
-                    with anyio.CancelScope(shield=True):
-                        await saver.mark(RunStatus.CANCELLED)
-                stopped = went.result(rt.run_id, state)
-                driving.result = stopped
-                return stopped
+            return await self._steps(state, rt, saver, went, driving, run_span)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await saver.mark(RunStatus.CANCELLED)
@@ -386,9 +364,64 @@ class Runner(Generic[C]):
         finally:
             run_span.end()
             self._forget(rt.run_id, driving)
+
+    async def _steps(
+        self,
+        state: Phase[C],
+        rt: Runtime,
+        saver: _Saver,
+        went: _Went[C],
+        driving: _Driving,
+        run_span: Any,
+    ) -> RunResult[C]:
+        """Step the run, saving each phase, until it ends, waits for a person or stops."""
+        watch = Watch(rt, self._agent, state)
+        in_run = trace.set_span_in_context(run_span)
+        log = _log().bind(run_id=rt.run_id, agent=self._agent.name)
+        saving = self._checkpointer is not None
+        if isinstance(state, Active):
+            # A phase validates its input before it starts: entering from outside (a new
+            # run, a resumed one) is where a context can arrive unchecked.
+            problems = state.input_problems()
+            if problems:
+                state = watch.accept(state, state.reject_input(problems), (Failed,))
+                went.add(state)
+                await saver.save(state)
+        with driving.scope as scope:
+            while isinstance(state, Active):
+                if driving.hand_back is not None and driving.hand_back.is_set():
+                    # A worker shutting down: the run stays running, for another.
+                    return went.result(rt.run_id, state)
+                before = state
+                state = await self._step(rt, before, in_run, log, watch)
+                went.add(state)
+                # Without a checkpointer there is nothing to save: no coroutine to await.
+                record = await saver.save(state) if saving else None
+                if self._on_transition is not None:
+                    self._on_transition(before, state)
+                if _stop_asked(record) and isinstance(state, Active):
+                    # Stopped from elsewhere (the store): as stop(), at this checkpoint.
+                    return await self._stopped(saver, went, driving, state, mark=True)
+                if _waits_for_a_person(state):
+                    return went.result(rt.run_id, state)
+        if scope.cancelled_caught:  # stop(): the last phase saved is where it stopped
+            # A lost lease: another worker holds the run now, its status is not ours.
+            return await self._stopped(saver, went, driving, state, mark=not driving.lost)
         if not isinstance(state, Done | Failed):  # pragma: no cover - Phase has no third kind
             raise TypeError(f"{type(state).__name__} is neither active nor terminal")
         return went.result(rt.run_id, state)
+
+    @staticmethod
+    async def _stopped(
+        saver: _Saver, went: _Went[C], driving: _Driving, state: Phase[C], *, mark: bool
+    ) -> RunResult[C]:
+        """The run stopped at ``state`` (its last checkpoint), marked ``cancelled``."""
+        if mark:
+            with anyio.CancelScope(shield=True):
+                await saver.mark(RunStatus.CANCELLED)
+        stopped = went.result(saver.run_id, state)
+        driving.result = stopped
+        return stopped
 
     async def _step(
         self, rt: Runtime, before: Active[C], in_run: Context, log: Any, watch: Watch
@@ -610,13 +643,13 @@ class Runner(Generic[C]):
                 phase=state.kind,
             )
         elapsed = document.get("elapsed", 0.0)
-        return await self.drive(
+        return await self._drive_from(
             state,
             run_id=run_id,
             gate=gate,
-            _seq=seq,
-            _elapsed=float(elapsed) if isinstance(elapsed, int | float | Decimal) else 0.0,
-            _restored=partial(_admit_restored, state),
+            seq=seq,
+            elapsed=float(elapsed) if isinstance(elapsed, int | float | Decimal) else 0.0,
+            restored=partial(_admit_restored, state),
         )
 
     async def stop(self, run_id: str) -> StopReport | None:
@@ -687,21 +720,16 @@ def _stop_asked(record: RunRecord | None) -> bool:
 
 
 def _waits_for_a_person(state: Phase[Any]) -> bool:
-    return (isinstance(state, Planning) and bool(state.loop.paused)) or (
-        isinstance(state, AwaitApproval) and bool(state.waiting)
-    )
+    return isinstance(state, Active) and bool(state.waiting_for)
 
 
 def _status(state: Phase[Any]) -> tuple[RunStatus, str]:
     if isinstance(state, Done | Failed):
         # A Failed run ended on purpose (a budget, a cap, a refusal): it is complete.
         return RunStatus.COMPLETED, ""
-    if isinstance(state, Planning) and state.loop.paused:
-        return RunStatus.INTERRUPTED, state.loop.paused
-    if isinstance(state, AwaitApproval) and state.waiting:
-        # The tool only: the registry row is not encrypted, the arguments (amounts, a
-        # customer's details) stay in the checkpoint, which a sealer encrypts.
-        return RunStatus.INTERRUPTED, f"approval of {state.call.name}"
+    waiting = state.waiting_for if isinstance(state, Active) else ""
+    if waiting:
+        return RunStatus.INTERRUPTED, waiting
     return RunStatus.RUNNING, ""
 
 
@@ -882,6 +910,11 @@ class _Saver:
             raise
         self._saved = document
         return record
+
+    @property
+    def run_id(self) -> str:
+        """The run this saver saves."""
+        return self._run_id
 
     async def mark(self, status: RunStatus, *, waiting_for: str = "") -> None:
         if self._checkpointer is not None and self._seq is not None:

@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, Typ
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict
 
-from ._approval import _submitted
+from ._approval import _submitted, waits_for_approval
 from ._errors import (
     CheckpointCorruptError,
     CheckpointError,
@@ -844,7 +844,7 @@ class _Store:
         waits = (
             record.status is RunStatus.INTERRUPTED
             and record.phase == "AwaitApproval"
-            and record.waiting_for.startswith("approval of ")
+            and waits_for_approval(record.waiting_for)
         )
         if not waits:
             where = f"{record.status.value} at {record.phase}"
