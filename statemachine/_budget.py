@@ -11,7 +11,7 @@ from decimal import Decimal
 
 from pydantic import BaseModel, Field
 
-from ._model import _trusted
+from ._fast._pydantic import _trusted
 from ._money import Money
 
 __all__ = ["Budget", "Spend"]

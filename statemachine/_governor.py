@@ -36,7 +36,7 @@ from pydantic import BaseModel, PrivateAttr
 from . import _json
 from ._budget import Budget, Spend
 from ._errors import SetupError
-from ._model import _trusted
+from ._fast._pydantic import _trusted
 from ._tools import ReadCall, WriteCall, WriteTool
 
 __all__ = [

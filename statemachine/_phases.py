@@ -44,7 +44,6 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import date
 from decimal import Decimal
-from types import MemberDescriptorType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -88,6 +87,16 @@ from ._errors import (
     ToolError,
     UnapprovedWriteError,
 )
+from ._fast._attrs import _BUILDERS, _COPIERS, _built
+from ._fast._messages import (
+    _REQUEST_FIELDS,
+    _appended,
+    _asking,
+    _result_text,
+    _system,
+    _told,
+)
+from ._fast._pydantic import _trusted
 from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState, Verdict
 from ._guard import (
     CustomerResponse,
@@ -104,7 +113,7 @@ from ._guard import (
     validate_with_retries,
 )
 from ._ledger import EffectLedger
-from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, _trusted
+from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest
 from ._retry import RetryPolicy
 from ._tools import (
     _IDEMPOTENCY_KEY,
@@ -1493,261 +1502,6 @@ def _graph_edges(
 
 
 _ONCE = RetryPolicy(max_attempts=1, retry_on=())
-_ASKING_FIELDS = frozenset({"role", "tool_calls"})
-_REQUEST_ID_FIELDS = frozenset({"name", "arguments", "id"})
-_TOLD_FIELDS = frozenset({"role", "content", "tool_call_id", "name"})
-_SYSTEM_FIELDS = frozenset({"role", "content"})
-
-
-def _asking(name: str, arguments: str, call_id: str) -> Message:
-    """``Message(role="assistant", tool_calls=(ToolRequest(name=..., arguments=..., id=...),))``.
-
-    Text is not validated again (on the hot path, as pydantic would make the two
-    models); anything else goes through validation, and its error, as before.
-    """
-    if type(name) is str and type(arguments) is str and type(call_id) is str:
-        request = _trusted(
-            ToolRequest,
-            {"name": name, "arguments": arguments, "id": call_id},
-            set(_REQUEST_ID_FIELDS),
-        )
-        values = {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": (request,),
-            "tool_call_id": "",
-            "name": "",
-        }
-        return _trusted(Message, values, set(_ASKING_FIELDS))
-    request = ToolRequest(name=name, arguments=arguments, id=call_id)
-    return Message(role="assistant", tool_calls=(request,))
-
-
-def _system(content: str) -> Message:
-    """``Message(role="system", content=content)``, as ``_asking`` makes its message."""
-    if type(content) is str:
-        values = {
-            "role": "system",
-            "content": content,
-            "tool_calls": (),
-            "tool_call_id": "",
-            "name": "",
-        }
-        return _trusted(Message, values, set(_SYSTEM_FIELDS))
-    return Message(role="system", content=content)
-
-
-def _told(content: str, call_id: str, name: str) -> Message:
-    """``Message(role="tool", content=..., tool_call_id=..., name=...)``, as ``_asking``."""
-    if type(content) is str and type(call_id) is str and type(name) is str:
-        values = {
-            "role": "tool",
-            "content": content,
-            "tool_calls": (),
-            "tool_call_id": call_id,
-            "name": name,
-        }
-        return _trusted(Message, values, set(_TOLD_FIELDS))
-    return Message(role="tool", content=content, tool_call_id=call_id, name=name)
-
-
-_REQUEST_FIELDS = tuple(ModelRequest.model_fields)
-_object_setattr = object.__setattr__
-
-
-def _appended(transcript: tuple[Message, ...], *new: Message) -> tuple[Message, ...]:
-    """``(*transcript, *new)``, by concatenation when ``transcript`` is a tuple.
-
-    Unpacking copies a long conversation twice (into a list, then a tuple); ``+``
-    copies it once. Anything else given as a transcript is unpacked, as before.
-    """
-    if type(transcript) is tuple:
-        return transcript + new
-    return (*transcript, *new)
-
-
-def _result_text(value: Any) -> str:
-    """``_json.dumps(value)``: in C (``dumps_fast``) when ``_c_writes_as_dumps(value)``."""
-    if _c_writes_as_dumps(value):
-        return _json.dumps_fast(value)
-    return _json.dumps(value)
-
-
-_LEAVES = frozenset({str, int, float, bool, type(None), Decimal})
-
-
-def _c_writes_as_dumps(value: Any) -> bool:
-    """Whether ``_json.dumps_fast(value)`` is ``_json.dumps(value)``, error for error.
-
-    ``dumps_fast`` writes a key that is not text (``dumps`` refuses it), an int or float
-    subclass as its number (``dumps`` writes its ``str`` and ``repr``), and a list
-    subclass as a list, whatever its ``__iter__`` (``dumps`` iterates it). Those, and
-    subclasses of dict and tuple, are left to ``dumps``; a value of any other type
-    ``dumps_fast`` hands to ``dumps`` whole itself.
-    """
-    kind = type(value)
-    if kind is dict:
-        for key, item in value.items():
-            if not isinstance(key, str) or not _c_writes_as_dumps(item):
-                return False
-        return True
-    if kind is list or kind is tuple:
-        return all(_c_writes_as_dumps(item) for item in value)
-    if kind in _LEAVES:
-        return True
-    return not isinstance(value, int | float | dict | list | tuple)
-
-
-# --- building the next phase ------------------------------------------------------------
-
-# A builder makes ``cls`` from the phase it leaves and the changes; ``None``: build it
-# with ``cls(...)`` instead (the changes are not what the builder takes as they are).
-_Builder = Callable[[Phase[Any], dict[str, Any]], Any]
-# Every phase class _next (and _copy) has built, and how: a builder of its own, or
-# ``_by_init``. Kept for the life of the process, as attrs keeps a class's methods.
-_BUILDERS: dict[type[Any], _Builder] = {}
-_COPIERS: dict[type[Any], _Builder] = {}
-# The fields _next carries from the phase it leaves (``step`` + 1).
-_CARRIED = ("agent", "ctx", "transcript", "spent", "step", "loop")
-# What an ``__init__`` that attrs wrote refers to when it only sets fields (the defaults
-# through ``attr_dict``, factories through ``__attr_factory_<name>``), and then maybe
-# calls ``__attrs_post_init__``. Anything else (validators, converters, hooks) is work
-# the builder would not do, so such a class is built by its ``__init__``.
-_PLAIN_INIT_NAMES = frozenset({"_cached_setattr_get", "attr_dict", "default", "NOTHING"})
-# What the seal's validator adds to that ``__init__`` (the builder binds the ticket itself).
-_SEAL_INIT_NAMES = frozenset(
-    {"_config", "_run_validators", "__attr_validator__ticket", "__attr__ticket", "_ticket"}
-)
-
-
-def _by_init(leaving: Phase[Any], changes: dict[str, Any]) -> Any:
-    """The marker for a class built by its own ``__init__``; never called."""
-    raise AssertionError("_by_init is a marker")  # pragma: no cover
-
-
-def _built(
-    builders: dict[type[Any], _Builder],
-    cls: type[Any],
-    leaving: Phase[Any],
-    changes: dict[str, Any],
-    *,
-    copy: bool,
-) -> Any:
-    """``cls`` built by its builder in ``builders`` (made on first use), or ``None``: the
-    class, or these changes, are for its ``__init__`` (see :func:`_builder`)."""
-    build = builders.get(cls)
-    if build is None:
-        build = builders[cls] = _builder(cls, copy=copy)
-    return None if build is _by_init else build(leaving, changes)
-
-
-def _builder(cls: type[Any], *, copy: bool) -> _Builder:
-    """A function that builds ``cls`` as its attrs ``__init__`` does, slot by slot.
-
-    It sets each field through the slot's descriptor, in the order ``__init__`` sets
-    them, to the value in the changes, else the leaving phase's (for ``_next``: the
-    carried fields, ``step`` + 1; for ``_copy``: every field ``__init__`` takes, as
-    ``attrs.evolve`` does), else the field's default or ``factory()``, then calls
-    ``__attrs_post_init__`` when ``__init__`` calls it. ``_by_init`` for a class whose
-    ``__init__`` does more (see ``_PLAIN_INIT_NAMES``), is not attrs's, or has a slot
-    that is not a field (its ``__init__`` may set it).
-    """
-    if not isinstance(cls, type):  # a generic alias such as Planning[Trip]: called as is
-        return _by_init
-    owner = next((c for c in cls.__mro__ if "__attrs_attrs__" in c.__dict__), None)
-    init = getattr(cls, "__init__", None)
-    code = getattr(init, "__code__", None)
-    new: object = cls.__new__
-    if (
-        owner is None
-        or init is not owner.__dict__.get("__init__")
-        or code is None
-        or not code.co_filename.startswith("<attrs generated")
-        or new is not object.__new__
-    ):
-        return _by_init
-    fields = attrs.fields(owner)
-    names = {field.name for field in fields}
-    takes = frozenset(field.alias for field in fields if field.init)
-    if not takes >= set(_CARRIED):  # _next would pass an argument __init__ does not take
-        return _by_init
-    allowed = set(_PLAIN_INIT_NAMES)
-    if "__attrs_post_init__" in code.co_names:
-        allowed.add("__attrs_post_init__")
-    slots = {
-        slot
-        for c in cls.__mro__
-        for slot in ((c.__dict__.get("__slots__") or ()) if c is not object else ())
-    }
-    if not slots <= names | {"__weakref__", "__dict__"}:
-        return _by_init
-    namespace: dict[str, Any] = {"_new": object.__new__, "cls": cls, "_ref": weakref.ref}
-    lines = ["def build(leaving, changes):"]
-    required: list[str] = []
-    steps: list[str] = []
-    for index, field in enumerate(fields):
-        slot = next((c.__dict__[field.name] for c in cls.__mro__ if field.name in c.__dict__), 0)
-        if field.name == "_ticket":  # the seal: minted by _next/_copy, bound below
-            if field.converter is not None or not isinstance(slot, MemberDescriptorType):
-                return _by_init
-            namespace[f"_set{index}"] = slot.__set__
-            allowed.update(_SEAL_INIT_NAMES)
-            steps.append(f"    _set{index}(new, changes['ticket'])")
-            steps.append("    changes['ticket'].holder = _ref(new)")
-            continue
-        if (
-            field.validator is not None
-            or field.converter is not None
-            or not isinstance(slot, MemberDescriptorType)
-        ):
-            return _by_init
-        namespace[f"_set{index}"] = slot.__set__
-        default: Any = field.default
-        if isinstance(default, _FACTORY):
-            if default.takes_self:
-                return _by_init
-            allowed.add(f"__attr_factory_{field.name}")
-            namespace[f"_default{index}"] = default.factory
-            fallback = f"_default{index}()"
-        else:
-            namespace[f"_default{index}"] = default
-            fallback = f"_default{index}"
-        alias = field.alias
-        if not field.init:
-            value = fallback
-        elif copy:
-            value = f"changes[{alias!r}] if {alias!r} in changes else leaving.{field.name}"
-        elif alias in _CARRIED:  # the arguments _next passes, read as it reads them
-            carried = "leaving.step + 1" if alias == "step" else f"leaving.{alias}"
-            value = f"changes[{alias!r}] if {alias!r} in changes else {carried}"
-        elif default is attrs.NOTHING:
-            required.append(alias)
-            value = f"changes[{alias!r}]"
-        else:
-            value = f"changes[{alias!r}] if {alias!r} in changes else {fallback}"
-        steps.append(f"    _set{index}(new, {value})")
-    if not set(code.co_names) <= allowed:
-        return _by_init
-    namespace["_takes"] = takes
-    lines.append("    if not changes.keys() <= _takes:")
-    lines.append("        return None")
-    for alias in required:
-        lines.append(f"    if {alias!r} not in changes:")
-        lines.append("        return None")
-    lines.append("    new = _new(cls)")
-    lines.extend(steps)
-    if "__attrs_post_init__" in code.co_names:
-        lines.append("    new.__attrs_post_init__()")
-    lines.append("    return new")
-    source = "\n".join(lines)
-    kind = "copier" if copy else "builder"
-    exec(compile(source, f"<statemachine {kind} {cls.__qualname__}>", "exec"), namespace)
-    return cast("_Builder", namespace["build"])
-
-
-_FACTORY: type[Any] = type(attrs.Factory(list))
-
-
 _TEXT_ANSWER = OutputGuard(CustomerResponse)
 _TEXT_FALLBACK = {"statemachine.schema": "CustomerResponse"}
 

@@ -81,10 +81,10 @@ from ._errors import (
     DecisionRefusedError,
     UnknownRunError,
 )
+from ._fast._pydantic import _trusted
 from ._json import JSON, Texts, dumps, dumps_fast, dumps_reusing, fingerprint, loads
 from ._ledger import EffectLedger, EffectRecord
 from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus
-from ._model import _trusted
 
 __all__ = [
     "DEFAULT_RETENTION",

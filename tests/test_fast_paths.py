@@ -52,7 +52,8 @@ from statemachine import (
     read_tool,
     write_tool,
 )
-from statemachine._model import _trusted
+from statemachine._fast import _attrs, _messages
+from statemachine._fast._pydantic import _trusted
 from statemachine.testing import AutoDenyGate, ScriptedModel, hand_built, reply, tool_call
 
 pytestmark = pytest.mark.anyio
@@ -135,7 +136,7 @@ def test_next_builds_every_library_phase_as_its_init_does() -> None:
         assert not made.left
         assert made.step == planning.step + 1
         # Built by a builder of its own, not by falling back to __init__.
-        assert _phases._BUILDERS[cls] is not _phases._by_init
+        assert _attrs._BUILDERS[cls] is not _attrs._by_init
 
 
 def test_copy_is_attrs_evolve() -> None:
@@ -153,7 +154,7 @@ def test_copy_is_attrs_evolve() -> None:
         evolved = attrs.evolve(phase, ticket=_phases._Ticket(None, "hand"), **changes)
         assert _fields(copied) == _fields(evolved)
         assert not copied.left
-    assert _phases._COPIERS[Planning] is not _phases._by_init
+    assert _attrs._COPIERS[Planning] is not _attrs._by_init
 
 
 def test_next_and_copy_refuse_what_init_refuses_with_its_error() -> None:
@@ -242,7 +243,7 @@ def test_a_user_subclass_with_extra_fields_and_a_post_init_transitions_as_init_m
     # Every field carried (the same list), and the hook run again, as attrs.evolve does.
     assert (copied.note, copied.seen, copied.hooked) == ("kept", ["a"], [2, 2])
     assert copied.hooked is again.hooked
-    assert _phases._BUILDERS[NotedPlanning] is not _phases._by_init
+    assert _attrs._BUILDERS[NotedPlanning] is not _attrs._by_init
 
 
 async def test_a_user_subclass_with_extra_fields_runs_through_the_runner() -> None:
@@ -271,18 +272,18 @@ def test_a_user_subclass_with_a_converter_and_a_validator_is_built_by_its_init()
     with pytest.raises(ValueError, match="too long: 'TOOLONG'"):
         planning._next(CheckedPlanning, label="toolong")
     assert planning._copy(label="x").label == "X"
-    assert _phases._BUILDERS[CheckedPlanning] is _phases._by_init
-    assert _phases._COPIERS[CheckedPlanning] is _phases._by_init
+    assert _attrs._BUILDERS[CheckedPlanning] is _attrs._by_init
+    assert _attrs._COPIERS[CheckedPlanning] is _attrs._by_init
 
 
 def test_a_takes_self_factory_and_a_slot_that_is_no_field_go_through_init() -> None:
     planning = _planning()
     selfish = planning._next(SelfishPlanning)
     assert selfish.label == "step 2"
-    assert _phases._BUILDERS[SelfishPlanning] is _phases._by_init
+    assert _attrs._BUILDERS[SelfishPlanning] is _attrs._by_init
     extra = planning._next(SlottedExtra)
     assert _fields(extra) == _fields(_long_way(planning, SlottedExtra))
-    assert _phases._BUILDERS[SlottedExtra] is _phases._by_init
+    assert _attrs._BUILDERS[SlottedExtra] is _attrs._by_init
 
 
 def test_a_generic_alias_is_built_by_calling_it() -> None:
@@ -290,7 +291,7 @@ def test_a_generic_alias_is_built_by_calling_it() -> None:
     made = planning._next(Planning[None], invalid_streak=1)
     assert type(made) is Planning
     assert _fields(made) == _fields(_long_way(planning, Planning, invalid_streak=1))
-    assert _phases._BUILDERS[Planning[None]] is _phases._by_init
+    assert _attrs._BUILDERS[Planning[None]] is _attrs._by_init
 
 
 def test_a_plain_subclass_is_built_with_the_fields_its_parent_declares() -> None:
@@ -300,7 +301,7 @@ def test_a_plain_subclass_is_built_with_the_fields_its_parent_declares() -> None
     assert plain.instructions() == "plain"
     assert _fields(plain) == _fields(_long_way(planning, PlainPlanning, invalid_streak=1))
     assert vars(plain) == {}  # nothing else was set on it
-    assert _phases._BUILDERS[PlainPlanning] is not _phases._by_init
+    assert _attrs._BUILDERS[PlainPlanning] is not _attrs._by_init
 
 
 # --- the observed result as JSON ----------------------------------------------------------
@@ -362,7 +363,7 @@ def test_a_result_is_written_as_json_dumps_writes_it(value: Any) -> None:
         except Exception as error:  # the same error, whichever way it is written
             return type(error).__name__, str(error)
 
-    assert written(_phases._result_text) == written(_json.dumps)
+    assert written(_messages._result_text) == written(_json.dumps)
 
 
 def test_observe_writes_the_result_with_exact_numbers() -> None:

@@ -1,0 +1,21 @@
+"""The fenced room: every shortcut past attrs', pydantic's or CPython's own paths.
+
+Each one makes exactly what the long way makes, faster; each is pinned by an equivalence
+test in ``tests/test_fast_paths.py`` (which also checks the long way is taken whenever
+the shortcut could differ). The domain modules call these; nothing here knows a domain
+rule.
+
+- ``_pydantic._trusted``: a pydantic model made as ``model_construct`` makes it, without
+  validating or filling defaults (``test_trusted_makes_what_model_construct_makes``).
+- ``_attrs._built`` / ``_attrs._builder``: the next phase built slot by slot by a function
+  generated once per class, as its attrs ``__init__`` builds it
+  (``test_next_builds_every_library_phase_as_its_init_does``, ``test_copy_is_attrs_evolve``
+  and the user-subclass cases); a class whose ``__init__`` does more is built by it.
+- ``_messages._asking`` / ``_system`` / ``_told``: the conversation's messages made as
+  pydantic would make them
+  (``test_the_messages_of_a_tool_call_are_the_models_pydantic_would_make``).
+- ``_messages._appended``: a transcript grown by concatenation, one copy instead of two
+  (``test_a_transcript_grows_as_unpacking_it_would_make_it``).
+- ``_messages._result_text``: a tool's result written by the C JSON encoder when that is
+  provably the same text as ``_json.dumps`` (the ``written(...)`` cases).
+"""
