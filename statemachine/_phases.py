@@ -529,9 +529,7 @@ class Planning(Active[C]):
         if not isinstance(call, ReadCall):
             raise UnapprovedWriteError(getattr(call, "name", repr(call)))
         self._leave("call_tool")
-        return self._calling(call, self._action(call, raw_arguments))
-
-    def _calling(self, call: ReadCall, action: ActionRecord) -> ToolCalling[C]:
+        action = self._action(call, raw_arguments)
         return self._next(
             self.agent.phases.tool_calling,
             call=call,
@@ -547,9 +545,7 @@ class Planning(Active[C]):
         if not isinstance(call, WriteCall):
             raise SetupError(f"request_approval takes a WriteCall, got {type(call).__name__}")
         self._leave("request_approval")
-        return self._awaiting(call, self._action(call, raw_arguments))
-
-    def _awaiting(self, call: WriteCall[AM], action: ActionRecord) -> AwaitApproval[C, AM]:
+        action = self._action(call, raw_arguments)
         return self._next(
             self.agent.phases.await_approval,
             call=call,
@@ -563,12 +559,9 @@ class Planning(Active[C]):
     ) -> Planning[C]:
         """Skip a call the governor suppressed; the model is told why, in words it can use."""
         self._leave("suppress")
-        return self._suppressed(call, decision, self._action(call, raw_arguments))
-
-    def _suppressed(
-        self, call: ReadCall | WriteCall, decision: Decision, action: ActionRecord
-    ) -> Planning[C]:
-        action = action.model_copy(update={"outcome": "suppressed", "result": decision.reason})
+        action = self._action(call, raw_arguments).model_copy(
+            update={"outcome": "suppressed", "result": decision.reason}
+        )
         told = Message(
             role="tool", content=decision.message, tool_call_id=action.call_id, name=call.name
         )
@@ -692,18 +685,15 @@ class Planning(Active[C]):
                     case Verdict.PAUSE:
                         return heard._ruled("before_action", decision).pause(decision.reason)
                     case Verdict.SUPPRESS:
-                        heard._leave("suppress")
-                        return heard._suppressed(routed, decision, action)
+                        return heard.suppress(routed, decision, raw_arguments=first.arguments)
                     case Verdict.CONTINUE | Verdict.FINALIZE:
                         pass
                     case _:
                         assert_never(decision.verdict)
-                # The action made for the governor's check is the one recorded.
+                # The public transitions record the same action the governor checked.
                 if isinstance(routed, ReadCall):
-                    heard._leave("call_tool")
-                    return heard._calling(routed, action)
-                heard._leave("request_approval")
-                return heard._awaiting(routed, action)
+                    return heard.call_tool(routed, raw_arguments=first.arguments)
+                return heard.request_approval(routed, raw_arguments=first.arguments)
             case InvalidCall():
                 if self.invalid_streak + 1 >= agent.max_invalid_calls:
                     return heard.fail(
