@@ -90,6 +90,10 @@ __all__ = [
     "DEFAULT_RETENTION",
     "CheckpointEntry",
     "Checkpointer",
+    "Decisions",
+    "Leases",
+    "Registry",
+    "RunStore",
     "EffectRecord",
     "LeaseRecord",
     "MemoryCheckpointer",
@@ -196,11 +200,8 @@ class Sealer(Protocol):
     def open(self, blob: bytes, *, aad: bytes, run_id: str | None = None) -> bytes: ...
 
 
-class Checkpointer(EffectLedger, Protocol):
-    """Where runs are checkpointed: one checkpoint per transition, one registry row per run.
-
-    It is the side-effect ledger too (:class:`EffectLedger`, the part the core uses).
-    """
+class RunStore(Protocol):
+    """Where a run's checkpoints are kept: one per transition, in order."""
 
     async def save(
         self,
@@ -231,6 +232,10 @@ class Checkpointer(EffectLedger, Protocol):
         """Every stored checkpoint of the run, oldest first, without decoding any."""
         ...
 
+
+class Registry(Protocol):
+    """One row per run: its status, phase and what it waits for, without decoding a checkpoint."""
+
     async def record(self, run_id: str) -> RunRecord:
         """The run's registry row."""
         ...
@@ -254,6 +259,16 @@ class Checkpointer(EffectLedger, Protocol):
         """Runs interrupted, cancelled or failed_resumable, oldest update first."""
         ...
 
+    async def purge(
+        self, older_than: timedelta = DEFAULT_RETENTION, *, now: datetime | None = None
+    ) -> int:
+        """Remove ended runs last updated before ``now - older_than``; return how many."""
+        ...
+
+
+class Leases(Protocol):
+    """Who drives a run now: a lease taken, renewed and given back, and every lease kept."""
+
     async def claim(self, run_id: str, owner: str, *, lease: timedelta = ...) -> bool:
         """Take the run for ``owner`` (one at a time); False when another holds it."""
         ...
@@ -276,6 +291,10 @@ class Checkpointer(EffectLedger, Protocol):
         """The lease history of one run (or of every run), oldest claim first."""
         ...
 
+
+class Decisions(Protocol):
+    """A person's decision about a waiting run, and a stop asked from anywhere."""
+
     async def submit_decision(self, run_id: str, decision: Mapping[str, Any]) -> RunRecord:
         """Store a person's decision for a run waiting for an approval; it becomes runnable."""
         ...
@@ -292,11 +311,16 @@ class Checkpointer(EffectLedger, Protocol):
         """Stop the run: at its next checkpoint if a worker drives it, else at once."""
         ...
 
-    async def purge(
-        self, older_than: timedelta = DEFAULT_RETENTION, *, now: datetime | None = None
-    ) -> int:
-        """Remove ended runs last updated before ``now - older_than``; return how many."""
-        ...
+
+class Checkpointer(RunStore, Registry, Leases, Decisions, EffectLedger, Protocol):
+    """Where runs are checkpointed: every role a store plays, as the runner needs them all.
+
+    One checkpoint per transition (:class:`RunStore`), one registry row per run
+    (:class:`Registry`), leases (:class:`Leases`), decisions and stops
+    (:class:`Decisions`), and the side-effect ledger (:class:`EffectLedger`, the part
+    the core uses). A consumer that needs fewer roles asks for those (the worker,
+    :class:`Leases`).
+    """
 
 
 # --- deltas ------------------------------------------------------------------------------
