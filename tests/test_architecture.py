@@ -20,6 +20,7 @@ WINGS: tuple[tuple[str, str], ...] = (
     ("statemachine.__main__", "cli"),
     ("statemachine.cli", "cli"),
     ("statemachine.models", "models"),
+    ("statemachine.persist", "persist"),
     ("statemachine._store", "persist"),
     ("statemachine._postgres", "persist"),
     ("statemachine._codec", "persist"),

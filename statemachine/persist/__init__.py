@@ -1,0 +1,85 @@
+"""Persistence, public as ``statemachine.persist``: the role protocols, records and stores.
+
+A store plays five roles, each a small protocol: :class:`RunStore` (checkpoints),
+:class:`Registry` (one row per run), :class:`Leases` (who drives a run),
+:class:`Decisions` (a person's decision, a stop) and :class:`EffectLedger` (the
+side-effect ledger, the one role the core uses). :class:`Checkpointer` is all five, as
+the runner needs them; ask for fewer where fewer are used (the worker: ``Leases``).
+
+The stores: :class:`MemoryCheckpointer`, :class:`SQLiteCheckpointer` (the embedded
+default) and :class:`PostgresCheckpointer` (loaded on first use: it needs psycopg, the
+``postgres`` extra); :class:`CheckpointCipher` encrypts checkpoints at rest. Every name
+here is the same object as the one of the same name in ``statemachine``.
+
+(The modules still sit at the top of the package, ``statemachine._store`` and the rest;
+the names here are where code should import them from.)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
+from .._codec import dump_phase, load_phase
+from .._ledger import EffectLedger, EffectRecord
+from .._lifecycle import RunLifecycle, RunStatus
+from .._store import (
+    DEFAULT_RETENTION,
+    CheckpointEntry,
+    Checkpointer,
+    Decisions,
+    LeaseRecord,
+    Leases,
+    MemoryCheckpointer,
+    Registry,
+    RunRecord,
+    RunStore,
+    Sealer,
+    SQLiteCheckpointer,
+)
+
+if TYPE_CHECKING:
+    from .._crypto import CheckpointCipher
+    from .._postgres import PostgresCheckpointer
+
+__all__ = (
+    "DEFAULT_RETENTION",
+    "CheckpointCipher",
+    "CheckpointEntry",
+    "Checkpointer",
+    "Decisions",
+    "EffectLedger",
+    "EffectRecord",
+    "LeaseRecord",
+    "Leases",
+    "MemoryCheckpointer",
+    "PostgresCheckpointer",
+    "Registry",
+    "RunLifecycle",
+    "RunRecord",
+    "RunStatus",
+    "RunStore",
+    "SQLiteCheckpointer",
+    "Sealer",
+    "dump_phase",
+    "load_phase",
+)
+
+# Loaded on first use: psycopg and cryptography are not needed to import this package.
+_LAZY: Final[dict[str, str]] = {
+    "CheckpointCipher": "statemachine._crypto",
+    "PostgresCheckpointer": "statemachine._postgres",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'statemachine.persist' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
