@@ -16,6 +16,7 @@ from ._approval import (
     ApprovalGate,
     ApprovalRequest,
     Approve,
+    ApprovedCall,
     Denial,
     Pending,
     dump_decision,
@@ -123,7 +124,6 @@ from ._store import (
     SQLiteCheckpointer,
 )
 from ._tools import (
-    ApprovedCall,
     InvalidCall,
     ReadCall,
     ReadTool,

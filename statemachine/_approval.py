@@ -23,13 +23,14 @@ import attrs
 from pydantic import BaseModel, Field, ValidationError
 
 from ._errors import DecisionRefusedError, SetupError, UnapprovedWriteError, UnknownToolError
-from ._tools import AM, ApprovedCall, ToolRegistry, WriteCall, WriteTool, _canonical
+from ._tools import AM, ToolRegistry, WriteCall, WriteTool, _canonical
 
 if TYPE_CHECKING:
     from pydantic import BaseModel as _Args
 
 __all__ = [
     "Approval",
+    "ApprovedCall",
     "ApprovalGate",
     "ApprovalRequest",
     "Approve",
@@ -213,6 +214,80 @@ def _mint(request: ApprovalRequest[AM], decision: Approve) -> Approval[AM]:
         note=decision.note,
         _token=_MINT,
     )
+
+
+# The one value that unlocks ApprovedCall's constructor (as _MINT unlocks Approval's).
+_APPROVAL_TOKEN = _Sealed()
+
+
+@final
+@attrs.frozen(init=False)
+class ApprovedCall(Generic[AM]):
+    """A write call together with the approval that lets it run.
+
+    Only ``AwaitApproval.approve`` makes one; there is no public constructor.
+    """
+
+    call: WriteCall[AM]
+    approval: Approval[AM]
+
+    if TYPE_CHECKING:
+        # For mypy the token is required, so ApprovedCall(call, approval) is a call-arg error.
+        def __init__(
+            self, call: WriteCall[AM], approval: Approval[AM], *, _token: _Sealed
+        ) -> None: ...
+
+    else:
+
+        def __init__(self, call, approval, *, _token=None):
+            if _token is not _APPROVAL_TOKEN:
+                raise SetupError(
+                    "ApprovedCall has no public constructor; a write call is approved by "
+                    "AwaitApproval.approve(approval)"
+                )
+            if type(call) is not WriteCall or approval.key != call.key:
+                raise SetupError(
+                    f"an approval of {approval.key} cannot approve {call!r}; "
+                    "AwaitApproval.approve checks that the approval is for its call"
+                )
+            self.__attrs_init__(call, approval)
+
+    def __reduce_ex__(self, protocol: object) -> Any:
+        # Pickling would make a second approved call: the run's approval book would not
+        # know it (execute refuses it), but refusing here says so at once.
+        raise TypeError(
+            "an ApprovedCall cannot be pickled or copied; checkpoint the phase that holds "
+            "it with dump_phase"
+        )
+
+    @property
+    def tool(self) -> WriteTool[AM]:
+        """The write tool to run."""
+        return self.call.tool
+
+    @property
+    def args(self) -> BaseModel:
+        """The approved arguments."""
+        return self.call.args
+
+    @property
+    def name(self) -> str:
+        """The tool's name."""
+        return self.call.name
+
+    @property
+    def key(self) -> str:
+        """``tool:hash`` of the approved call."""
+        return self.call.key
+
+    def describe(self) -> str:
+        """The call as a person reads it."""
+        return self.call.describe()
+
+
+# Used by AwaitApproval.approve and the checkpoint codec (pyright counts uses in this module only).
+def _approve(call: WriteCall[AM], approval: Approval[AM]) -> ApprovedCall[AM]:  # pyright: ignore[reportUnusedFunction]
+    return ApprovedCall(call, approval, _token=_APPROVAL_TOKEN)
 
 
 def _approval_document(approval: Approval) -> dict[str, Any]:  # pyright: ignore[reportUnusedFunction]

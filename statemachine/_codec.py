@@ -50,7 +50,7 @@ import attrs
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from . import _json
-from ._approval import _approval_document, _restored_approval
+from ._approval import ApprovedCall, _approval_document, _approve, _restored_approval
 from ._budget import Spend
 from ._errors import (
     BadArgumentsError,
@@ -65,7 +65,7 @@ from ._governor import LoopState
 from ._guard import Diagnostic, Parsed, Repair
 from ._model import Message
 from ._phases import _UNSAVED, Agent, AnyPhase, Done, Failed, Phase, _Ticket
-from ._tools import ApprovedCall, ReadCall, ReadTool, WriteCall, WriteTool, _approve
+from ._tools import ReadCall, ReadTool, WriteCall, WriteTool
 
 __all__ = ["DOCUMENT_VERSION", "dump_phase", "load_phase"]
 

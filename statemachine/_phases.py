@@ -69,9 +69,11 @@ from ._approval import (
     ApprovalGate,
     ApprovalRequest,
     Approve,
+    ApprovedCall,
     Denial,
     Pending,
     _ApprovalBook,
+    _approve,
 )
 from ._budget import Budget, Spend
 from ._errors import (
@@ -118,7 +120,6 @@ from ._retry import RetryPolicy
 from ._tools import (
     _IDEMPOTENCY_KEY,
     AM,
-    ApprovedCall,
     InvalidCall,
     ReadCall,
     ReadTool,
@@ -126,7 +127,6 @@ from ._tools import (
     ToolRegistry,
     WriteCall,
     WriteTool,
-    _approve,
     idempotency_key,
 )
 

@@ -20,6 +20,7 @@ from ._approval import (
     ApprovalGate,
     ApprovalRequest,
     Approve,
+    ApprovedCall,
     Denial,
     Pending,
     _ApprovalBook,
@@ -53,7 +54,6 @@ from ._phases import (
     ToolCalling,
 )
 from ._store import Checkpointer, RunRecord, _Store
-from ._tools import ApprovedCall
 from ._watch import Watch, check_start
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, final, get_type_hints, overload
+from typing import Any, Generic, Literal, TypeVar, final, get_type_hints, overload
 
 import attrs
 from pydantic import BaseModel, ValidationError
@@ -33,11 +33,7 @@ from ._errors import BadArgumentsError, SetupError, UnknownToolError
 from ._money import to_money
 from ._retry import RetryPolicy
 
-if TYPE_CHECKING:
-    from ._approval import Approval
-
 __all__ = [
-    "ApprovedCall",
     "InvalidCall",
     "ReadCall",
     "ReadTool",
@@ -286,85 +282,6 @@ class WriteCall(_Call, Generic[AM]):
     tool: WriteTool[AM] = attrs.field(validator=_effect(WriteTool))
 
 
-@final
-class _Sealed:
-    """The type of the one value that unlocks ``ApprovedCall``'s constructor.
-
-    Making it a required keyword turns ``ApprovedCall(call, approval)`` in user
-    code into a mypy ``call-arg`` error, not only a run-time one.
-    """
-
-    __slots__ = ()
-
-
-_APPROVAL_TOKEN = _Sealed()
-
-
-@final
-@attrs.frozen(init=False)
-class ApprovedCall(Generic[AM]):
-    """A write call together with the approval that lets it run.
-
-    Only ``AwaitApproval.approve`` makes one; there is no public constructor.
-    """
-
-    call: WriteCall[AM]
-    approval: Approval[AM]
-
-    if TYPE_CHECKING:
-        # For mypy the token is required, so ApprovedCall(call, approval) is a call-arg error.
-        def __init__(
-            self, call: WriteCall[AM], approval: Approval[AM], *, _token: _Sealed
-        ) -> None: ...
-
-    else:
-
-        def __init__(self, call, approval, *, _token=None):
-            if _token is not _APPROVAL_TOKEN:
-                raise SetupError(
-                    "ApprovedCall has no public constructor; a write call is approved by "
-                    "AwaitApproval.approve(approval)"
-                )
-            if type(call) is not WriteCall or approval.key != call.key:
-                raise SetupError(
-                    f"an approval of {approval.key} cannot approve {call!r}; "
-                    "AwaitApproval.approve checks that the approval is for its call"
-                )
-            self.__attrs_init__(call, approval)
-
-    def __reduce_ex__(self, protocol: object) -> Any:
-        # Pickling would make a second approved call: the run's approval book would not
-        # know it (execute refuses it), but refusing here says so at once.
-        raise TypeError(
-            "an ApprovedCall cannot be pickled or copied; checkpoint the phase that holds "
-            "it with dump_phase"
-        )
-
-    @property
-    def tool(self) -> WriteTool[AM]:
-        """The write tool to run."""
-        return self.call.tool
-
-    @property
-    def args(self) -> BaseModel:
-        """The approved arguments."""
-        return self.call.args
-
-    @property
-    def name(self) -> str:
-        """The tool's name."""
-        return self.call.name
-
-    @property
-    def key(self) -> str:
-        """``tool:hash`` of the approved call."""
-        return self.call.key
-
-    def describe(self) -> str:
-        """The call as a person reads it."""
-        return self.call.describe()
-
-
 def idempotency_key(run_id: str, tool: str, args_hash: str) -> str:
     """The key a write call is recorded under in the side-effect ledger: SHA-256 (hex).
 
@@ -385,11 +302,6 @@ def current_idempotency_key() -> str | None:
     that a call sent again after a crash is recognised and acts once.
     """
     return _IDEMPOTENCY_KEY.get()
-
-
-# Used by AwaitApproval.approve and the checkpoint codec (pyright counts uses in this module only).
-def _approve(call: WriteCall[AM], approval: Approval[AM]) -> ApprovedCall[AM]:  # pyright: ignore[reportUnusedFunction]
-    return ApprovedCall(call, approval, _token=_APPROVAL_TOKEN)
 
 
 @final

@@ -27,6 +27,7 @@ from typing import Any, final
 
 import attrs
 
+from ._approval import ApprovedCall
 from ._errors import IllegalTransitionError, PhaseForgedError, SetupError
 from ._phases import (
     Active,
@@ -38,7 +39,6 @@ from ._phases import (
     ToolCalling,
     _own_ticket,
 )
-from ._tools import ApprovedCall
 
 __all__ = ["Watch", "check_start"]
 

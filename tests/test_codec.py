@@ -50,7 +50,7 @@ from statemachine import (
     read_tool,
     write_tool,
 )
-from statemachine._tools import _approve
+from statemachine._approval import _approve
 from statemachine.testing import hand_approval, hand_built
 
 NOON = datetime(2026, 1, 1, 12, tzinfo=UTC)
