@@ -633,8 +633,7 @@ class Planning(Active[C]):
         suppress tells the model what it already got and plans again.
         """
         agent = self.agent
-        governor = agent.governor
-        decision = governor.begin_step(
+        decision = agent.governor.begin_step(
             self.loop,
             ctx=self.ctx,
             spent=self.spent,
@@ -670,30 +669,7 @@ class Planning(Active[C]):
         routed = agent.tools.route(first.name, first.arguments)
         match routed:
             case ReadCall() | WriteCall():
-                action = heard._action(routed, first.arguments)
-                decision = governor.before_action(
-                    heard.loop,
-                    action,
-                    spent=heard.spent,
-                    budget=agent.budget,
-                    elapsed=rt.elapsed(),
-                    price=routed.tool.price(routed.args),
-                )
-                match decision.verdict:
-                    case Verdict.ABORT:
-                        return heard._ruled("before_action", decision).fail(decision.reason)
-                    case Verdict.PAUSE:
-                        return heard._ruled("before_action", decision).pause(decision.reason)
-                    case Verdict.SUPPRESS:
-                        return heard.suppress(routed, decision, raw_arguments=first.arguments)
-                    case Verdict.CONTINUE | Verdict.FINALIZE:
-                        pass
-                    case _:
-                        assert_never(decision.verdict)
-                # The public transitions record the same action the governor checked.
-                if isinstance(routed, ReadCall):
-                    return heard.call_tool(routed, raw_arguments=first.arguments)
-                return heard.request_approval(routed, raw_arguments=first.arguments)
+                return heard._checked_call(rt, routed, first.arguments)
             case InvalidCall():
                 if self.invalid_streak + 1 >= agent.max_invalid_calls:
                     return heard.fail(
@@ -703,6 +679,35 @@ class Planning(Active[C]):
                 return heard.reject_call(routed)
             case _:
                 assert_never(routed)
+
+    def _checked_call(
+        self, rt: Runtime, routed: ReadCall | WriteCall, arguments: str
+    ) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
+        """The model's valid call, once the governor has ruled on it (``before_action``)."""
+        agent = self.agent
+        decision = agent.governor.before_action(
+            self.loop,
+            self._action(routed, arguments),
+            spent=self.spent,
+            budget=agent.budget,
+            elapsed=rt.elapsed(),
+            price=routed.tool.price(routed.args),
+        )
+        match decision.verdict:
+            case Verdict.ABORT:
+                return self._ruled("before_action", decision).fail(decision.reason)
+            case Verdict.PAUSE:
+                return self._ruled("before_action", decision).pause(decision.reason)
+            case Verdict.SUPPRESS:
+                return self.suppress(routed, decision, raw_arguments=arguments)
+            case Verdict.CONTINUE | Verdict.FINALIZE:
+                pass
+            case _:
+                assert_never(decision.verdict)
+        # The public transitions record the same action the governor checked.
+        if isinstance(routed, ReadCall):
+            return self.call_tool(routed, raw_arguments=arguments)
+        return self.request_approval(routed, raw_arguments=arguments)
 
     async def _ask(
         self,
@@ -1032,18 +1037,7 @@ class ToolCalling(Active[C]):
         try:
             output = await _within(tool._fn(args), timeout)
         except Exception as error:
-            if agent.retry_for(tool).retries(error):
-                return self._next(
-                    agent.phases.retrying,
-                    call=self.call,
-                    call_id=self.call_id,
-                    attempt=self.attempt,
-                    error=_describe_error(error),
-                    spent=spent,
-                )
-            if isinstance(tool, WriteTool) and not tool.idempotent:
-                return self._write_failed(tool.name, error, spent, price)
-            return self._fail_call(f"{tool.name} failed: {_describe_error(error)}", spent=spent)
+            return self._failed(tool, error, spent, price)
         finally:
             _IDEMPOTENCY_KEY.reset(token)
         if ledger is not None and key is not None:
@@ -1104,6 +1098,24 @@ class ToolCalling(Active[C]):
             output=result,
             spent=self.spent.add(tool_calls=1, cost=price),
         )
+
+    def _failed(
+        self, tool: Tool, error: Exception, spent: Spend, price: Decimal
+    ) -> Retrying[C] | Failed[C]:
+        """Where a failed call goes: ``Retrying`` if its policy retries the error, else
+        ``Failed`` (a write that is not idempotent is never retried)."""
+        if self.agent.retry_for(tool).retries(error):
+            return self._next(
+                self.agent.phases.retrying,
+                call=self.call,
+                call_id=self.call_id,
+                attempt=self.attempt,
+                error=_describe_error(error),
+                spent=spent,
+            )
+        if isinstance(tool, WriteTool) and not tool.idempotent:
+            return self._write_failed(tool.name, error, spent, price)
+        return self._fail_call(f"{tool.name} failed: {_describe_error(error)}", spent=spent)
 
     def _write_failed(
         self, name: str, error: BaseException, spent: Spend, price: Decimal

@@ -597,32 +597,7 @@ class Runner(Generic[C]):
     ) -> RunResult[C]:
         seq, document = await checkpointer.load(run_id)
         state = load_phase(document, agents={self._agent.name: self._agent}, run_id=run_id)
-        gate: ApprovalGate | None = None
-        stored = False
-        if decision is None and isinstance(state, AwaitApproval):
-            submitted = await checkpointer.decision(run_id)
-            if submitted is not None:
-                # Cleared by the next checkpoint, which the decision leads to.
-                decision = load_decision(submitted, run_id=run_id)
-                stored = True
-        if decision is not None:
-            if not isinstance(state, AwaitApproval):
-                raise SetupError(
-                    f"run {run_id} is not waiting for an approval (it is at {state.kind}); "
-                    "resume it without a decision"
-                )
-            if isinstance(decision, Approve):
-                misfit = decision.misfit(state.request(run_id))
-                if misfit is not None:
-                    if stored:  # dropped: the run waits for a decision about its own call
-                        await checkpointer.take_decision(run_id)
-                    raise DecisionRefusedError(
-                        f"the approval does not answer the call this run waits for "
-                        f"({misfit}); nothing was run. Approve this run's request: "
-                        "Approve.of(request, by=...)",
-                        run_id=run_id,
-                    )
-            gate = _Decided(decision)
+        gate = await _decision_gate(checkpointer, run_id, state, decision)
         record = await checkpointer.set_status(run_id, RunStatus.RUNNING)
         if record.stop_requested:  # stopped from elsewhere before it went on
             await checkpointer.set_status(run_id, RunStatus.CANCELLED)
@@ -934,6 +909,45 @@ class _Decided:
     async def decide(self, request: ApprovalRequest) -> Approve | Denial | Pending:
         decision, self._decision = self._decision, None
         return Pending() if decision is None else decision
+
+
+async def _decision_gate(
+    checkpointer: Checkpointer,
+    run_id: str,
+    state: Phase[Any],
+    decision: Approve | Denial | None,
+) -> ApprovalGate | None:
+    """The gate a resumed run's waiting phase asks: the person's decision, given here or
+    submitted to the store, once it is shown to answer this run's own call.
+
+    ``None``: no decision (the runner's own gate is asked). A stored approval of another
+    call is dropped, so the run keeps waiting for a decision about its own call.
+    """
+    stored = False
+    if decision is None and isinstance(state, AwaitApproval):
+        submitted = await checkpointer.decision(run_id)
+        if submitted is not None:
+            # Cleared by the next checkpoint, which the decision leads to.
+            decision = load_decision(submitted, run_id=run_id)
+            stored = True
+    if decision is None:
+        return None
+    if not isinstance(state, AwaitApproval):
+        raise SetupError(
+            f"run {run_id} is not waiting for an approval (it is at {state.kind}); "
+            "resume it without a decision"
+        )
+    if isinstance(decision, Approve):
+        misfit = decision.misfit(state.request(run_id))
+        if misfit is not None:
+            if stored:
+                await checkpointer.take_decision(run_id)
+            raise DecisionRefusedError(
+                f"the approval does not answer the call this run waits for ({misfit}); "
+                "nothing was run. Approve this run's request: Approve.of(request, by=...)",
+                run_id=run_id,
+            )
+    return _Decided(decision)
 
 
 def _admit_restored(state: Phase[Any], rt: Runtime) -> None:

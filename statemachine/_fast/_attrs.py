@@ -54,6 +54,9 @@ def _built(
     return None if build is _by_init else build(leaving, changes)
 
 
+# One piece on purpose (about 100 lines): it writes one function's source line by line,
+# checking each field as it goes; split, the lines, the namespace and the refusals
+# (``_by_init``) would travel between the parts.
 def _builder(cls: type[Any], *, copy: bool) -> _Builder:
     """A function that builds ``cls`` as its attrs ``__init__`` does, slot by slot.
 
