@@ -34,7 +34,8 @@ from statemachine import (
     ToolCalling,
     agent_graph,
 )
-from statemachine._diagram import _load, main
+from statemachine.cli import main
+from statemachine.cli._diagram import _load
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -48,7 +48,8 @@ from statemachine import (
     SQLiteCheckpointer,
     dump_decision,
 )
-from statemachine._worker import Worker, main
+from statemachine._worker import Worker
+from statemachine.cli import main
 from statemachine.testing import ScriptedGate, ScriptedModel
 
 pytestmark = pytest.mark.anyio
