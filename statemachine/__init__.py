@@ -140,11 +140,11 @@ if TYPE_CHECKING:
     from ._config import AgentConfig, RetrySettings
     from ._crypto import CheckpointCipher, generate_key
     from ._diagram import AgentGraph, agent_graph
-    from ._local import LlamaCppConfig, LlamaCppModel
-    from ._openai import OpenAICompatibleModel, TokenPrices
     from ._patch import PatchAccepted, PatchRejected, apply_patch
     from ._postgres import PostgresCheckpointer
     from ._worker import Worker
+    from .models._llamacpp import LlamaCppConfig, LlamaCppModel
+    from .models._openai import OpenAICompatibleModel, TokenPrices
 
 
 __all__ = (
@@ -299,14 +299,14 @@ _LAZY: Final[dict[str, str]] = {
     "AgentConfig": "._config",
     "AgentGraph": "._diagram",
     "CheckpointCipher": "._crypto",
-    "LlamaCppConfig": "._local",
-    "LlamaCppModel": "._local",
-    "OpenAICompatibleModel": "._openai",
+    "LlamaCppConfig": ".models._llamacpp",
+    "LlamaCppModel": ".models._llamacpp",
+    "OpenAICompatibleModel": ".models._openai",
     "PatchAccepted": "._patch",
     "PatchRejected": "._patch",
     "PostgresCheckpointer": "._postgres",
     "RetrySettings": "._config",
-    "TokenPrices": "._openai",
+    "TokenPrices": ".models._openai",
     "Worker": "._worker",
     "agent_graph": "._diagram",
     "apply_patch": "._patch",

@@ -21,8 +21,9 @@ NOT_AT_IMPORT = (
     "transitions",
     "statemachine._crypto",
     "statemachine._diagram",
-    "statemachine._local",
-    "statemachine._openai",
+    "statemachine.models",
+    "statemachine.models._llamacpp",
+    "statemachine.models._openai",
     "statemachine._patch",
     "statemachine._postgres",
     "statemachine._worker",
@@ -49,14 +50,14 @@ LAZY = {
     "AgentConfig": "statemachine._config",
     "AgentGraph": "statemachine._diagram",
     "CheckpointCipher": "statemachine._crypto",
-    "LlamaCppConfig": "statemachine._local",
-    "LlamaCppModel": "statemachine._local",
-    "OpenAICompatibleModel": "statemachine._openai",
+    "LlamaCppConfig": "statemachine.models._llamacpp",
+    "LlamaCppModel": "statemachine.models._llamacpp",
+    "OpenAICompatibleModel": "statemachine.models._openai",
     "PatchAccepted": "statemachine._patch",
     "PatchRejected": "statemachine._patch",
     "PostgresCheckpointer": "statemachine._postgres",
     "RetrySettings": "statemachine._config",
-    "TokenPrices": "statemachine._openai",
+    "TokenPrices": "statemachine.models._openai",
     "Worker": "statemachine._worker",
     "agent_graph": "statemachine._diagram",
     "apply_patch": "statemachine._patch",
@@ -162,3 +163,45 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         statemachine.NoSuchName  # type: ignore[attr-defined]  # noqa: B018
     assert str(raised.value) == "module 'statemachine' has no attribute 'NoSuchName'"
     assert getattr(statemachine, "NoSuchName", None) is None
+
+
+MODELS = ("LlamaCppConfig", "LlamaCppModel", "OpenAICompatibleModel", "TokenPrices")
+
+
+def test_the_models_wing_lists_the_adapters_of_the_top_level() -> None:
+    """``statemachine.models`` exports the four adapter names, the same objects as the top's."""
+    import statemachine.models
+
+    assert statemachine.models.__all__ == MODELS
+    assert set(MODELS) <= set(dir(statemachine.models))
+    for name in MODELS:
+        assert getattr(statemachine.models, name) is getattr(statemachine, name), name
+
+
+def test_importing_the_models_wing_loads_no_adapter() -> None:
+    """``import statemachine.models`` alone loads neither adapter, httpx nor llama.cpp."""
+    loaded = loaded_after("import statemachine.models")
+    assert "statemachine.models" in loaded
+    unwanted = {
+        "httpx",
+        "llama_cpp",
+        "statemachine.models._openai",
+        "statemachine.models._llamacpp",
+    }
+    assert sorted(unwanted & loaded) == []
+
+
+def test_a_models_name_loads_only_its_adapter() -> None:
+    """``from statemachine.models import TokenPrices`` loads the HTTP adapter, not llama.cpp's."""
+    loaded = loaded_after("from statemachine.models import TokenPrices")
+    assert "statemachine.models._openai" in loaded
+    assert "statemachine.models._llamacpp" not in loaded
+
+
+def test_an_unknown_models_name_is_an_attribute_error() -> None:
+    """A name the models wing does not have raises AttributeError with Python's own message."""
+    import statemachine.models
+
+    with pytest.raises(AttributeError) as raised:
+        statemachine.models.NoSuchModel  # type: ignore[attr-defined]  # noqa: B018
+    assert str(raised.value) == "module 'statemachine.models' has no attribute 'NoSuchModel'"

@@ -46,7 +46,7 @@ from statemachine import (
     read_tool,
     validate_with_retries,
 )
-from statemachine._local import (
+from statemachine.models._llamacpp import (
     chat_messages,
     grammar_from_schema,
     reply_schema,

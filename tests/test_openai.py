@@ -1,4 +1,4 @@
-"""statemachine._openai: the chat-completions adapter against a real HTTP server on loopback.
+"""statemachine.models._openai: the chat-completions adapter against a real HTTP server on loopback.
 
 Every test starts its own small HTTP/1.1 server on 127.0.0.1 (a free port), which
 answers ``POST /v1/chat/completions`` with recorded replies chosen by the test and

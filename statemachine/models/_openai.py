@@ -40,15 +40,15 @@ from typing import TYPE_CHECKING, Any, Literal, Self, final
 import anyio
 from pydantic import BaseModel, Field
 
-from . import _json
-from ._errors import (
+from .. import _json
+from .._errors import (
     ModelRequestError,
     ModelResponseError,
     ModelUnavailableError,
     SetupError,
 )
-from ._model import Message, ModelReply, ModelRequest, ToolRequest, Usage
-from ._money import Money
+from .._model import Message, ModelReply, ModelRequest, ToolRequest, Usage
+from .._money import Money
 
 if TYPE_CHECKING:
     import ssl

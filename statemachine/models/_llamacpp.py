@@ -50,10 +50,10 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, Field
 
-from . import _json
-from ._errors import SetupError
-from ._guard import validate_config
-from ._model import Message, ModelReply, ModelRequest, ToolRequest, Usage
+from .. import _json
+from .._errors import SetupError
+from .._guard import validate_config
+from .._model import Message, ModelReply, ModelRequest, ToolRequest, Usage
 
 __all__ = ["LlamaCppConfig", "LlamaCppModel"]
 
