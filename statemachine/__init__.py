@@ -8,7 +8,6 @@ out. Retries, budgets and approval are owned by the phases, never by the model.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Final
 
 from ._approval import (
@@ -88,6 +87,7 @@ from ._guard import (
     validate_with_retries,
 )
 from ._json import canonical, canonical_hash, dumps, loads
+from ._lazy import lazy_names
 from ._ledger import EffectLedger
 from ._lifecycle import RunLifecycle, RunStatus
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, Usage
@@ -314,21 +314,5 @@ _LAZY: Final[dict[str, str]] = {
 }
 
 
-def _lazy_attribute(name: str) -> object:
-    """The public name ``name`` from the module that defines it, imported now."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value: object = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def _names() -> list[str]:
-    """What ``dir(statemachine)`` lists: the names defined so far and the lazy ones."""
-    return sorted(set(globals()) | set(_LAZY))
-
-
 if not TYPE_CHECKING:  # hidden from the type checkers, so a misspelt name stays an error
-    __getattr__ = _lazy_attribute
-    __dir__ = _names
+    __getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)

@@ -12,8 +12,9 @@ are importable from ``statemachine`` itself.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Final
+
+from .._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ._llamacpp import LlamaCppConfig, LlamaCppModel
@@ -29,21 +30,5 @@ _LAZY: Final[dict[str, str]] = {
 }
 
 
-def _lazy_attribute(name: str) -> object:
-    """The public name ``name`` from the adapter module that defines it, imported now."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value: object = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def _names() -> list[str]:
-    """What ``dir(statemachine.models)`` lists: the names defined so far and the lazy ones."""
-    return sorted(set(globals()) | set(_LAZY))
-
-
 if not TYPE_CHECKING:  # hidden from the type checkers, so a misspelt name stays an error
-    __getattr__ = _lazy_attribute
-    __dir__ = _names
+    __getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)

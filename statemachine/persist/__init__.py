@@ -17,10 +17,10 @@ the names here are where code should import them from.)
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from .._codec import dump_phase, load_phase
+from .._lazy import lazy_names
 from .._ledger import EffectLedger, EffectRecord
 from .._lifecycle import RunLifecycle, RunStatus
 from .._store import (
@@ -67,19 +67,10 @@ __all__ = (
 
 # Loaded on first use: psycopg and cryptography are not needed to import this package.
 _LAZY: Final[dict[str, str]] = {
-    "CheckpointCipher": "statemachine._crypto",
-    "PostgresCheckpointer": "statemachine._postgres",
+    "CheckpointCipher": ".._crypto",
+    "PostgresCheckpointer": ".._postgres",
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'statemachine.persist' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+if not TYPE_CHECKING:  # hidden from the type checkers, so a misspelt name stays an error
+    __getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)
