@@ -22,7 +22,6 @@ from ._approval import (
     load_decision,
 )
 from ._budget import Budget, Spend
-from ._codec import dump_phase, load_phase
 from ._errors import (
     ApprovalMismatchError,
     BadArgumentsError,
@@ -89,7 +88,6 @@ from ._guard import (
 from ._json import canonical, canonical_hash, dumps, loads
 from ._lazy import lazy_names
 from ._ledger import EffectLedger
-from ._lifecycle import RunLifecycle, RunStatus
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import Money, to_money
 from ._observe import ProgressLine, configure_logging
@@ -113,16 +111,6 @@ from ._phases import (
 from ._reserve import BudgetMeter, Reservation
 from ._retry import RetryPolicy
 from ._runner import Runner, RunResult, StopReport
-from ._store import (
-    CheckpointEntry,
-    Checkpointer,
-    EffectRecord,
-    LeaseRecord,
-    MemoryCheckpointer,
-    RunRecord,
-    Sealer,
-    SQLiteCheckpointer,
-)
 from ._tools import (
     InvalidCall,
     ReadCall,
@@ -135,16 +123,28 @@ from ._tools import (
     read_tool,
     write_tool,
 )
+from .persist._codec import dump_phase, load_phase
+from .persist._lifecycle import RunLifecycle, RunStatus
+from .persist._store import (
+    CheckpointEntry,
+    Checkpointer,
+    EffectRecord,
+    LeaseRecord,
+    MemoryCheckpointer,
+    RunRecord,
+    Sealer,
+    SQLiteCheckpointer,
+)
 
 if TYPE_CHECKING:
     from ._config import AgentConfig, RetrySettings
-    from ._crypto import CheckpointCipher, generate_key
     from ._diagram import AgentGraph, agent_graph
     from ._patch import PatchAccepted, PatchRejected, apply_patch
-    from ._postgres import PostgresCheckpointer
     from ._worker import Worker
     from .models._llamacpp import LlamaCppConfig, LlamaCppModel
     from .models._openai import OpenAICompatibleModel, TokenPrices
+    from .persist._crypto import CheckpointCipher, generate_key
+    from .persist._postgres import PostgresCheckpointer
 
 
 __all__ = (
@@ -298,19 +298,19 @@ __all__ = (
 _LAZY: Final[dict[str, str]] = {
     "AgentConfig": "._config",
     "AgentGraph": "._diagram",
-    "CheckpointCipher": "._crypto",
+    "CheckpointCipher": ".persist._crypto",
     "LlamaCppConfig": ".models._llamacpp",
     "LlamaCppModel": ".models._llamacpp",
     "OpenAICompatibleModel": ".models._openai",
     "PatchAccepted": "._patch",
     "PatchRejected": "._patch",
-    "PostgresCheckpointer": "._postgres",
+    "PostgresCheckpointer": ".persist._postgres",
     "RetrySettings": "._config",
     "TokenPrices": ".models._openai",
     "Worker": "._worker",
     "agent_graph": "._diagram",
     "apply_patch": "._patch",
-    "generate_key": "._crypto",
+    "generate_key": ".persist._crypto",
 }
 
 

@@ -2,9 +2,9 @@
 
 ``ToolCalling.execute`` records a write call's intent before the call and its result
 after, under the call's idempotency key, so that a resumed run never acts twice. The
-core needs only these four operations; the stores (``statemachine._store``,
-``statemachine._postgres``) implement them, and :class:`~statemachine.Checkpointer`
-includes them, so the core imports no storage.
+core needs only these four operations; the stores (in ``statemachine.persist``)
+implement them, and :class:`~statemachine.Checkpointer` includes them, so the core
+imports no storage.
 """
 
 from __future__ import annotations

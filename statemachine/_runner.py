@@ -27,7 +27,6 @@ from ._approval import (
     load_decision,
 )
 from ._budget import Spend
-from ._codec import PhaseDumper, dump_phase, load_phase
 from ._errors import (
     CheckpointOrderError,
     DecisionRefusedError,
@@ -37,7 +36,6 @@ from ._errors import (
     SetupError,
 )
 from ._governor import VerdictRecord
-from ._lifecycle import RunStatus
 from ._model import Model
 from ._observe import Instruments, default_instruments
 from ._phases import (
@@ -53,8 +51,10 @@ from ._phases import (
     Runtime,
     ToolCalling,
 )
-from ._store import Checkpointer, RunRecord, _Store
 from ._watch import Watch, check_start
+from .persist._codec import PhaseDumper, dump_phase, load_phase
+from .persist._lifecycle import RunStatus
+from .persist._store import Checkpointer, RunRecord, _Store
 
 if TYPE_CHECKING:
     import logging

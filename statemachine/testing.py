@@ -24,8 +24,8 @@ from ._errors import ScriptExhaustedError
 from ._model import ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import to_money
 from ._phases import AwaitApproval, Phase, _Ticket
-from ._store import MemoryCheckpointer
 from ._tools import AM
+from .persist._store import MemoryCheckpointer
 
 __all__ = [
     "AutoApproveGate",

@@ -1,4 +1,4 @@
-"""statemachine._codec: every phase round-trips through a JSON document, exactly, or is refused."""
+"""persist._codec: every phase round-trips through a JSON document, exactly, or is refused."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""statemachine._crypto: sealed checkpoints open only whole, with their key and their aad."""
+"""persist._crypto: sealed checkpoints open only whole, with their key and their aad."""
 
 from __future__ import annotations
 

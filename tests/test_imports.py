@@ -19,16 +19,15 @@ NOT_AT_IMPORT = (
     "psycopg_pool",
     "llama_cpp",
     "transitions",
-    "statemachine._crypto",
+    "statemachine.persist._crypto",
     "statemachine._diagram",
     "statemachine.models",
     "statemachine.models._llamacpp",
     "statemachine.models._openai",
     "statemachine._patch",
-    "statemachine._postgres",
+    "statemachine.persist._postgres",
     "statemachine._worker",
     "statemachine.cli",
-    "statemachine.persist",
     "argparse",
     "structlog",
     "asyncio",
@@ -52,19 +51,19 @@ CORE_NAMES = "from statemachine import Agent, Runner, read_tool, SQLiteCheckpoin
 LAZY = {
     "AgentConfig": "statemachine._config",
     "AgentGraph": "statemachine._diagram",
-    "CheckpointCipher": "statemachine._crypto",
+    "CheckpointCipher": "statemachine.persist._crypto",
     "LlamaCppConfig": "statemachine.models._llamacpp",
     "LlamaCppModel": "statemachine.models._llamacpp",
     "OpenAICompatibleModel": "statemachine.models._openai",
     "PatchAccepted": "statemachine._patch",
     "PatchRejected": "statemachine._patch",
-    "PostgresCheckpointer": "statemachine._postgres",
+    "PostgresCheckpointer": "statemachine.persist._postgres",
     "RetrySettings": "statemachine._config",
     "TokenPrices": "statemachine.models._openai",
     "Worker": "statemachine._worker",
     "agent_graph": "statemachine._diagram",
     "apply_patch": "statemachine._patch",
-    "generate_key": "statemachine._crypto",
+    "generate_key": "statemachine.persist._crypto",
 }
 
 
@@ -82,6 +81,12 @@ def test_import_loads_none_of_the_optional_parts() -> None:
     loaded = loaded_after("import statemachine")
     assert "statemachine._runner" in loaded
     assert sorted(name for name in NOT_AT_IMPORT if name in loaded) == []
+
+
+def test_the_persist_wing_loads_nothing_the_package_does_not() -> None:
+    """The stores live in ``statemachine.persist``, so the package's import runs the wing's
+    ``__init__``: it adds no module (PostgreSQL and the cipher stay lazy there too)."""
+    assert loaded_after("import statemachine.persist") == loaded_after("import statemachine")
 
 
 def test_the_core_names_load_none_of_the_optional_parts() -> None:
@@ -143,7 +148,7 @@ def test_a_lazy_name_loads_its_module_on_first_use(name: str) -> None:
     loaded = loaded_after(f"from statemachine import {name}")
     assert LAZY[name] in loaded
     # The worker reads the checkpoint keys, so it imports the cipher's module.
-    needed = {"statemachine._crypto"} if name == "Worker" else set()
+    needed = {"statemachine.persist._crypto"} if name == "Worker" else set()
     others = {module for module in LAZY.values() if module != LAZY[name]} - needed
     assert sorted(others & loaded) == []
 

@@ -49,9 +49,9 @@ from statemachine import (
     dump_phase,
     read_tool,
 )
-from statemachine._codec import PhaseDumper
 from statemachine._json import dumps, dumps_fast, dumps_reusing, loads
-from statemachine._store import _apply
+from statemachine.persist._codec import PhaseDumper
+from statemachine.persist._store import _apply
 from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 import anyio
 
 from .. import CheckpointCorruptError, Checkpointer, Runner, SQLiteCheckpointer
-from .._crypto import ENV_VAR as KEYS_VAR
+from ..persist._crypto import ENV_VAR as KEYS_VAR
 
 if TYPE_CHECKING:
     from .. import CheckpointCipher

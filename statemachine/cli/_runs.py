@@ -18,7 +18,7 @@ import anyio
 
 from .. import Approve, Checkpointer, Denial, LeaseRecord, RunRecord, RunStatus, dump_decision
 from .._approval import waits_for_approval
-from .._lifecycle import ENDINGS
+from ..persist._lifecycle import ENDINGS
 from ._options import PROG, Refusal, runner_factory, using_store
 from ._render import age, emit_json, record_json, table, when
 from ._show import fields, pending, show

@@ -14,8 +14,8 @@ from decimal import Decimal
 from typing import Any, cast
 
 from .. import CheckpointEntry, Checkpointer, canonical
-from .._codec import _decode
-from .._lifecycle import ENDINGS
+from ..persist._codec import _decode
+from ..persist._lifecycle import ENDINGS
 from ._options import PROG
 from ._render import count, emit_json, money, pairs, record_json, seconds, table, when
 

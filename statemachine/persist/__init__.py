@@ -10,20 +10,17 @@ The stores: :class:`MemoryCheckpointer`, :class:`SQLiteCheckpointer` (the embedd
 default) and :class:`PostgresCheckpointer` (loaded on first use: it needs psycopg, the
 ``postgres`` extra); :class:`CheckpointCipher` encrypts checkpoints at rest. Every name
 here is the same object as the one of the same name in ``statemachine``.
-
-(The modules still sit at the top of the package, ``statemachine._store`` and the rest;
-the names here are where code should import them from.)
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from .._codec import dump_phase, load_phase
 from .._lazy import lazy_names
 from .._ledger import EffectLedger, EffectRecord
-from .._lifecycle import RunLifecycle, RunStatus
-from .._store import (
+from ._codec import dump_phase, load_phase
+from ._lifecycle import RunLifecycle, RunStatus
+from ._store import (
     DEFAULT_RETENTION,
     CheckpointEntry,
     Checkpointer,
@@ -39,8 +36,8 @@ from .._store import (
 )
 
 if TYPE_CHECKING:
-    from .._crypto import CheckpointCipher
-    from .._postgres import PostgresCheckpointer
+    from ._crypto import CheckpointCipher
+    from ._postgres import PostgresCheckpointer
 
 __all__ = (
     "DEFAULT_RETENTION",
@@ -67,8 +64,8 @@ __all__ = (
 
 # Loaded on first use: psycopg and cryptography are not needed to import this package.
 _LAZY: Final[dict[str, str]] = {
-    "CheckpointCipher": ".._crypto",
-    "PostgresCheckpointer": ".._postgres",
+    "CheckpointCipher": "._crypto",
+    "PostgresCheckpointer": "._postgres",
 }
 
 

@@ -49,10 +49,10 @@ from typing import Any, Final, NoReturn, TypeVar, cast
 import attrs
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from . import _json
-from ._approval import ApprovedCall, _approval_document, _approve, _restored_approval
-from ._budget import Spend
-from ._errors import (
+from .. import _json
+from .._approval import ApprovedCall, _approval_document, _approve, _restored_approval
+from .._budget import Spend
+from .._errors import (
     BadArgumentsError,
     CheckpointCorruptError,
     CheckpointError,
@@ -61,11 +61,11 @@ from ._errors import (
     SetupError,
     UnknownToolError,
 )
-from ._governor import LoopState
-from ._guard import Diagnostic, Parsed, Repair
-from ._model import Message
-from ._phases import _UNSAVED, Agent, AnyPhase, Done, Failed, Phase, _Ticket
-from ._tools import ReadCall, ReadTool, WriteCall, WriteTool
+from .._governor import LoopState
+from .._guard import Diagnostic, Parsed, Repair
+from .._model import Message
+from .._phases import _UNSAVED, Agent, AnyPhase, Done, Failed, Phase, _Ticket
+from .._tools import ReadCall, ReadTool, WriteCall, WriteTool
 
 __all__ = ["DOCUMENT_VERSION", "dump_phase", "load_phase"]
 

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Final, LiteralString
 
 import anyio
 
-from ._approval import _submitted
-from ._errors import (
+from .._approval import _submitted
+from .._errors import (
     CheckpointError,
     ConfigError,
     UnknownRunError,

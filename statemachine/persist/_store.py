@@ -72,8 +72,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, Typ
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict
 
-from ._approval import _submitted, waits_for_approval
-from ._errors import (
+from .._approval import _submitted, waits_for_approval
+from .._errors import (
     CheckpointCorruptError,
     CheckpointError,
     CheckpointOrderError,
@@ -81,9 +81,9 @@ from ._errors import (
     DecisionRefusedError,
     UnknownRunError,
 )
-from ._fast._pydantic import _trusted
-from ._json import JSON, Texts, dumps, dumps_fast, dumps_reusing, fingerprint, loads
-from ._ledger import EffectLedger, EffectRecord
+from .._fast._pydantic import _trusted
+from .._json import JSON, Texts, dumps, dumps_fast, dumps_reusing, fingerprint, loads
+from .._ledger import EffectLedger, EffectRecord
 from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus
 
 __all__ = [

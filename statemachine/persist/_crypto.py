@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final, final
 
-from ._errors import (
+from .._errors import (
     CheckpointCorruptError,
     CheckpointKeyError,
     CheckpointTamperedError,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final
 
-from ._errors import IllegalStatusChangeError
+from .._errors import IllegalStatusChangeError
 
 if TYPE_CHECKING:
     from transitions import Machine
