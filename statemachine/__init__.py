@@ -87,7 +87,7 @@ from ._guard import (
 )
 from ._json import canonical, canonical_hash, dumps, loads
 from ._lazy import lazy_names
-from ._ledger import EffectLedger
+from ._ledger import EffectLedger, EffectRecord
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import Money, to_money
 from ._observe import ProgressLine, configure_logging
@@ -125,16 +125,9 @@ from ._tools import (
 )
 from .persist._codec import dump_phase, load_phase
 from .persist._lifecycle import RunLifecycle, RunStatus
-from .persist._store import (
-    CheckpointEntry,
-    Checkpointer,
-    EffectRecord,
-    LeaseRecord,
-    MemoryCheckpointer,
-    RunRecord,
-    Sealer,
-    SQLiteCheckpointer,
-)
+from .persist._memory import MemoryCheckpointer
+from .persist._protocol import CheckpointEntry, Checkpointer, LeaseRecord, RunRecord, Sealer
+from .persist._sqlite import SQLiteCheckpointer
 
 if TYPE_CHECKING:
     from ._config import AgentConfig, RetrySettings

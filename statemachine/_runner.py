@@ -52,9 +52,11 @@ from ._phases import (
     ToolCalling,
 )
 from ._watch import Watch, check_start
-from .persist._codec import PhaseDumper, dump_phase, load_phase
+from .persist._base import _Store
+from .persist._codec import dump_phase, load_phase
+from .persist._delta import PhaseDumper
 from .persist._lifecycle import RunStatus
-from .persist._store import Checkpointer, RunRecord, _Store
+from .persist._protocol import Checkpointer, RunRecord
 
 if TYPE_CHECKING:
     import logging

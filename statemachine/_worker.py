@@ -33,7 +33,7 @@ import structlog
 
 from ._errors import ConfigError
 from ._runner import Runner
-from .persist._store import Leases
+from .persist._protocol import Leases
 
 __all__ = ["Worker"]
 

@@ -25,7 +25,7 @@ from ._model import ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import to_money
 from ._phases import AwaitApproval, Phase, _Ticket
 from ._tools import AM
-from .persist._store import MemoryCheckpointer
+from .persist._memory import MemoryCheckpointer
 
 __all__ = [
     "AutoApproveGate",

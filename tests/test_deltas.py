@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statemachine import MemoryCheckpointer
-from statemachine.persist._store import _apply, _diff, _seen_of
+from statemachine.persist._delta import _apply, _diff, _seen_of
 
 pytestmark = pytest.mark.anyio
 

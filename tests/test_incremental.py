@@ -50,8 +50,7 @@ from statemachine import (
     read_tool,
 )
 from statemachine._json import dumps, dumps_fast, dumps_reusing, loads
-from statemachine.persist._codec import PhaseDumper
-from statemachine.persist._store import _apply
+from statemachine.persist._delta import PhaseDumper, _apply
 from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio

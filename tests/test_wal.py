@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import statemachine.persist._store as store_module
+import statemachine.persist._sqlite as store_module
 from statemachine import SQLiteCheckpointer
 
 pytestmark = pytest.mark.anyio

@@ -20,20 +20,20 @@ from .._lazy import lazy_names
 from .._ledger import EffectLedger, EffectRecord
 from ._codec import dump_phase, load_phase
 from ._lifecycle import RunLifecycle, RunStatus
-from ._store import (
+from ._memory import MemoryCheckpointer
+from ._protocol import (
     DEFAULT_RETENTION,
     CheckpointEntry,
     Checkpointer,
     Decisions,
     LeaseRecord,
     Leases,
-    MemoryCheckpointer,
     Registry,
     RunRecord,
     RunStore,
     Sealer,
-    SQLiteCheckpointer,
 )
+from ._sqlite import SQLiteCheckpointer
 
 if TYPE_CHECKING:
     from ._crypto import CheckpointCipher

@@ -37,31 +37,25 @@ from .._errors import (
     ConfigError,
     UnknownRunError,
 )
+from .._ledger import EffectRecord
+from ._base import _Store
 from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus
-from ._store import (
-    _SETTLED,
+from ._protocol import (
     DEFAULT_RETENTION,
     CheckpointEntry,
     Document,
-    EffectRecord,
     LeaseRecord,
     RunRecord,
     Sealer,
-    _Change,
-    _EffectRow,
-    _Row,
-    _statuses,
-    _Store,
-    _system_clock,
-    _utc,
 )
+from ._rows import _SETTLED, _Change, _EffectRow, _Row, _statuses, _system_clock, _utc
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
     from psycopg.rows import TupleRow
     from psycopg_pool import AsyncConnectionPool
 
-    from ._store import Checkpointer
+    from ._protocol import Checkpointer
 
     _Connection = AsyncConnection[TupleRow]
     _Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]

@@ -1,0 +1,898 @@
+"""What the memory and SQLite stores share: ``_Store``, the snapshot rule, sealed blobs.
+
+A full snapshot is written at seq 0, then at the first checkpoint at least
+``snapshot_every`` (default 50) after the last snapshot at which the deltas stored since
+add up to that snapshot's size. A state grows with its run, so a fixed interval would
+make snapshots cost more per transition the longer the run; by this rule they never cost
+more bytes than the deltas between them, so the bytes per transition stay flat, and a
+load reads one snapshot and at most about its size again in deltas. A store that did
+not write the run's last checkpoint (another process, a restart) reads the sizes from
+the stored chain, so every process applies the same rule to the same rows. A caller's
+own delta ops are used when they apply (see ``_delta``).
+
+Each stored blob is ``sha256(sealed) + sealed``, where ``sealed`` is the encoded JSON
+passed through the optional :class:`Sealer` (encryption at rest) with the
+associated data ``b"<run_id>:<seq>"``. The checksum catches a truncated or
+overwritten blob even without encryption; the sealer's own tag catches tampering.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Mapping
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from .._approval import _submitted, waits_for_approval
+from .._errors import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointOrderError,
+    ConfigError,
+    DecisionRefusedError,
+    UnknownRunError,
+)
+from .._fast._pydantic import _trusted
+from .._json import JSON, Texts, dumps, dumps_fast, dumps_reusing, loads
+from .._ledger import EffectRecord
+from ._delta import _apply, _diff, _Seen, _seen_of
+from ._lifecycle import ATTENTION, RunLifecycle, RunStatus
+from ._protocol import (
+    DEFAULT_RETENTION,
+    CheckpointEntry,
+    Document,
+    LeaseRecord,
+    RunRecord,
+    Sealer,
+)
+from ._rows import (
+    _DIGEST,
+    _RECENT_RUNS,
+    _SAVED_FIELDS,
+    _SETTLED,
+    _aad,
+    _Change,
+    _decision_aad,
+    _effect_aad,
+    _EffectRow,
+    _Last,
+    _Row,
+    _Since,
+    _since_of,
+    _statuses,
+    _system_clock,
+    _utc,
+)
+
+__all__ = ["_Store"]
+
+_T = TypeVar("_T")
+
+
+class _Store:
+    """What both stores share: deltas, blobs, lifecycle checks. Subclasses keep the rows.
+
+    Every operation is one synchronous function run inside ``_transaction``; the
+    subclass decides how it is run (inline, or in a worker thread under a lock).
+    """
+
+    _where: str
+
+    def __init__(
+        self,
+        *,
+        snapshot_every: int = 50,
+        sealer: Sealer | None = None,
+        clock: Callable[[], datetime] = _system_clock,
+    ) -> None:
+        if snapshot_every < 1:
+            raise ConfigError((f"snapshot_every must be a positive int, got {snapshot_every!r}",))
+        self.snapshot_every = snapshot_every
+        self._sealer = sealer
+        self._clock = clock
+        self._recent: OrderedDict[str, _Last] = OrderedDict()
+
+    # -- what subclasses provide (synchronous, inside _transaction) --
+
+    def _transaction(self, *, write: bool, durable: bool = False) -> AbstractContextManager[object]:
+        raise NotImplementedError
+
+    async def _call(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
+        raise NotImplementedError
+
+    async def _call_save(self, run_id: str, function: Callable[..., _T], *args: Any) -> _T:
+        """Run a save (a short write): by default as every other operation."""
+        return await self._call(run_id, function, *args)
+
+    def _get_record(self, run_id: str) -> RunRecord | None:
+        raise NotImplementedError
+
+    def _get_record_to_save(self, run_id: str) -> RunRecord | None:
+        """The run's row, read to save its next checkpoint (a store may know it already)."""
+        return self._get_record(run_id)
+
+    def _put_record(self, record: RunRecord) -> None:
+        raise NotImplementedError
+
+    def _put_row(self, run_id: str, row: _Row) -> None:
+        raise NotImplementedError
+
+    def _chain(self, run_id: str) -> list[_Row]:
+        """The run's last full snapshot and every checkpoint after it, in seq order."""
+        raise NotImplementedError
+
+    def _rows(self, run_id: str) -> list[CheckpointEntry]:
+        raise NotImplementedError
+
+    def _select(self, statuses: tuple[RunStatus, ...] | None, agent: str | None) -> list[RunRecord]:
+        raise NotImplementedError
+
+    def _delete_ended(self, before: datetime) -> list[str]:
+        raise NotImplementedError
+
+    def _get_claim(self, run_id: str) -> tuple[str, datetime] | None:
+        raise NotImplementedError
+
+    def _put_claim(self, run_id: str, owner: str, until: datetime) -> None:
+        raise NotImplementedError
+
+    def _delete_claim(self, run_id: str) -> None:
+        raise NotImplementedError
+
+    def _get_effect(self, key: str) -> _EffectRow | None:
+        raise NotImplementedError
+
+    def _put_effect(self, row: _EffectRow) -> None:
+        raise NotImplementedError
+
+    def _delete_effect(self, key: str) -> None:
+        raise NotImplementedError
+
+    def _get_decision(self, run_id: str) -> bytes | None:
+        raise NotImplementedError
+
+    def _put_decision(self, run_id: str, blob: bytes | None) -> None:
+        """Store the sealed decision of a run that has a row, or clear it (``None``)."""
+        raise NotImplementedError
+
+    def _runnable(
+        self, agents: tuple[str, ...] | None, now: datetime, limit: int
+    ) -> list[RunRecord]:
+        """Up to ``limit`` runs no live claim holds that are running, failed_resumable, or
+        interrupted with a decision, of ``agents``; oldest update first (then run id)."""
+        raise NotImplementedError
+
+    def _open_lease(self, lease: LeaseRecord) -> None:
+        raise NotImplementedError
+
+    def _extend_lease(self, run_id: str, owner: str, until: datetime) -> bool:
+        """Move ``until`` of ``owner``'s latest unreleased lease of the run; False if none."""
+        raise NotImplementedError
+
+    def _close_lease(self, run_id: str, owner: str, at: datetime) -> None:
+        """Set ``released_at`` of ``owner``'s unreleased leases of the run."""
+        raise NotImplementedError
+
+    def _lease_rows(self, run_id: str | None) -> list[LeaseRecord]:
+        raise NotImplementedError
+
+    # -- the public operations --
+
+    async def save(
+        self,
+        run_id: str,
+        seq: int,
+        document: Mapping[str, Any],
+        *,
+        agent: str,
+        status: RunStatus | str,
+        phase: str,
+        waiting_for: str = "",
+        base: Mapping[str, Any] | None = None,
+        ops: list[list[Any]] | None = None,
+    ) -> RunRecord:
+        """Store checkpoint ``seq`` of the run and update its registry row, atomically.
+
+        ``seq`` must be the run's next (0 for a new run), else ``CheckpointOrderError``;
+        a change of ``status`` must be legal from the run's current one (a new run
+        starts ``running``), else ``IllegalStatusChangeError``. Either way nothing is
+        saved. A run cancelled since its last save stays ``cancelled`` (the checkpoint
+        is saved) unless ``status`` is ``completed``: the runner driving it sees that in
+        the row returned and stops. A pending decision is cleared; a stop request is
+        kept until the run is cancelled, completed or aborted.
+
+        ``ops`` (the delta from ``base``, see :class:`Checkpointer`) is used as the
+        checkpoint's delta when ``base`` is the very document this store saved as the
+        run's latest checkpoint; else the store diffs ``document`` itself.
+        """
+        target = RunStatus(status)
+        change = None if ops is None else _Change(base, ops)
+        return await self._call_save(
+            run_id, self._save, run_id, seq, document, agent, target, phase, waiting_for, change
+        )
+
+    async def load(self, run_id: str) -> tuple[int, Document]:
+        """The run's latest checkpoint as ``(seq, document)``: one snapshot plus its deltas.
+
+        Raises ``UnknownRunError`` for a run never saved, and ``CheckpointCorruptError``
+        (naming the run) for a blob truncated or overwritten or a checkpoint missing.
+        """
+        return await self._call(run_id, self._load, run_id)
+
+    async def history(self, run_id: str) -> list[CheckpointEntry]:
+        """Every stored checkpoint of the run, oldest first, without decoding any."""
+        return await self._call(run_id, self._history, run_id)
+
+    async def record(self, run_id: str) -> RunRecord:
+        """The run's registry row; ``UnknownRunError`` if it has none."""
+        return await self._call(run_id, self._record, run_id)
+
+    async def set_status(
+        self, run_id: str, status: RunStatus | str, *, waiting_for: str = ""
+    ) -> RunRecord:
+        """Move the run to ``status`` through its lifecycle; set what it waits for.
+
+        An illegal change raises ``IllegalStatusChangeError`` and changes nothing.
+        Setting the status it already has only updates ``waiting_for`` and the time.
+        """
+        target = RunStatus(status)
+        return await self._call(run_id, self._set_status, run_id, target, waiting_for)
+
+    async def registry(
+        self,
+        *,
+        status: RunStatus | str | Collection[RunStatus | str] | None = None,
+        agent: str | None = None,
+    ) -> list[RunRecord]:
+        """Registry rows, oldest update first; ``status`` is one status or several."""
+        return await self._call(None, self._read_select, _statuses(status), agent)
+
+    async def needing_attention(self) -> list[RunRecord]:
+        """Runs interrupted, cancelled or failed_resumable, oldest update first."""
+        return await self._call(None, self._read_select, tuple(sorted(ATTENTION)), None)
+
+    async def claim(
+        self, run_id: str, owner: str, *, lease: timedelta = timedelta(minutes=10)
+    ) -> bool:
+        """Take the run for ``owner``: at most one holder at a time, across processes.
+
+        Two processes resuming one run at once: exactly one gets it. A claim lapses
+        after ``lease`` (its holder may have died), so a run is never locked for good.
+        """
+        return await self._call(run_id, self._claim, run_id, owner, lease)
+
+    async def release(self, run_id: str, owner: str) -> None:
+        """Give the run back, if ``owner`` holds it."""
+        await self._call(run_id, self._release, run_id, owner)
+
+    async def claim_next(
+        self, owner: str, *, agents: Collection[str] | None = None, lease: timedelta
+    ) -> RunRecord | None:
+        """Take the oldest runnable run for ``owner``, atomically; ``None`` when there is none.
+
+        Runnable: no live lease holds it, and it is ``running`` (its worker died, or it
+        was submitted and never started), ``failed_resumable``, or ``interrupted`` with
+        a person's decision pending. A run waiting for a person without a decision, and
+        a cancelled or ended run, is never taken. A running run with a stop request and
+        no live lease is marked cancelled instead. ``agents`` limits the runs to those
+        agents' names. Returns the run's row (its status unchanged), held for ``lease``.
+        """
+        chosen = None if agents is None else tuple(sorted(set(agents)))
+        if lease <= timedelta(0):
+            raise ConfigError((f"lease must be a positive duration, got {lease!r}",))
+        return await self._call(None, self._claim_next, owner, chosen, lease)
+
+    async def renew(self, run_id: str, owner: str, *, lease: timedelta) -> bool:
+        """Extend ``owner``'s lease of the run to ``lease`` from now.
+
+        False (and nothing changes) when ``owner`` no longer holds a live lease: it
+        lapsed, or the run was given back or taken by another worker. The holder must
+        then stop driving the run.
+        """
+        return await self._call(run_id, self._renew, run_id, owner, lease)
+
+    async def leases(self, run_id: str | None = None) -> list[LeaseRecord]:
+        """Every lease of the run (of every run when ``run_id`` is ``None``), oldest first."""
+        return await self._call(run_id, self._read_leases, run_id)
+
+    async def submit_decision(self, run_id: str, decision: Mapping[str, Any]) -> RunRecord:
+        """Store a person's decision (a :func:`dump_decision` document) for a waiting run.
+
+        The run must be ``interrupted`` at an ``AwaitApproval`` waiting for an approval,
+        with no decision pending yet; otherwise :class:`DecisionRefusedError` (and
+        ``UnknownRunError`` for a run never saved), and nothing changes. The run then
+        counts as runnable: a worker claims it and resumes it with the decision. The
+        decision stays pending until the run's next checkpoint is saved (the approval
+        phase used it) or the run is cancelled, completed or aborted.
+        """
+        document = _submitted(run_id, decision)
+        return await self._call(run_id, self._submit_decision, run_id, document)
+
+    async def decision(self, run_id: str) -> Document | None:
+        """The run's pending decision document, or ``None``; it stays pending."""
+        return await self._call(run_id, self._decision, run_id, False)
+
+    async def take_decision(self, run_id: str) -> Document | None:
+        """The run's pending decision document, or ``None``; it is cleared."""
+        return await self._call(run_id, self._decision, run_id, True)
+
+    async def request_stop(self, run_id: str) -> RunRecord:
+        """Ask for the run to stop; returns its row.
+
+        A run a worker drives (``running`` under a live lease) gets ``stop_requested``:
+        the worker stops it at its next checkpoint and marks it ``cancelled``. A run
+        nobody drives (running with no live lease, interrupted, failed_resumable) is
+        marked ``cancelled`` at once, and any pending decision is dropped. A cancelled
+        run is returned as it is; a completed or aborted one raises
+        ``IllegalStatusChangeError``.
+        """
+        return await self._call(run_id, self._request_stop, run_id)
+
+    def _claim(self, run_id: str, owner: str, lease: timedelta) -> bool:
+        with self._transaction(write=True):
+            now = self._now()
+            held = self._get_claim(run_id)
+            if held is not None and held[0] != owner and held[1] > now:
+                return False
+            self._hold(run_id, owner, now, now + lease, again=held is not None and held[0] == owner)
+            return True
+
+    def _hold(
+        self, run_id: str, owner: str, now: datetime, until: datetime, *, again: bool
+    ) -> None:
+        self._put_claim(run_id, owner, until)
+        if not (again and self._extend_lease(run_id, owner, until)):
+            self._open_lease(LeaseRecord(run_id=run_id, owner=owner, claimed_at=now, until=until))
+
+    def _release(self, run_id: str, owner: str) -> None:
+        with self._transaction(write=True):
+            held = self._get_claim(run_id)
+            if held is not None and held[0] == owner:
+                self._delete_claim(run_id)
+                self._close_lease(run_id, owner, self._now())
+
+    def _claim_next(
+        self, owner: str, agents: tuple[str, ...] | None, lease: timedelta
+    ) -> RunRecord | None:
+        batch = 16
+        with self._transaction(write=True):
+            now = self._now()
+            while True:
+                found = self._runnable(agents, now, batch)
+                for record in found:
+                    if record.status is RunStatus.RUNNING and record.stop_requested:
+                        self._move(record, RunStatus.CANCELLED, "", now)
+                        continue
+                    self._hold(record.run_id, owner, now, now + lease, again=False)
+                    return record
+                if len(found) < batch:
+                    return None
+
+    def _renew(self, run_id: str, owner: str, lease: timedelta) -> bool:
+        with self._transaction(write=True):
+            now = self._now()
+            held = self._get_claim(run_id)
+            if held is None or held[0] != owner or held[1] <= now:
+                return False
+            self._hold(run_id, owner, now, now + lease, again=True)
+            return True
+
+    def _read_leases(self, run_id: str | None) -> list[LeaseRecord]:
+        with self._transaction(write=False):
+            return self._lease_rows(run_id)
+
+    def _decided(self, record: RunRecord, document: Document) -> tuple[bytes, RunRecord]:
+        """The sealed decision and the run's new row, or DecisionRefusedError (both stores)."""
+        run_id = record.run_id
+        waits = (
+            record.status is RunStatus.INTERRUPTED
+            and record.phase == "AwaitApproval"
+            and waits_for_approval(record.waiting_for)
+        )
+        if not waits:
+            where = f"{record.status.value} at {record.phase}"
+            if record.waiting_for:
+                where += f", waiting for {record.waiting_for}"
+            raise DecisionRefusedError(
+                f"it is not waiting for an approval (it is {where}). Approve or deny "
+                "only a run that is interrupted waiting for an approval; list those "
+                "with the registry (status interrupted).",
+                run_id=run_id,
+            )
+        if record.decision_pending:
+            raise DecisionRefusedError(
+                "it already has a decision waiting for a worker to resume it with; "
+                "nothing was changed. One decision per approval: wait for the run to "
+                "go on, or stop it.",
+                run_id=run_id,
+            )
+        blob = self._seal({"kind": "decision", "decision": document}, _decision_aad(run_id))
+        changed = record.model_copy(update={"decision_pending": True, "updated_at": self._now()})
+        return blob, changed
+
+    def _submit_decision(self, run_id: str, document: Document) -> RunRecord:
+        with self._transaction(write=True):
+            record = self._known(run_id)
+            blob, changed = self._decided(record, document)
+            self._put_record(changed)
+            self._put_decision(run_id, blob)
+            return changed
+
+    def _decision(self, run_id: str, take: bool) -> Document | None:
+        with self._transaction(write=take):
+            record = self._known(run_id)
+            blob = self._get_decision(run_id)
+            if blob is None:
+                return None
+            document = self._open_decision(run_id, blob)
+            if take:
+                self._put_record(record.model_copy(update={"decision_pending": False}))
+                self._put_decision(run_id, None)
+            return document
+
+    def _open_decision(self, run_id: str, blob: bytes) -> Document:
+        payload = self._unseal(blob, _decision_aad(run_id), run_id, "its pending decision")
+        if not isinstance(payload, dict) or payload.get("kind") != "decision":
+            raise self._damaged(run_id, "its pending decision", "is not a decision")
+        document = payload.get("decision")
+        if not isinstance(document, dict):
+            raise self._damaged(run_id, "its pending decision", "is not a decision")
+        return document
+
+    def _request_stop(self, run_id: str) -> RunRecord:
+        with self._transaction(write=True):
+            record = self._known(run_id)
+            now = self._now()
+            if record.status is RunStatus.CANCELLED:
+                return record
+            held = self._get_claim(run_id)
+            if record.status is RunStatus.RUNNING and held is not None and held[1] > now:
+                changed = record.model_copy(update={"stop_requested": True, "updated_at": now})
+                self._put_record(changed)
+                return changed
+            return self._move(record, RunStatus.CANCELLED, "", now)
+
+    def _move(
+        self, record: RunRecord, status: RunStatus, waiting_for: str, now: datetime
+    ) -> RunRecord:
+        """Change the run's status through its lifecycle (inside a write transaction)."""
+        RunLifecycle(record.run_id, record.status).move_to(status)
+        update: dict[str, Any] = {"status": status, "waiting_for": waiting_for, "updated_at": now}
+        settled = status in _SETTLED
+        if settled:
+            update.update(stop_requested=False, decision_pending=False)
+        changed = record.model_copy(update=update)
+        self._put_record(changed)
+        if settled and record.decision_pending:
+            self._put_decision(record.run_id, None)
+        return changed
+
+    async def purge(
+        self, older_than: timedelta = DEFAULT_RETENTION, *, now: datetime | None = None
+    ) -> int:
+        """Remove completed and aborted runs last updated before ``now - older_than``.
+
+        Their checkpoints go with them; runs in any other status are kept however old.
+        ``now`` defaults to the store's clock. Returns how many runs were removed.
+        """
+        moment = _utc(now if now is not None else self._clock(), "now")
+        return await self._call(None, self._purge, moment - older_than)
+
+    # -- the side-effect ledger --
+
+    async def record_intent(
+        self, key: str, *, run_id: str, tool: str, args_hash: str
+    ) -> EffectRecord:
+        """Record, durably, that the write call under ``key`` is about to run.
+
+        Idempotent: if ``key`` is already recorded (an intent or a committed effect)
+        that record is returned unchanged, so a replay never loses a result.
+        """
+        return await self._call(run_id, self._record_intent, key, run_id, tool, args_hash)
+
+    async def record_result(self, key: str, result: Any) -> EffectRecord:
+        """Record, durably, what the call under ``key`` returned; the effect is committed.
+
+        ``result`` is a JSON-able document (``Decimal`` stays exact), sealed like a
+        checkpoint. The intent must have been recorded first (else ``CheckpointError``);
+        a result already committed is kept: it is what happened, and it is returned.
+        """
+        return await self._call(None, self._record_result, key, result)
+
+    async def effect(self, key: str) -> EffectRecord | None:
+        """The ledger's record under ``key``, or ``None`` if no call was recorded there."""
+        return await self._call(None, self._effect, key)
+
+    async def discard_intent(self, key: str) -> None:
+        """Forget the intent under ``key``: a person checked that the call did not go through.
+
+        The next resume then runs the call again. A committed effect is refused
+        (``CheckpointError``): it did go through. An unknown key is left as it is.
+        """
+        await self._call(None, self._discard_intent, key)
+
+    # -- the synchronous bodies --
+
+    def _now(self) -> datetime:
+        return _utc(self._clock(), "the checkpointer's clock")
+
+    def _save(
+        self,
+        run_id: str,
+        seq: int,
+        document: Mapping[str, Any],
+        agent: str,
+        status: RunStatus,
+        phase: str,
+        waiting_for: str,
+        change: _Change | None,
+    ) -> RunRecord:
+        with self._transaction(write=True):
+            record = self._get_record_to_save(run_id)
+            status, waiting_for = self._saved_status(run_id, seq, record, status, waiting_for)
+            prepared = self._prepare(run_id, seq, record, document, change, None)
+            if prepared is None:  # this store does not know what is stored: read it
+                assert record is not None
+                stored = self._stored(run_id, self._chain(run_id), record)
+                prepared = self._prepare(run_id, seq, record, document, change, stored)
+                assert prepared is not None
+            snapshot, blob, last = self._checkpoint(run_id, seq, document, prepared, change)
+            now = self._now()
+            saved = self._saved_record(record, run_id, seq, agent, status, phase, waiting_for, now)
+            # Everything that can fail is done: the memory store has no rollback.
+            self._put_row(run_id, _Row(seq, snapshot, phase, blob, now))
+            self._put_record(saved)
+            if record is not None and record.decision_pending:
+                self._put_decision(run_id, None)
+        self._remember(run_id, last)
+        return saved
+
+    def _stored(
+        self, run_id: str, rows: list[_Row], record: RunRecord
+    ) -> tuple[Mapping[str, Any], _Since]:
+        """The stored document and ``_Since`` of a chain read by ``_chain`` (both stores)."""
+        return self._replay(run_id, rows, record)[1], _since_of(rows)
+
+    def _checkpoint(
+        self,
+        run_id: str,
+        seq: int,
+        document: Mapping[str, Any],
+        prepared: tuple[dict[str, Any], _Seen | None, _Since],
+        change: _Change | None,
+    ) -> tuple[bool, bytes, _Last]:
+        """Whether checkpoint ``seq`` is a snapshot, its blob, and what to remember of it
+        once it is stored (both stores)."""
+        payload, seen, since = prepared
+        blob, texts = self._blob(run_id, seq, payload, change)
+        snapshot = payload["kind"] == "full"
+        return (
+            snapshot,
+            blob,
+            _Last(seq, document, seen, texts, since.after(seq, snapshot, len(blob))),
+        )
+
+    def _saved_status(
+        self,
+        run_id: str,
+        seq: int,
+        record: RunRecord | None,
+        status: RunStatus,
+        waiting_for: str,
+    ) -> tuple[RunStatus, str]:
+        """The status and wait a checkpoint ``seq`` is saved with, or the error refusing it.
+
+        ``CheckpointOrderError`` unless ``seq`` is the run's next; ``IllegalStatusChangeError``
+        for a change the lifecycle refuses. Both stores use it.
+        """
+        expected = 0 if record is None else record.seq + 1
+        if seq != expected:
+            raise CheckpointOrderError(run_id, seq=seq, expected=expected)
+        current = RunStatus.RUNNING if record is None else record.status
+        if current is RunStatus.CANCELLED and status is not RunStatus.CANCELLED:
+            # Stopped from elsewhere while a runner still drove it (a resume sets it
+            # running first): the phase it finished is kept, and the run stays
+            # stopped - unless that phase ended it.
+            if status is RunStatus.COMPLETED:
+                current = RunStatus.RUNNING
+            else:
+                status, waiting_for = RunStatus.CANCELLED, ""
+        if status != current:  # building the machine costs more than the whole delta
+            RunLifecycle(run_id, current).move_to(status)
+        return status, waiting_for
+
+    @staticmethod
+    def _saved_record(
+        record: RunRecord | None,
+        run_id: str,
+        seq: int,
+        agent: str,
+        status: RunStatus,
+        phase: str,
+        waiting_for: str,
+        now: datetime,
+    ) -> RunRecord:
+        """The run's row once checkpoint ``seq`` is saved (both stores)."""
+        # Every value is of its field's type already: made as model_construct makes it.
+        values = {
+            "run_id": run_id,
+            "agent": agent,
+            "status": status,
+            "phase": phase,
+            "waiting_for": waiting_for,
+            "updated_at": now,
+            "seq": seq,
+            # A stop request stands until the run is stopped (or ends); a pending
+            # decision was used by the phase whose result this checkpoint is.
+            "stop_requested": record is not None
+            and record.stop_requested
+            and status not in _SETTLED,
+            "decision_pending": False,
+        }
+        return _trusted(RunRecord, values, set(_SAVED_FIELDS))
+
+    def _prepare(
+        self,
+        run_id: str,
+        seq: int,
+        record: RunRecord | None,
+        document: Mapping[str, Any],
+        change: _Change | None,
+        stored: tuple[Mapping[str, Any], _Since] | None,
+    ) -> tuple[dict[str, Any], _Seen | None, _Since] | None:
+        """The payload of checkpoint ``seq``, what to remember of it, and the run's
+        ``_Since`` before it (both stores).
+
+        ``None`` when this store does not know the run's latest checkpoint (another
+        process saved since, or it forgot the run): call again with the stored document
+        and the ``_Since`` of the stored chain as ``stored``. The caller's ops are
+        the delta when their base is the document this store saved last, as the run's
+        latest checkpoint; nothing is fingerprinted then. A caller that gives ops keeps
+        its documents unchanged, so the fingerprints are taken later if ever needed.
+        """
+        last = self._recent.get(run_id)
+        if last is not None and (record is None or last.seq != record.seq):
+            last = None  # another process saved since, or the run is new again
+        remember_later = change is not None
+        if record is None:  # seq 0 is always a snapshot
+            seen = None if remember_later else _seen_of(document)
+            return {"kind": "full", "document": document}, seen, _Since(seq, 0, 0)
+        if last is not None:
+            since = last.since
+        elif stored is not None:
+            since = stored[1]
+        else:
+            return None
+        if self._snapshot_due(seq, since):
+            seen = None if remember_later else _seen_of(document)
+            return {"kind": "full", "document": document}, seen, since
+        if change is not None and last is not None and change.base is last.document:
+            return {"kind": "delta", "ops": change.ops}, None, since
+        if last is not None:
+            previous = last.seen if last.seen is not None else _seen_of(last.document)
+        else:
+            assert stored is not None
+            previous = _seen_of(stored[0])
+        ops: list[list[Any]] = []
+        seen = _diff(previous, document, [], ops)
+        return {"kind": "delta", "ops": ops}, seen, since
+
+    def _snapshot_due(self, seq: int, since: _Since) -> bool:
+        """Whether checkpoint ``seq`` is a full snapshot (see the module's docstring).
+
+        At least ``snapshot_every`` checkpoints after the last snapshot, and once the
+        deltas stored since add up to that snapshot's size.
+        """
+        return seq - since.seq >= self.snapshot_every and since.deltas >= since.size
+
+    def _blob(
+        self, run_id: str, seq: int, payload: dict[str, Any], change: _Change | None
+    ) -> tuple[bytes, Texts]:
+        """Checkpoint ``seq``'s blob, and the texts of its list items to reuse (both stores).
+
+        A caller that gives ops gives documents whose parts never change (from the phase
+        codec): they are written in C, and a snapshot reuses the text of every list item
+        an earlier snapshot of the run already wrote, so it costs what is new.
+        """
+        last = self._recent.get(run_id)
+        texts: Texts = {} if last is None else last.texts
+        if change is None:
+            return self._encode(run_id, seq, payload), texts
+        if payload["kind"] != "full":
+            return self._encode(run_id, seq, payload, fast=True), texts
+        text, texts = dumps_reusing(payload, texts)
+        return self._seal_text(text, _aad(run_id, seq)), texts
+
+    def _remember(self, run_id: str, last: _Last) -> None:
+        self._recent[run_id] = last
+        self._recent.move_to_end(run_id)
+        while len(self._recent) > _RECENT_RUNS:
+            self._recent.popitem(last=False)
+
+    def _known(self, run_id: str) -> RunRecord:
+        record = self._get_record(run_id)
+        if record is None:
+            raise UnknownRunError(run_id, store=self._where)
+        return record
+
+    def _load(self, run_id: str) -> tuple[int, Document]:
+        with self._transaction(write=False):
+            return self._rebuild(run_id, self._known(run_id))
+
+    def _rebuild(self, run_id: str, record: RunRecord) -> tuple[int, Document]:
+        return self._replay(run_id, self._chain(run_id), record)
+
+    def _replay(self, run_id: str, rows: list[_Row], record: RunRecord) -> tuple[int, Document]:
+        """The document that ``rows`` (a snapshot, then the deltas after it) build up."""
+        if not rows or not rows[0].snapshot:
+            raise self._corrupt(run_id, "has no full snapshot to start from", seq=None)
+        document: Document = {}
+        expected = rows[0].seq
+        for row in rows:
+            if row.seq != expected:
+                raise self._corrupt(run_id, "is missing", seq=expected)
+            payload = self._decode(run_id, row)
+            try:
+                if row.snapshot:
+                    document = payload["document"]
+                    if not isinstance(document, dict):
+                        raise TypeError("the document is not an object")
+                else:
+                    _apply(document, payload["ops"])
+            except (LookupError, TypeError, ValueError, AttributeError) as exc:
+                raise self._corrupt(run_id, f"cannot be applied ({exc})", seq=row.seq) from None
+            expected += 1
+        if rows[-1].seq != record.seq:
+            raise self._corrupt(
+                run_id, f"is missing (the registry's last is {record.seq})", seq=rows[-1].seq + 1
+            )
+        return record.seq, document
+
+    def _history(self, run_id: str) -> list[CheckpointEntry]:
+        with self._transaction(write=False):
+            self._known(run_id)
+            return self._rows(run_id)
+
+    def _record(self, run_id: str) -> RunRecord:
+        with self._transaction(write=False):
+            return self._known(run_id)
+
+    def _set_status(self, run_id: str, status: RunStatus, waiting_for: str) -> RunRecord:
+        with self._transaction(write=True):
+            return self._move(self._known(run_id), status, waiting_for, self._now())
+
+    def _read_select(
+        self, statuses: tuple[RunStatus, ...] | None, agent: str | None
+    ) -> list[RunRecord]:
+        with self._transaction(write=False):
+            return self._select(statuses, agent)
+
+    def _record_intent(self, key: str, run_id: str, tool: str, args_hash: str) -> EffectRecord:
+        with self._transaction(write=True, durable=True):
+            row = self._get_effect(key)
+            if row is None:
+                row = _EffectRow(key, run_id, tool, args_hash, "intent", None, self._now())
+                self._put_effect(row)
+        return self._effect_record(row)
+
+    def _record_result(self, key: str, result: Any) -> EffectRecord:
+        with self._transaction(write=True, durable=True):
+            row = self._get_effect(key)
+            if row is None:
+                raise CheckpointError(
+                    f"effect {key!r} has no recorded intent, so its result was not recorded. "
+                    "Record the intent (record_intent) before the call and the result after it."
+                )
+            if row.status == "intent":
+                blob = self._encode_effect(row, {"kind": "effect", "result": result})
+                row = row._replace(status="committed", blob=blob, updated_at=self._now())
+                self._put_effect(row)
+        return self._effect_record(row)
+
+    def _effect(self, key: str) -> EffectRecord | None:
+        with self._transaction(write=False):
+            row = self._get_effect(key)
+        return None if row is None else self._effect_record(row)
+
+    def _discard_intent(self, key: str) -> None:
+        with self._transaction(write=True, durable=True):
+            row = self._get_effect(key)
+            if row is not None and row.status == "committed":
+                raise CheckpointError(
+                    f"effect {key!r} of {row.tool} is committed: it went through, and its "
+                    "result is kept. Resume the run to use that result.",
+                    run_id=row.run_id,
+                )
+            if row is not None:
+                self._delete_effect(key)
+
+    def _effect_record(self, row: _EffectRow) -> EffectRecord:
+        result = None
+        if row.blob is not None:
+            payload = self._unseal(
+                row.blob, _effect_aad(row), row.run_id, f"the result of effect {row.key!r}"
+            )
+            if not isinstance(payload, dict) or payload.get("kind") != "effect":
+                raise self._corrupt_effect(row, "is not an effect's result")
+            result = payload.get("result")
+        return EffectRecord(
+            key=row.key,
+            run_id=row.run_id,
+            tool=row.tool,
+            args_hash=row.args_hash,
+            status=row.status,
+            result=result,
+            updated_at=row.updated_at,
+        )
+
+    def _purge(self, before: datetime) -> int:
+        with self._transaction(write=True):
+            removed = self._delete_ended(before)
+        for run_id in removed:
+            self._recent.pop(run_id, None)
+        return len(removed)
+
+    # -- blobs --
+
+    def _encode(
+        self, run_id: str, seq: int, payload: Mapping[str, Any], *, fast: bool = False
+    ) -> bytes:
+        return self._seal(payload, _aad(run_id, seq), fast=fast)
+
+    def _encode_effect(self, row: _EffectRow, payload: Mapping[str, Any]) -> bytes:
+        return self._seal(payload, _effect_aad(row))
+
+    def _seal(self, payload: Mapping[str, Any], aad: bytes, *, fast: bool = False) -> bytes:
+        # ``fast``: a document from the phase codec (text keys only), written in C.
+        return self._seal_text(dumps_fast(payload) if fast else dumps(payload), aad)
+
+    def _seal_text(self, text: str, aad: bytes) -> bytes:
+        plain = text.encode("utf-8")
+        sealed = plain if self._sealer is None else self._sealer.seal(plain, aad=aad)
+        return hashlib.sha256(sealed).digest() + sealed
+
+    def _decode(self, run_id: str, row: _Row) -> dict[str, Any]:
+        payload = self._unseal(row.blob, _aad(run_id, row.seq), run_id, f"checkpoint {row.seq}")
+        kind = "full" if row.snapshot else "delta"
+        if not isinstance(payload, dict) or payload.get("kind") != kind:
+            raise self._corrupt(run_id, f"is not a {kind} checkpoint", seq=row.seq)
+        return payload
+
+    def _unseal(self, blob: bytes, aad: bytes, run_id: str, which: str) -> JSON:
+        """A stored blob's JSON value, checked (checksum) and opened (sealer)."""
+        digest, sealed = blob[:_DIGEST], blob[_DIGEST:]
+        if len(blob) <= _DIGEST or hashlib.sha256(sealed).digest() != digest:
+            raise self._damaged(
+                run_id, which, "does not match its checksum (truncated or overwritten)"
+            )
+        if self._sealer is None:
+            plain = sealed
+        else:
+            try:
+                plain = self._sealer.open(sealed, aad=aad, run_id=run_id)
+            except CheckpointError:
+                raise
+            except Exception as exc:
+                raise self._damaged(run_id, which, f"cannot be unsealed ({exc})") from exc
+        try:
+            payload = loads(plain)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise self._damaged(run_id, which, f"is not JSON ({exc})") from None
+        return payload
+
+    def _corrupt_effect(self, row: _EffectRow, problem: str) -> CheckpointCorruptError:
+        return self._damaged(row.run_id, f"the result of effect {row.key!r}", problem)
+
+    def _damaged(self, run_id: str, which: str, problem: str) -> CheckpointCorruptError:
+        return CheckpointCorruptError(
+            f"{which} {problem}. Nothing was loaded and nothing in {self._where} was "
+            "changed; other runs are unaffected. Restore the store from a backup to "
+            "resume this run, or abort it and start it again.",
+            run_id=run_id,
+        )
+
+    def _corrupt(self, run_id: str, problem: str, *, seq: int | None) -> CheckpointCorruptError:
+        which = "its checkpoints" if seq is None else f"checkpoint {seq}"
+        return self._damaged(run_id, which, problem)

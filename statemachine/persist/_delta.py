@@ -1,0 +1,385 @@
+"""The delta format: what turns a run's checkpoint document into its next one.
+
+A snapshot holds the document whole, and a delta holds only what changed since the
+checkpoint before::
+
+    {"kind": "full",  "document": {...}}
+    {"kind": "delta", "ops": [["set", path, value], ["append", path, items],
+                              ["drop", path], ["order", path, keys]]}
+
+A path leads through objects up to three levels deep (``["fields", "loop",
+"actions"]``). A list is diffed item by item: one that grew (a transcript) is stored
+as the items appended, one whose last item changed (an action settled) as a splice,
+a sliding window as a shift, so the bytes per transition stay flat as a run grows.
+
+The ops come from two producers: :func:`_diff`, which compares two documents (by the
+fingerprints of the first, :func:`_seen_of`), and :class:`PhaseDumper`, which dumps each
+phase from the one before and knows what changed without comparing. :func:`_apply`
+replays them.
+
+The runner's saver uses a ``PhaseDumper``, so it hands the store the delta's ops with the
+document (``ops=``, ``base=``). The store uses them, without looking at the document, only
+when ``base`` is the very document it saved as the run's latest checkpoint; otherwise
+(another process saved since, the store forgot the run, or it never saw it) it diffs.
+Such documents never change once given, so they are written with the C JSON writer, and
+a snapshot writes again only the list items no earlier snapshot of the run wrote.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import operator
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from .. import _json
+from .._governor import LoopState
+from .._json import fingerprint
+from .._phases import _UNSAVED, Phase
+from ._codec import (
+    _FAILED,
+    _SCALARS,
+    DOCUMENT_VERSION,
+    _class_path,
+    _dump_field,
+    _encode,
+    dump_phase,
+)
+from ._protocol import Document
+
+__all__ = ["PhaseDumper", "_Seen", "_apply", "_diff", "_seen_of"]
+
+
+# --- diff and apply -------------------------------------------------------------------
+
+# What the store remembers of the last document of a run, to diff the next one against:
+# per key, the exact JSON fingerprint of the value and, for a list, the fingerprint of
+# each item (else None); objects down to _DEPTH levels hold the same one level down.
+_Leaf = tuple[str, tuple[str, ...] | None]
+_Seen = dict[str, Any]  # key -> _Leaf, or (an object within _DEPTH) key -> _Seen
+# Objects are diffed inside down to this depth: the document, its "fields", and the
+# objects among them (the governor's "loop"), so that a list deep in the state (the
+# loop's actions) changes by the items that changed, not as a whole.
+_DEPTH: Final = 3
+# A list that keeps its last items but drops a few from the front (a sliding window):
+# how many dropped items are looked for.
+_SHIFT: Final = 8
+
+
+def _leaf(value: Any) -> _Leaf:
+    """Exact fingerprint: 1, 1.0, True and Decimal("1.00") all differ; written in C.
+
+    A list is fingerprinted item by item, so that a change can be told apart from
+    items appended, dropped from the front, or replaced at the end.
+    """
+    encode = fingerprint
+    if isinstance(value, list | tuple):
+        items = tuple(encode(item) for item in value)
+        return "[" + ",".join(items) + "]", items
+    return encode(value), None
+
+
+def _seen_of(document: Mapping[str, Any], depth: int = 1) -> _Seen:
+    return {
+        key: _seen_of(value, depth + 1)
+        if isinstance(value, dict) and depth < _DEPTH
+        else _leaf(value)
+        for key, value in document.items()
+    }
+
+
+def _list_op(at: list[str], value: Any, new: tuple[str, ...], old: tuple[str, ...]) -> list[Any]:
+    """The smallest op among append, shift (drop from the front, append) and splice
+    (keep a prefix, replace the rest) that turns the old list into the new one."""
+    kept = 0
+    for before, after in zip(old, new, strict=False):
+        if before != after:
+            break
+        kept += 1
+    if kept == len(old):
+        return ["append", at, list(value[kept:])]
+    for dropped in range(1, min(_SHIFT, len(old)) + 1):
+        rest = len(old) - dropped
+        if rest <= len(new) and old[dropped:] == new[:rest]:
+            if rest >= kept:
+                return ["shift", at, dropped, list(value[rest:])]
+            break
+    if kept:
+        return ["splice", at, kept, list(value[kept:])]
+    return ["set", at, value]
+
+
+def _diff(
+    old: Mapping[str, Any], new: Mapping[str, Any], path: list[str], ops: list[list[Any]]
+) -> _Seen:
+    """Append to ``ops`` what turns ``old`` into ``new``; return the fingerprints of ``new``."""
+    nested = len(path) + 1 < _DEPTH  # objects down to _DEPTH levels are diffed inside
+    seen: _Seen = {}
+    for key in old:
+        if key not in new:
+            ops.append(["drop", [*path, key]])
+    for key, value in new.items():
+        if not isinstance(key, str):
+            raise TypeError(f"JSON object keys must be strings, got {key!r}")
+        at = [*path, key]
+        before = old.get(key)
+        if nested and isinstance(value, dict):
+            if isinstance(before, dict):
+                seen[key] = _diff(before, value, at, ops)
+            else:
+                ops.append(["set", at, value])
+                seen[key] = _seen_of(value, len(at) + 1)
+            continue
+        leaf = _leaf(value)
+        seen[key] = leaf
+        if isinstance(before, tuple) and before[0] == leaf[0]:
+            continue
+        if isinstance(before, tuple) and before[1] is not None and leaf[1] is not None:
+            ops.append(_list_op(at, value, leaf[1], before[1]))
+        else:
+            ops.append(["set", at, value])
+    expected = [key for key in old if key in new] + [key for key in new if key not in old]
+    if list(new) != expected:
+        ops.append(["order", path, list(new)])
+    return seen
+
+
+def _apply(document: Document, ops: Any) -> None:
+    """Apply a delta's ops in place; a malformed op raises (the caller reports corruption)."""
+    if not isinstance(ops, list):
+        raise TypeError("ops is not a list")
+    for op in ops:
+        name, path = op[0], op[1]
+        target: Any = document
+        if name == "order":
+            for key in path:
+                target = target[key]
+            if set(op[2]) != set(target):
+                raise ValueError("the order names other keys than the object has")
+            items = {key: target[key] for key in op[2]}
+            target.clear()
+            target.update(items)
+            continue
+        *parents, last = path
+        for key in parents:
+            target = target[key]
+        if not isinstance(target, dict) or not isinstance(last, str):
+            raise TypeError(f"path {path!r} does not lead into an object")
+        if name == "set":
+            target[last] = op[2]
+        elif name == "append":
+            target[last].extend(op[2])
+        elif name in ("shift", "splice"):
+            items, count, added = target[last], op[2], op[3]
+            if not isinstance(items, list) or not isinstance(count, int):
+                raise TypeError(f"{name} at {path!r} needs a list and a count")
+            if not 0 <= count <= len(items):
+                raise ValueError(f"{name} at {path!r}: {count} is outside the list")
+            if name == "shift":
+                del items[:count]
+            else:
+                del items[count:]
+            items.extend(added)
+        elif name == "drop":
+            del target[last]
+        else:
+            raise ValueError(f"unknown op {name!r}")
+
+
+# --- incremental dump ------------------------------------------------------------------
+
+# Fields whose value is deeply immutable (frozen models of text, numbers and tuples of
+# them), so that the same object has the same encoding: a field holding the very object
+# the phase before held keeps that phase's encoding. Other fields (the context, a call's
+# arguments, a tool's output) may be changed in place by their owner, so they are
+# encoded again and compared exactly.
+_SAME_BY_IDENTITY: Final = frozenset({"transcript", "spent", "loop", *_SCALARS})
+
+
+# CPython keeps a tuple's items inline, as an array of pointers right after its header:
+# two runs of items are the very same objects exactly when those bytes are equal.
+_INLINE_ITEMS: Final = sys.implementation.name == "cpython"
+
+
+@functools.cache
+def _memory() -> Callable[[int, int], bytes]:
+    import ctypes  # only when a run is checkpointed: it costs an import
+
+    return ctypes.string_at
+
+
+def _kept(old: tuple[Any, ...], new: tuple[Any, ...], start: int, count: int) -> bool:
+    """Whether ``new[:count]`` holds the very objects ``old[start:start + count]``.
+
+    Identity, not equality: an equal item may encode differently (1 and 1.0). In C:
+    on CPython the two arrays of item pointers are compared as bytes, without copying
+    an item or calling its ``__eq__``.
+    """
+    if count > len(new) or start + count > len(old):
+        return False
+    if _INLINE_ITEMS and type(old) is tuple and type(new) is tuple:
+        read, head, size = _memory(), tuple.__basicsize__, tuple.__itemsize__
+        return read(id(new) + head, count * size) == read(
+            id(old) + head + start * size, count * size
+        )
+    kept = itertools.islice(old, start, start + count)
+    return all(map(operator.is_, itertools.islice(new, count), kept))
+
+
+def _tuple_change(
+    old: tuple[Any, ...], encoded: list[Any], new: tuple[Any, ...], path: list[str]
+) -> tuple[list[Any], list[Any] | None]:
+    """``new``'s encoding from ``old``'s, and the op from one to the other (``None``: same)."""
+    size = len(old)
+    if len(new) >= size and _kept(old, new, 0, size):  # grew at the end
+        if len(new) == size:
+            return encoded, None
+        added = [_encode(item) for item in new[size:]]
+        return encoded + added, ["append", path, added]
+    if size and len(new) >= size and _kept(old, new, 0, size - 1):  # the last replaced
+        added = [_encode(item) for item in new[size - 1 :]]
+        return encoded[: size - 1] + added, ["splice", path, size - 1, added]
+    for dropped in range(1, min(_SHIFT, size) + 1):  # a sliding window moved on
+        rest = size - dropped
+        if rest <= len(new) and _kept(old, new, dropped, rest):
+            added = [_encode(item) for item in new[rest:]]
+            return encoded[dropped:] + added, ["shift", path, dropped, added]
+    whole = [_encode(item) for item in new]
+    return whole, ["set", path, whole]
+
+
+def _same(encoded: Any, before: Any) -> bool:
+    """Whether two encodings are the same JSON, exactly (1, 1.0, True and 1.00 differ)."""
+    if encoded is before:
+        return True
+    if type(encoded) is not type(before):
+        return False
+    if type(encoded) is str or type(encoded) is int:
+        return bool(encoded == before)
+    return _json.fingerprint(encoded) == _json.fingerprint(before)
+
+
+def _loop_change(
+    old: LoopState, encoded: dict[str, Any], new: LoopState, ops: list[list[Any]]
+) -> dict[str, Any]:
+    """``new``'s encoding from ``old``'s, field by field; the ops go to ``ops``."""
+    result: dict[str, Any] = {}
+    for name in type(new).model_fields:
+        value, before = getattr(new, name), getattr(old, name)
+        if value is before:
+            result[name] = encoded[name]
+            continue
+        path = ["fields", "loop", name]
+        if isinstance(value, tuple) and isinstance(before, tuple):
+            result[name], op = _tuple_change(before, encoded[name], value, path)
+            if op is not None:
+                ops.append(op)
+            continue
+        result[name] = _encode(value)
+        if _same(result[name], encoded[name]):
+            result[name] = encoded[name]
+        else:
+            ops.append(["set", path, result[name]])
+    return result
+
+
+_DUMPED: dict[type[Any], tuple[attrs.Attribute[Any], ...]] = {}
+
+
+def _dumped_fields(cls: type[Phase[Any]]) -> tuple[attrs.Attribute[Any], ...]:
+    """The fields :func:`dump_phase` writes, in its order."""
+    found = _DUMPED.get(cls)
+    if found is None:
+        found = _DUMPED[cls] = tuple(
+            f for f in attrs.fields(cls) if f.init and f.name not in _UNSAVED
+        )
+    return found
+
+
+class PhaseDumper:
+    """Dumps the successive phases of one run, encoding only what changed since the last.
+
+    A phase shares most of its fields with the phase before it (the same objects), and
+    its transcript and the governor's lists grow at the end, move on as a window, or
+    have their last item replaced. :meth:`dump` returns what :func:`dump_phase` gives,
+    built from the previous document, and the delta ops (the store's op language) that
+    turn the previous document into it. The documents it returns are never changed
+    after, so they may share parts.
+    """
+
+    def __init__(self) -> None:
+        self._phase: Phase[Any] | None = None
+        self._document: dict[str, Any] | None = None
+
+    def forget(self) -> None:
+        """Start again: the next :meth:`dump` encodes the whole phase and gives no ops."""
+        self._phase = self._document = None
+
+    def dump(self, phase: Phase[Any]) -> tuple[dict[str, Any], list[list[Any]] | None]:
+        """``dump_phase(phase)``, and the ops from the previous document (``None``: first)."""
+        old, before = self._phase, self._document
+        if old is None or before is None or not isinstance(phase, Phase):
+            document, ops = dump_phase(phase), None
+        else:
+            document, ops = self._change(old, before, phase)
+        self._phase, self._document = phase, document
+        return document, ops
+
+    @staticmethod
+    def _change(
+        old: Phase[Any], before: dict[str, Any], phase: Phase[Any]
+    ) -> tuple[dict[str, Any], list[list[Any]]]:
+        cls = type(phase)
+        ops: list[list[Any]] = []
+        document: dict[str, Any] = {
+            "version": DOCUMENT_VERSION,
+            "kind": phase.kind,
+            "class": _class_path(cls),
+            "agent": phase.agent.name,
+        }
+        for key, value in document.items():
+            if before.get(key) != value or key not in before:
+                ops.append(["set", [key], value])
+            else:
+                document[key] = before[key]
+        fields_before: dict[str, Any] = before["fields"]
+        fields: dict[str, Any] = {}
+        changed: list[list[Any]] = []
+        for field in _dumped_fields(cls):
+            name = field.name
+            value = getattr(phase, name)
+            path = ["fields", name]
+            if name not in fields_before:
+                fields[name] = _dump_field(cls, field, value)
+                changed.append(["set", path, fields[name]])
+                continue
+            previous = getattr(old, name, _FAILED)
+            encoded = fields_before[name]
+            if value is previous and name in _SAME_BY_IDENTITY:
+                fields[name] = encoded
+            elif name == "transcript" and type(value) is tuple and type(previous) is tuple:
+                fields[name], op = _tuple_change(previous, encoded, value, path)
+                if op is not None:
+                    changed.append(op)
+            elif name == "loop" and type(value) is LoopState and type(previous) is LoopState:
+                fields[name] = _loop_change(previous, encoded, value, changed)
+            else:
+                fields[name] = _dump_field(cls, field, value)
+                # An immutable value that is not the same object has changed, nearly always:
+                # comparing would cost more than the op. Others may be the same, changed in place.
+                if name not in _SAME_BY_IDENTITY and _same(fields[name], encoded):
+                    fields[name] = encoded
+                else:
+                    changed.append(["set", path, fields[name]])
+        ops.extend(["drop", ["fields", key]] for key in fields_before if key not in fields)
+        ops.extend(changed)
+        expected = [key for key in fields_before if key in fields]
+        expected += [key for key in fields if key not in fields_before]
+        if list(fields) != expected:
+            ops.append(["order", ["fields"], list(fields)])
+        document["fields"] = fields
+        return document, ops

@@ -1,0 +1,620 @@
+"""The embedded default store: :class:`SQLiteCheckpointer`, its schema and upgrades,
+and the thread that copies its WAL back into the file."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable
+from contextlib import suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import anyio.to_thread
+
+from .._errors import CheckpointCorruptError
+from ._base import _Store
+from ._lifecycle import ENDINGS, RunStatus
+from ._protocol import CheckpointEntry, LeaseRecord, RunRecord, Sealer
+from ._rows import _EPOCH, _EffectRow, _Row, _system_clock
+
+if TYPE_CHECKING:
+    from ._protocol import Checkpointer
+
+__all__ = ["SQLiteCheckpointer"]
+
+_BUSY_MS: Final = 5000  # how long SQLite waits for another connection's write lock
+# Pages written to SQLite's WAL after which it is copied back into the database file (by
+# a thread of the checkpointer's own, not by the commit that crossed the mark): SQLite's
+# own default for its automatic checkpoint.
+_WAL_PAGES: Final = 1000
+_T = TypeVar("_T")
+
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id      TEXT PRIMARY KEY,
+    agent       TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    phase       TEXT NOT NULL,
+    waiting_for TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,  -- ISO 8601 in UTC, one width: sorts as time does
+    seq         INTEGER NOT NULL,
+    stop_requested INTEGER NOT NULL DEFAULT 0,
+    decision    BLOB            -- a person's decision, sealed; NULL when none is pending
+);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_at);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    run_id TEXT NOT NULL,
+    seq    INTEGER NOT NULL,
+    kind   TEXT NOT NULL CHECK (kind IN ('full', 'delta')),
+    phase  TEXT NOT NULL,
+    blob   BLOB NOT NULL,
+    at     TEXT NOT NULL DEFAULT '1970-01-01T00:00:00.000000+00:00',  -- when it was saved
+    PRIMARY KEY (run_id, seq)
+);
+CREATE INDEX IF NOT EXISTS snapshots ON checkpoints (run_id, seq) WHERE kind = 'full';
+CREATE TABLE IF NOT EXISTS claims (
+    run_id TEXT PRIMARY KEY,
+    owner  TEXT NOT NULL,
+    until  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS leases (  -- the history of claims: who held which run when
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id      TEXT NOT NULL,
+    owner       TEXT NOT NULL,
+    claimed_at  TEXT NOT NULL,
+    until       TEXT NOT NULL,
+    released_at TEXT            -- NULL: not released (still held, or lapsed at until)
+);
+CREATE INDEX IF NOT EXISTS leases_by_run ON leases (run_id, id);
+CREATE TABLE IF NOT EXISTS effects (
+    key        TEXT PRIMARY KEY,  -- the idempotency key
+    run_id     TEXT NOT NULL,
+    tool       TEXT NOT NULL,
+    args_hash  TEXT NOT NULL,
+    status     TEXT NOT NULL CHECK (status IN ('intent', 'committed')),
+    result     BLOB,              -- sealed like a checkpoint; NULL while only an intent
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS effects_by_run ON effects (run_id);
+"""
+_EFFECT_COLUMNS: Final = "key, run_id, tool, args_hash, status, result, updated_at"
+_RECORD_COLUMNS: Final = (
+    "run_id, agent, status, phase, waiting_for, updated_at, seq, stop_requested, "
+    "decision IS NOT NULL"
+)
+# Columns added since the first release, for files written before them.
+_ADDED_COLUMNS: Final = (
+    ("runs", "stop_requested", "INTEGER NOT NULL DEFAULT 0"),
+    ("runs", "decision", "BLOB"),
+    ("checkpoints", "at", "TEXT NOT NULL DEFAULT '1970-01-01T00:00:00.000000+00:00'"),
+)
+_LEASE_COLUMNS: Final = "run_id, owner, claimed_at, until, released_at"
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _record_of(row: tuple[Any, ...]) -> RunRecord:
+    run_id, agent, status, phase, waiting_for, updated_at, seq, stop, decided = row
+    return RunRecord(
+        run_id=run_id,
+        agent=agent,
+        status=RunStatus(status),
+        phase=phase,
+        waiting_for=waiting_for,
+        updated_at=datetime.fromisoformat(updated_at),
+        seq=seq,
+        stop_requested=bool(stop),
+        decision_pending=bool(decided),
+    )
+
+
+def _lease_of(row: tuple[Any, ...]) -> LeaseRecord:
+    run_id, owner, claimed_at, until, released_at = row
+    return LeaseRecord(
+        run_id=run_id,
+        owner=owner,
+        claimed_at=datetime.fromisoformat(claimed_at),
+        until=datetime.fromisoformat(until),
+        released_at=None if released_at is None else datetime.fromisoformat(released_at),
+    )
+
+
+def _upgrade(connection: sqlite3.Connection) -> None:
+    """Add the columns a file written by an earlier version lacks."""
+    for table, column, declaration in _ADDED_COLUMNS:
+        present = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+
+
+class _SQLiteTransaction:
+    """One transaction of a :class:`SQLiteCheckpointer`'s connection (``with``).
+
+    A class rather than a generator: a save opens one per checkpoint.
+    """
+
+    __slots__ = ("_db", "_durable", "_store", "_write")
+
+    def __init__(self, store: SQLiteCheckpointer, write: bool, durable: bool) -> None:
+        self._store, self._write, self._durable = store, write, durable
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._db = self._store._begin(self._write, self._durable)
+        return self._db
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        store, db = self._store, self._db
+        try:
+            if kind is not None:
+                store._written.clear()  # what was written is undone
+                db.execute("ROLLBACK")
+                return
+            try:
+                db.execute("COMMIT")
+            except BaseException:
+                store._written.clear()
+                raise
+        finally:
+            pages = store._end(db, self._durable)
+        if self._write:
+            store._committed(db, pages)
+
+
+class _WalCheckpoint:
+    """Copies a SQLite file's WAL back into the file, mostly in a thread of its own.
+
+    ``start()`` returns at once (a no-op while one is under way): a thread, with a
+    connection of its own, copies back every page the WAL holds then (``PASSIVE``: it
+    never waits for a lock, so it holds up no save). The saves committed meanwhile are
+    copied back by ``catch_up()``, which the saving connection calls after its next
+    commit: a few pages, and then the WAL is wholly in the file, so that the next write
+    starts it again from its beginning instead of making it longer. ``close()`` waits
+    for the thread.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()  # guards _thread
+        self._running = threading.Lock()  # held by the thread's copy; guards _connection
+        self._thread: threading.Thread | None = None
+        self._connection: sqlite3.Connection | None = None
+        self.finished = False  # the thread's copy is done; the catch-up is not
+        self.done = 0  # copies the thread made (tests read it)
+        self.failed: sqlite3.Error | None = None  # the thread's last error, if it failed
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(
+                target=self._run, name="statemachine-wal-checkpoint", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        with self._running:
+            try:
+                if self._connection is None:
+                    self._connection = sqlite3.connect(
+                        self._path, isolation_level=None, check_same_thread=False
+                    )
+                self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.Error as exc:  # the disk is full, the file was moved: try later
+                self.failed = exc
+            else:
+                self.failed = None
+            self.done += 1
+            self.finished = True
+
+    def catch_up(self, connection: sqlite3.Connection) -> None:
+        """Copy back, from the saving connection, what was committed during the thread's copy."""
+        self.finished = False
+        # On failure the next start() tries again; what was committed stays in the WAL.
+        with suppress(sqlite3.Error):
+            connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        with self._running:
+            self.finished = False
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+
+class SQLiteCheckpointer(_Store):
+    """Checkpoints in one SQLite file (WAL), created with its tables on first use.
+
+    The embedded default. One connection per checkpointer, used by one worker thread
+    at a time; a save is one ``BEGIN IMMEDIATE`` transaction, so two processes on
+    the same file cannot both save the same seq. A save runs on the event loop itself
+    when the connection is free and no other connection holds the write lock (it never
+    waits for one there): a commit that need not reach the disk costs less than a hop
+    to a thread. The run's registry row is read from memory when no other connection
+    has committed since this one wrote it (``PRAGMA data_version``).
+    ``synchronous=NORMAL``: a process crash loses nothing committed; a power cut may
+    lose the last commits, never the file. The side-effect ledger is written with
+    ``synchronous=FULL``: a recorded intent or result survives a power cut too. Its
+    ``effects`` table is created, like the others, when the file is first opened. Call
+    ``aclose()`` (or use ``async with``) when done.
+
+    The WAL is copied back into the database file (a checkpoint, which waits for the
+    disk) by a thread of this checkpointer's own, with a connection of its own, once
+    about 1,000 pages were written since the last one: not by the commit that happens to
+    cross the mark, as SQLite's automatic checkpoint does. A checkpoint that fails (the
+    disk is full) is tried again after the next 1,000 pages; what was committed stays in
+    the WAL, which SQLite reads as part of the file, so nothing is lost.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        snapshot_every: int = 50,
+        sealer: Sealer | None = None,
+        clock: Callable[[], datetime] = _system_clock,
+    ) -> None:
+        super().__init__(snapshot_every=snapshot_every, sealer=sealer, clock=clock)
+        self.path = Path(path)
+        self._where = f"the checkpoint store {str(self.path)!r}"
+        self._lock = threading.Lock()
+        self._connection: sqlite3.Connection | None = None
+        # The rows this connection wrote last, valid while no other connection has
+        # committed since (PRAGMA data_version stays ``_version``): a save reads its
+        # run's row from here instead of the file.
+        self._written: dict[str, RunRecord] = {}
+        self._version: int | None = None
+        # The connection's busy timeout: 0 while a save runs on the event loop.
+        self._busy_ms = _BUSY_MS
+        # Pages written to the WAL since the last checkpoint (an estimate), the pages of
+        # the transaction under way, and the thread that copies the WAL back.
+        self._wal_pages = 0
+        self._tx_pages = 0
+        self._wal = _WalCheckpoint(self.path)
+        self._stamped = (_EPOCH, _stamp(_EPOCH))  # the last moment stamped, and its text
+
+    async def __aenter__(self) -> SQLiteCheckpointer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection; a later operation opens it again."""
+        await anyio.to_thread.run_sync(self._close)
+
+    def _close(self) -> None:
+        with self._lock:
+            self._wal.close()  # before the last connection closes, which checkpoints
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+            self._written.clear()
+            self._version = None  # each connection counts data_version on its own
+            self._wal_pages = 0
+
+    async def _call(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
+        def locked() -> _T:
+            with self._lock:
+                self._wait_for_locks(_BUSY_MS)
+                return self._guarded(run_id, function, *args)
+
+        return await anyio.to_thread.run_sync(locked)
+
+    async def _call_save(self, run_id: str, function: Callable[..., _T], *args: Any) -> _T:
+        """Run a save on the event loop when that cannot wait: else in a worker thread.
+
+        A save is one short transaction; with WAL and ``synchronous=NORMAL`` its commit
+        does not wait for the disk, so a hop to a thread would cost more than the save.
+        It runs here only when the connection is open and free, and it does not wait
+        for another process's write lock: then (``SQLITE_BUSY``) it goes to a thread.
+        """
+        if self._connection is None or not self._lock.acquire(blocking=False):
+            return await self._call(run_id, function, *args)
+        try:
+            # Set only when it changes: a run's saves follow each other on the event loop.
+            self._wait_for_locks(0)
+            try:
+                return self._guarded(run_id, function, *args)
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                    raise
+        finally:
+            self._lock.release()
+        return await self._call(run_id, function, *args)  # nothing was saved: wait for it
+
+    def _wait_for_locks(self, ms: int) -> None:
+        """Set how long a statement waits for another connection's lock (under ``_lock``)."""
+        if self._busy_ms != ms and self._connection is not None:
+            self._connection.execute(f"PRAGMA busy_timeout = {ms}")
+            self._busy_ms = ms
+
+    def _guarded(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
+        try:
+            return function(*args)
+        except sqlite3.OperationalError:
+            raise  # locked, busy, disk full: not the data's fault
+        except sqlite3.DatabaseError as exc:
+            raise CheckpointCorruptError(
+                f"{self._where} cannot be read ({exc}). Nothing was changed. Restore "
+                "the file from a backup, or move it aside to start with an empty store.",
+                run_id=run_id,
+            ) from exc
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._connection is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            try:
+                connection.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+                connection.execute("PRAGMA journal_mode = WAL")
+                connection.execute("PRAGMA synchronous = NORMAL")
+                # Checkpoints are _WalCheckpoint's, in a thread of their own.
+                connection.execute("PRAGMA wal_autocheckpoint = 0")
+                # One transaction: one commit, and one process creates or upgrades at a time.
+                connection.executescript("BEGIN IMMEDIATE;\n" + _SCHEMA)
+                try:
+                    _upgrade(connection)
+                except BaseException:
+                    connection.execute("ROLLBACK")
+                    raise
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.close()
+                raise
+            self._connection = connection
+            self._busy_ms = _BUSY_MS
+        return self._connection
+
+    def _transaction(self, *, write: bool, durable: bool = False) -> _SQLiteTransaction:
+        return _SQLiteTransaction(self, write, durable)
+
+    def _begin(self, write: bool, durable: bool) -> sqlite3.Connection:
+        db = self._db
+        if durable:  # set outside the transaction: the commit is what must reach the disk
+            db.execute("PRAGMA synchronous = FULL")
+        try:
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        except BaseException:
+            self._end(db, durable)
+            raise
+        return db
+
+    def _end(self, db: sqlite3.Connection, durable: bool) -> int:
+        """What follows a transaction, committed or not; the pages it wrote to the WAL."""
+        pages, self._tx_pages = self._tx_pages, 0
+        if durable:
+            db.execute("PRAGMA synchronous = NORMAL")
+        return pages
+
+    def _committed(self, db: sqlite3.Connection, pages: int) -> None:
+        # A page or two of each table and index the transaction wrote, and its blobs.
+        self._wal_pages += 4 + pages
+        if self._wal.finished:
+            self._wal.catch_up(db)
+        elif self._wal_pages >= _WAL_PAGES:
+            self._wal_pages = 0
+            self._wal.start()
+
+    def _stamp(self, moment: datetime) -> str:
+        """``_stamp(moment)``; a save stamps its row and its registry row with one moment."""
+        stamped = self._stamped
+        if stamped[0] is not moment:
+            stamped = self._stamped = (moment, _stamp(moment))
+        return stamped[1]
+
+    def _get_record(self, run_id: str) -> RunRecord | None:
+        row = self._db.execute(
+            f"SELECT {_RECORD_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return None if row is None else _record_of(row)
+
+    def _get_record_to_save(self, run_id: str) -> RunRecord | None:
+        # Inside the save's write transaction: no other connection can commit until it ends.
+        (version,) = self._db.execute("PRAGMA data_version").fetchone()
+        if version != self._version:
+            self._written.clear()  # another connection committed: any row may have changed
+            self._version = version
+        record = self._written.get(run_id)
+        return self._get_record(run_id) if record is None else record
+
+    def _put_record(self, record: RunRecord) -> None:
+        # An upsert, not a replace: the row's decision is written by _put_decision only.
+        self._db.execute(
+            "INSERT INTO runs (run_id, agent, status, phase, waiting_for, updated_at, seq, "
+            "stop_requested) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE "
+            "SET agent = excluded.agent, status = excluded.status, phase = excluded.phase, "
+            "waiting_for = excluded.waiting_for, updated_at = excluded.updated_at, "
+            "seq = excluded.seq, stop_requested = excluded.stop_requested",
+            (
+                record.run_id,
+                record.agent,
+                record.status.value,
+                record.phase,
+                record.waiting_for,
+                self._stamp(record.updated_at),
+                record.seq,
+                int(record.stop_requested),
+            ),
+        )
+        self._written[record.run_id] = record
+
+    def _put_row(self, run_id: str, row: _Row) -> None:
+        self._tx_pages += len(row.blob) >> 12
+        self._db.execute(
+            "INSERT INTO checkpoints (run_id, seq, kind, phase, blob, at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                row.seq,
+                "full" if row.snapshot else "delta",
+                row.phase,
+                row.blob,
+                self._stamp(row.at),
+            ),
+        )
+
+    def _chain(self, run_id: str) -> list[_Row]:
+        rows = self._db.execute(
+            "SELECT seq, kind, phase, blob FROM checkpoints WHERE run_id = ?1 AND seq >= "
+            "coalesce((SELECT max(seq) FROM checkpoints WHERE run_id = ?1 AND kind = 'full'), 0)"
+            " ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+        return [_Row(seq, kind == "full", phase, bytes(blob)) for seq, kind, phase, blob in rows]
+
+    def _rows(self, run_id: str) -> list[CheckpointEntry]:
+        rows = self._db.execute(
+            "SELECT seq, phase, kind, length(blob), at FROM checkpoints WHERE run_id = ? "
+            "ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+        return [
+            CheckpointEntry(
+                seq=seq,
+                phase=phase,
+                snapshot=kind == "full",
+                size=size,
+                at=datetime.fromisoformat(at),
+            )
+            for seq, phase, kind, size, at in rows
+        ]
+
+    def _select(self, statuses: tuple[RunStatus, ...] | None, agent: str | None) -> list[RunRecord]:
+        where: list[str] = []
+        values: list[str] = []
+        if statuses is not None:
+            where.append(f"status IN ({', '.join('?' * len(statuses))})" if statuses else "0")
+            values.extend(status.value for status in statuses)
+        if agent is not None:
+            where.append("agent = ?")
+            values.append(agent)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self._db.execute(
+            f"SELECT {_RECORD_COLUMNS} FROM runs{clause} ORDER BY updated_at, run_id", values
+        ).fetchall()
+        return [_record_of(row) for row in rows]
+
+    def _delete_ended(self, before: datetime) -> list[str]:
+        endings = tuple(status.value for status in sorted(ENDINGS))
+        removed = [
+            run_id
+            for (run_id,) in self._db.execute(
+                "SELECT run_id FROM runs WHERE status IN (?, ?) AND updated_at < ?",
+                (*endings, _stamp(before)),
+            )
+        ]
+        self._db.executemany("DELETE FROM checkpoints WHERE run_id = ?", [(r,) for r in removed])
+        self._db.executemany("DELETE FROM effects WHERE run_id = ?", [(r,) for r in removed])
+        self._db.executemany("DELETE FROM claims WHERE run_id = ?", [(r,) for r in removed])
+        self._db.executemany("DELETE FROM leases WHERE run_id = ?", [(r,) for r in removed])
+        self._db.executemany("DELETE FROM runs WHERE run_id = ?", [(r,) for r in removed])
+        self._written.clear()
+        return removed
+
+    def _get_claim(self, run_id: str) -> tuple[str, datetime] | None:
+        row = self._db.execute(
+            "SELECT owner, until FROM claims WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return None if row is None else (row[0], datetime.fromisoformat(row[1]))
+
+    def _put_claim(self, run_id: str, owner: str, until: datetime) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO claims (run_id, owner, until) VALUES (?, ?, ?)",
+            (run_id, owner, _stamp(until)),
+        )
+
+    def _delete_claim(self, run_id: str) -> None:
+        self._db.execute("DELETE FROM claims WHERE run_id = ?", (run_id,))
+
+    def _get_effect(self, key: str) -> _EffectRow | None:
+        row = self._db.execute(
+            f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE key = ?", (key,)
+        ).fetchone()
+        if row is None:
+            return None
+        key, run_id, tool, args_hash, status, result, updated_at = row
+        blob = None if result is None else bytes(result)
+        moment = datetime.fromisoformat(updated_at)
+        return _EffectRow(key, run_id, tool, args_hash, status, blob, moment)
+
+    def _put_effect(self, row: _EffectRow) -> None:
+        self._db.execute(
+            f"INSERT OR REPLACE INTO effects ({_EFFECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (*row[:6], _stamp(row.updated_at)),
+        )
+
+    def _delete_effect(self, key: str) -> None:
+        self._db.execute("DELETE FROM effects WHERE key = ?", (key,))
+
+    def _get_decision(self, run_id: str) -> bytes | None:
+        row = self._db.execute("SELECT decision FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
+
+    def _put_decision(self, run_id: str, blob: bytes | None) -> None:
+        self._db.execute("UPDATE runs SET decision = ? WHERE run_id = ?", (blob, run_id))
+        self._written.pop(run_id, None)  # its decision_pending is read back when needed
+
+    def _runnable(
+        self, agents: tuple[str, ...] | None, now: datetime, limit: int
+    ) -> list[RunRecord]:
+        values: list[Any] = [_stamp(now)]
+        mine = ""
+        if agents is not None:
+            mine = f" AND agent IN ({', '.join('?' * len(agents))})" if agents else " AND 0"
+            values.extend(agents)
+        values.append(limit)
+        rows = self._db.execute(
+            f"SELECT {_RECORD_COLUMNS} FROM runs WHERE (status IN ('running', 'failed_resumable')"
+            " OR (status = 'interrupted' AND decision IS NOT NULL)) AND NOT EXISTS (SELECT 1 "
+            f"FROM claims WHERE claims.run_id = runs.run_id AND claims.until > ?){mine} "
+            "ORDER BY updated_at, run_id LIMIT ?",
+            values,
+        ).fetchall()
+        return [_record_of(row) for row in rows]
+
+    def _open_lease(self, lease: LeaseRecord) -> None:
+        self._db.execute(
+            f"INSERT INTO leases ({_LEASE_COLUMNS}) VALUES (?, ?, ?, ?, NULL)",
+            (lease.run_id, lease.owner, _stamp(lease.claimed_at), _stamp(lease.until)),
+        )
+
+    def _extend_lease(self, run_id: str, owner: str, until: datetime) -> bool:
+        changed = self._db.execute(
+            "UPDATE leases SET until = ? WHERE id = (SELECT max(id) FROM leases WHERE "
+            "run_id = ? AND owner = ? AND released_at IS NULL)",
+            (_stamp(until), run_id, owner),
+        )
+        return changed.rowcount > 0
+
+    def _close_lease(self, run_id: str, owner: str, at: datetime) -> None:
+        self._db.execute(
+            "UPDATE leases SET released_at = ? WHERE run_id = ? AND owner = ? "
+            "AND released_at IS NULL",
+            (_stamp(at), run_id, owner),
+        )
+
+    def _lease_rows(self, run_id: str | None) -> list[LeaseRecord]:
+        if run_id is None:
+            rows = self._db.execute(
+                f"SELECT {_LEASE_COLUMNS} FROM leases ORDER BY claimed_at, id"
+            ).fetchall()
+        else:
+            rows = self._db.execute(
+                f"SELECT {_LEASE_COLUMNS} FROM leases WHERE run_id = ? ORDER BY claimed_at, id",
+                (run_id,),
+            ).fetchall()
+        return [_lease_of(row) for row in rows]
+
+
+if TYPE_CHECKING:  # the store satisfies the protocol, as mypy checks here
+    _sqlite: type[Checkpointer] = SQLiteCheckpointer
