@@ -40,6 +40,8 @@ from statemachine import (
     PostgresCheckpointer,
     RunStatus,
 )
+from statemachine.persist._base import _Store
+from statemachine.persist._chain import _Chain
 
 pytestmark = pytest.mark.anyio
 
@@ -97,6 +99,18 @@ async def submit(store: PostgresCheckpointer, count: int) -> list[str]:
 
 
 # --- many workers ---------------------------------------------------------------------------
+
+
+async def test_it_holds_the_chain_rules_and_counts_as_one_of_the_librarys_stores() -> None:
+    """No _Store subclass (it holds a _Chain, as the SQLite store does), yet registered as one:
+    the runner hands it the saver's delta ops. Nothing connects until first use."""
+    store = PostgresCheckpointer("postgresql://someone:secret@localhost/nowhere", snapshot_every=7)
+    assert isinstance(store, _Store)
+    assert _Store not in type(store).__mro__
+    assert isinstance(store._chain, _Chain)
+    assert store.snapshot_every == store._chain.snapshot_every == 7
+    with pytest.raises(ConfigError):
+        PostgresCheckpointer("postgresql://localhost/nowhere", snapshot_every=0)
 
 
 async def test_workers_on_separate_connections_claim_distinct_runs(dsn: str) -> None:

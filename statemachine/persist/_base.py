@@ -1,43 +1,26 @@
-"""What the memory and SQLite stores share: ``_Store``, the snapshot rule, sealed blobs.
+"""What the memory and SQLite stores share: ``_Store``, their operations over their rows.
 
-A full snapshot is written at seq 0, then at the first checkpoint at least
-``snapshot_every`` (default 50) after the last snapshot at which the deltas stored since
-add up to that snapshot's size. A state grows with its run, so a fixed interval would
-make snapshots cost more per transition the longer the run; by this rule they never cost
-more bytes than the deltas between them, so the bytes per transition stay flat, and a
-load reads one snapshot and at most about its size again in deltas. A store that did
-not write the run's last checkpoint (another process, a restart) reads the sizes from
-the stored chain, so every process applies the same rule to the same rows. A caller's
-own delta ops are used when they apply (see ``_delta``).
-
-Each stored blob is ``sha256(sealed) + sealed``, where ``sealed`` is the encoded JSON
-passed through the optional :class:`Sealer` (encryption at rest) with the
-associated data ``b"<run_id>:<seq>"``. The checksum catches a truncated or
-overwritten blob even without encryption; the sealer's own tag catches tampering.
+Every operation is one synchronous function run inside a transaction of the subclass's
+(``_transaction``); the rules of the chain (snapshots, deltas, sealed blobs, replay) are
+those of the ``_Chain`` each store holds (``_chain``), as PostgreSQL's store holds one.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections import OrderedDict
+from abc import ABC
 from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from .._approval import _submitted, waits_for_approval
+from .._approval import _submitted
 from .._errors import (
-    CheckpointCorruptError,
     CheckpointError,
-    CheckpointOrderError,
     ConfigError,
-    DecisionRefusedError,
     UnknownRunError,
 )
-from .._fast._pydantic import _trusted
-from .._json import JSON, Texts, dumps, dumps_fast, dumps_reusing, loads
 from .._ledger import EffectRecord
-from ._delta import _apply, _diff, _Seen, _seen_of
+from ._chain import _Chain
 from ._lifecycle import ATTENTION, RunLifecycle, RunStatus
 from ._protocol import (
     DEFAULT_RETENTION,
@@ -48,19 +31,10 @@ from ._protocol import (
     Sealer,
 )
 from ._rows import (
-    _DIGEST,
-    _RECENT_RUNS,
-    _SAVED_FIELDS,
     _SETTLED,
-    _aad,
     _Change,
-    _decision_aad,
-    _effect_aad,
     _EffectRow,
-    _Last,
     _Row,
-    _Since,
-    _since_of,
     _statuses,
     _system_clock,
     _utc,
@@ -71,11 +45,15 @@ __all__ = ["_Store"]
 _T = TypeVar("_T")
 
 
-class _Store:
-    """What both stores share: deltas, blobs, lifecycle checks. Subclasses keep the rows.
+class _Store(ABC):
+    """What the memory and SQLite stores share: the operations. Subclasses keep the rows.
 
     Every operation is one synchronous function run inside ``_transaction``; the
     subclass decides how it is run (inline, or in a worker thread under a lock).
+
+    An ABC only so that the PostgreSQL store, which holds its own ``_Chain`` and keeps
+    its rows async, is registered as one (``_Store.register``) without inheriting this:
+    the runner gives the library's stores (``isinstance(..., _Store)``) its delta ops.
     """
 
     _where: str
@@ -86,13 +64,19 @@ class _Store:
         snapshot_every: int = 50,
         sealer: Sealer | None = None,
         clock: Callable[[], datetime] = _system_clock,
+        where: str,
     ) -> None:
-        if snapshot_every < 1:
-            raise ConfigError((f"snapshot_every must be a positive int, got {snapshot_every!r}",))
-        self.snapshot_every = snapshot_every
-        self._sealer = sealer
-        self._clock = clock
-        self._recent: OrderedDict[str, _Last] = OrderedDict()
+        self._chain = _Chain(snapshot_every=snapshot_every, sealer=sealer, clock=clock, where=where)
+        self._where = where
+
+    @property
+    def snapshot_every(self) -> int:
+        """Checkpoints at least between two full snapshots (see ``_chain``)."""
+        return self._chain.snapshot_every
+
+    @snapshot_every.setter
+    def snapshot_every(self, value: int) -> None:
+        self._chain.snapshot_every = value
 
     # -- what subclasses provide (synchronous, inside _transaction) --
 
@@ -119,7 +103,7 @@ class _Store:
     def _put_row(self, run_id: str, row: _Row) -> None:
         raise NotImplementedError
 
-    def _chain(self, run_id: str) -> list[_Row]:
+    def _chain_rows(self, run_id: str) -> list[_Row]:
         """The run's last full snapshot and every checkpoint after it, in seq order."""
         raise NotImplementedError
 
@@ -332,7 +316,7 @@ class _Store:
 
     def _claim(self, run_id: str, owner: str, lease: timedelta) -> bool:
         with self._transaction(write=True):
-            now = self._now()
+            now = self._chain.now()
             held = self._get_claim(run_id)
             if held is not None and held[0] != owner and held[1] > now:
                 return False
@@ -351,14 +335,14 @@ class _Store:
             held = self._get_claim(run_id)
             if held is not None and held[0] == owner:
                 self._delete_claim(run_id)
-                self._close_lease(run_id, owner, self._now())
+                self._close_lease(run_id, owner, self._chain.now())
 
     def _claim_next(
         self, owner: str, agents: tuple[str, ...] | None, lease: timedelta
     ) -> RunRecord | None:
         batch = 16
         with self._transaction(write=True):
-            now = self._now()
+            now = self._chain.now()
             while True:
                 found = self._runnable(agents, now, batch)
                 for record in found:
@@ -372,7 +356,7 @@ class _Store:
 
     def _renew(self, run_id: str, owner: str, lease: timedelta) -> bool:
         with self._transaction(write=True):
-            now = self._now()
+            now = self._chain.now()
             held = self._get_claim(run_id)
             if held is None or held[0] != owner or held[1] <= now:
                 return False
@@ -383,39 +367,10 @@ class _Store:
         with self._transaction(write=False):
             return self._lease_rows(run_id)
 
-    def _decided(self, record: RunRecord, document: Document) -> tuple[bytes, RunRecord]:
-        """The sealed decision and the run's new row, or DecisionRefusedError (both stores)."""
-        run_id = record.run_id
-        waits = (
-            record.status is RunStatus.INTERRUPTED
-            and record.phase == "AwaitApproval"
-            and waits_for_approval(record.waiting_for)
-        )
-        if not waits:
-            where = f"{record.status.value} at {record.phase}"
-            if record.waiting_for:
-                where += f", waiting for {record.waiting_for}"
-            raise DecisionRefusedError(
-                f"it is not waiting for an approval (it is {where}). Approve or deny "
-                "only a run that is interrupted waiting for an approval; list those "
-                "with the registry (status interrupted).",
-                run_id=run_id,
-            )
-        if record.decision_pending:
-            raise DecisionRefusedError(
-                "it already has a decision waiting for a worker to resume it with; "
-                "nothing was changed. One decision per approval: wait for the run to "
-                "go on, or stop it.",
-                run_id=run_id,
-            )
-        blob = self._seal({"kind": "decision", "decision": document}, _decision_aad(run_id))
-        changed = record.model_copy(update={"decision_pending": True, "updated_at": self._now()})
-        return blob, changed
-
     def _submit_decision(self, run_id: str, document: Document) -> RunRecord:
         with self._transaction(write=True):
             record = self._known(run_id)
-            blob, changed = self._decided(record, document)
+            blob, changed = self._chain.decided(record, document)
             self._put_record(changed)
             self._put_decision(run_id, blob)
             return changed
@@ -426,25 +381,16 @@ class _Store:
             blob = self._get_decision(run_id)
             if blob is None:
                 return None
-            document = self._open_decision(run_id, blob)
+            document = self._chain.open_decision(run_id, blob)
             if take:
                 self._put_record(record.model_copy(update={"decision_pending": False}))
                 self._put_decision(run_id, None)
             return document
 
-    def _open_decision(self, run_id: str, blob: bytes) -> Document:
-        payload = self._unseal(blob, _decision_aad(run_id), run_id, "its pending decision")
-        if not isinstance(payload, dict) or payload.get("kind") != "decision":
-            raise self._damaged(run_id, "its pending decision", "is not a decision")
-        document = payload.get("decision")
-        if not isinstance(document, dict):
-            raise self._damaged(run_id, "its pending decision", "is not a decision")
-        return document
-
     def _request_stop(self, run_id: str) -> RunRecord:
         with self._transaction(write=True):
             record = self._known(run_id)
-            now = self._now()
+            now = self._chain.now()
             if record.status is RunStatus.CANCELLED:
                 return record
             held = self._get_claim(run_id)
@@ -477,7 +423,7 @@ class _Store:
         Their checkpoints go with them; runs in any other status are kept however old.
         ``now`` defaults to the store's clock. Returns how many runs were removed.
         """
-        moment = _utc(now if now is not None else self._clock(), "now")
+        moment = _utc(now if now is not None else self._chain.clock(), "now")
         return await self._call(None, self._purge, moment - older_than)
 
     # -- the side-effect ledger --
@@ -515,9 +461,6 @@ class _Store:
 
     # -- the synchronous bodies --
 
-    def _now(self) -> datetime:
-        return _utc(self._clock(), "the checkpointer's clock")
-
     def _save(
         self,
         run_id: str,
@@ -531,185 +474,25 @@ class _Store:
     ) -> RunRecord:
         with self._transaction(write=True):
             record = self._get_record_to_save(run_id)
-            status, waiting_for = self._saved_status(run_id, seq, record, status, waiting_for)
-            prepared = self._prepare(run_id, seq, record, document, change, None)
+            status, waiting_for = self._chain.saved_status(run_id, seq, record, status, waiting_for)
+            prepared = self._chain.prepare(run_id, seq, record, document, change, None)
             if prepared is None:  # this store does not know what is stored: read it
                 assert record is not None
-                stored = self._stored(run_id, self._chain(run_id), record)
-                prepared = self._prepare(run_id, seq, record, document, change, stored)
+                stored = self._chain.stored(run_id, self._chain_rows(run_id), record)
+                prepared = self._chain.prepare(run_id, seq, record, document, change, stored)
                 assert prepared is not None
-            snapshot, blob, last = self._checkpoint(run_id, seq, document, prepared, change)
-            now = self._now()
-            saved = self._saved_record(record, run_id, seq, agent, status, phase, waiting_for, now)
+            snapshot, blob, last = self._chain.checkpoint(run_id, seq, document, prepared, change)
+            now = self._chain.now()
+            saved = self._chain.saved_record(
+                record, run_id, seq, agent, status, phase, waiting_for, now
+            )
             # Everything that can fail is done: the memory store has no rollback.
             self._put_row(run_id, _Row(seq, snapshot, phase, blob, now))
             self._put_record(saved)
             if record is not None and record.decision_pending:
                 self._put_decision(run_id, None)
-        self._remember(run_id, last)
+        self._chain.remember(run_id, last)
         return saved
-
-    def _stored(
-        self, run_id: str, rows: list[_Row], record: RunRecord
-    ) -> tuple[Mapping[str, Any], _Since]:
-        """The stored document and ``_Since`` of a chain read by ``_chain`` (both stores)."""
-        return self._replay(run_id, rows, record)[1], _since_of(rows)
-
-    def _checkpoint(
-        self,
-        run_id: str,
-        seq: int,
-        document: Mapping[str, Any],
-        prepared: tuple[dict[str, Any], _Seen | None, _Since],
-        change: _Change | None,
-    ) -> tuple[bool, bytes, _Last]:
-        """Whether checkpoint ``seq`` is a snapshot, its blob, and what to remember of it
-        once it is stored (both stores)."""
-        payload, seen, since = prepared
-        blob, texts = self._blob(run_id, seq, payload, change)
-        snapshot = payload["kind"] == "full"
-        return (
-            snapshot,
-            blob,
-            _Last(seq, document, seen, texts, since.after(seq, snapshot, len(blob))),
-        )
-
-    def _saved_status(
-        self,
-        run_id: str,
-        seq: int,
-        record: RunRecord | None,
-        status: RunStatus,
-        waiting_for: str,
-    ) -> tuple[RunStatus, str]:
-        """The status and wait a checkpoint ``seq`` is saved with, or the error refusing it.
-
-        ``CheckpointOrderError`` unless ``seq`` is the run's next; ``IllegalStatusChangeError``
-        for a change the lifecycle refuses. Both stores use it.
-        """
-        expected = 0 if record is None else record.seq + 1
-        if seq != expected:
-            raise CheckpointOrderError(run_id, seq=seq, expected=expected)
-        current = RunStatus.RUNNING if record is None else record.status
-        if current is RunStatus.CANCELLED and status is not RunStatus.CANCELLED:
-            # Stopped from elsewhere while a runner still drove it (a resume sets it
-            # running first): the phase it finished is kept, and the run stays
-            # stopped - unless that phase ended it.
-            if status is RunStatus.COMPLETED:
-                current = RunStatus.RUNNING
-            else:
-                status, waiting_for = RunStatus.CANCELLED, ""
-        if status != current:  # building the machine costs more than the whole delta
-            RunLifecycle(run_id, current).move_to(status)
-        return status, waiting_for
-
-    @staticmethod
-    def _saved_record(
-        record: RunRecord | None,
-        run_id: str,
-        seq: int,
-        agent: str,
-        status: RunStatus,
-        phase: str,
-        waiting_for: str,
-        now: datetime,
-    ) -> RunRecord:
-        """The run's row once checkpoint ``seq`` is saved (both stores)."""
-        # Every value is of its field's type already: made as model_construct makes it.
-        values = {
-            "run_id": run_id,
-            "agent": agent,
-            "status": status,
-            "phase": phase,
-            "waiting_for": waiting_for,
-            "updated_at": now,
-            "seq": seq,
-            # A stop request stands until the run is stopped (or ends); a pending
-            # decision was used by the phase whose result this checkpoint is.
-            "stop_requested": record is not None
-            and record.stop_requested
-            and status not in _SETTLED,
-            "decision_pending": False,
-        }
-        return _trusted(RunRecord, values, set(_SAVED_FIELDS))
-
-    def _prepare(
-        self,
-        run_id: str,
-        seq: int,
-        record: RunRecord | None,
-        document: Mapping[str, Any],
-        change: _Change | None,
-        stored: tuple[Mapping[str, Any], _Since] | None,
-    ) -> tuple[dict[str, Any], _Seen | None, _Since] | None:
-        """The payload of checkpoint ``seq``, what to remember of it, and the run's
-        ``_Since`` before it (both stores).
-
-        ``None`` when this store does not know the run's latest checkpoint (another
-        process saved since, or it forgot the run): call again with the stored document
-        and the ``_Since`` of the stored chain as ``stored``. The caller's ops are
-        the delta when their base is the document this store saved last, as the run's
-        latest checkpoint; nothing is fingerprinted then. A caller that gives ops keeps
-        its documents unchanged, so the fingerprints are taken later if ever needed.
-        """
-        last = self._recent.get(run_id)
-        if last is not None and (record is None or last.seq != record.seq):
-            last = None  # another process saved since, or the run is new again
-        remember_later = change is not None
-        if record is None:  # seq 0 is always a snapshot
-            seen = None if remember_later else _seen_of(document)
-            return {"kind": "full", "document": document}, seen, _Since(seq, 0, 0)
-        if last is not None:
-            since = last.since
-        elif stored is not None:
-            since = stored[1]
-        else:
-            return None
-        if self._snapshot_due(seq, since):
-            seen = None if remember_later else _seen_of(document)
-            return {"kind": "full", "document": document}, seen, since
-        if change is not None and last is not None and change.base is last.document:
-            return {"kind": "delta", "ops": change.ops}, None, since
-        if last is not None:
-            previous = last.seen if last.seen is not None else _seen_of(last.document)
-        else:
-            assert stored is not None
-            previous = _seen_of(stored[0])
-        ops: list[list[Any]] = []
-        seen = _diff(previous, document, [], ops)
-        return {"kind": "delta", "ops": ops}, seen, since
-
-    def _snapshot_due(self, seq: int, since: _Since) -> bool:
-        """Whether checkpoint ``seq`` is a full snapshot (see the module's docstring).
-
-        At least ``snapshot_every`` checkpoints after the last snapshot, and once the
-        deltas stored since add up to that snapshot's size.
-        """
-        return seq - since.seq >= self.snapshot_every and since.deltas >= since.size
-
-    def _blob(
-        self, run_id: str, seq: int, payload: dict[str, Any], change: _Change | None
-    ) -> tuple[bytes, Texts]:
-        """Checkpoint ``seq``'s blob, and the texts of its list items to reuse (both stores).
-
-        A caller that gives ops gives documents whose parts never change (from the phase
-        codec): they are written in C, and a snapshot reuses the text of every list item
-        an earlier snapshot of the run already wrote, so it costs what is new.
-        """
-        last = self._recent.get(run_id)
-        texts: Texts = {} if last is None else last.texts
-        if change is None:
-            return self._encode(run_id, seq, payload), texts
-        if payload["kind"] != "full":
-            return self._encode(run_id, seq, payload, fast=True), texts
-        text, texts = dumps_reusing(payload, texts)
-        return self._seal_text(text, _aad(run_id, seq)), texts
-
-    def _remember(self, run_id: str, last: _Last) -> None:
-        self._recent[run_id] = last
-        self._recent.move_to_end(run_id)
-        while len(self._recent) > _RECENT_RUNS:
-            self._recent.popitem(last=False)
 
     def _known(self, run_id: str) -> RunRecord:
         record = self._get_record(run_id)
@@ -722,33 +505,7 @@ class _Store:
             return self._rebuild(run_id, self._known(run_id))
 
     def _rebuild(self, run_id: str, record: RunRecord) -> tuple[int, Document]:
-        return self._replay(run_id, self._chain(run_id), record)
-
-    def _replay(self, run_id: str, rows: list[_Row], record: RunRecord) -> tuple[int, Document]:
-        """The document that ``rows`` (a snapshot, then the deltas after it) build up."""
-        if not rows or not rows[0].snapshot:
-            raise self._corrupt(run_id, "has no full snapshot to start from", seq=None)
-        document: Document = {}
-        expected = rows[0].seq
-        for row in rows:
-            if row.seq != expected:
-                raise self._corrupt(run_id, "is missing", seq=expected)
-            payload = self._decode(run_id, row)
-            try:
-                if row.snapshot:
-                    document = payload["document"]
-                    if not isinstance(document, dict):
-                        raise TypeError("the document is not an object")
-                else:
-                    _apply(document, payload["ops"])
-            except (LookupError, TypeError, ValueError, AttributeError) as exc:
-                raise self._corrupt(run_id, f"cannot be applied ({exc})", seq=row.seq) from None
-            expected += 1
-        if rows[-1].seq != record.seq:
-            raise self._corrupt(
-                run_id, f"is missing (the registry's last is {record.seq})", seq=rows[-1].seq + 1
-            )
-        return record.seq, document
+        return self._chain.replay(run_id, self._chain_rows(run_id), record)
 
     def _history(self, run_id: str) -> list[CheckpointEntry]:
         with self._transaction(write=False):
@@ -761,7 +518,7 @@ class _Store:
 
     def _set_status(self, run_id: str, status: RunStatus, waiting_for: str) -> RunRecord:
         with self._transaction(write=True):
-            return self._move(self._known(run_id), status, waiting_for, self._now())
+            return self._move(self._known(run_id), status, waiting_for, self._chain.now())
 
     def _read_select(
         self, statuses: tuple[RunStatus, ...] | None, agent: str | None
@@ -773,9 +530,9 @@ class _Store:
         with self._transaction(write=True, durable=True):
             row = self._get_effect(key)
             if row is None:
-                row = _EffectRow(key, run_id, tool, args_hash, "intent", None, self._now())
+                row = _EffectRow(key, run_id, tool, args_hash, "intent", None, self._chain.now())
                 self._put_effect(row)
-        return self._effect_record(row)
+        return self._chain.effect_record(row)
 
     def _record_result(self, key: str, result: Any) -> EffectRecord:
         with self._transaction(write=True, durable=True):
@@ -786,15 +543,15 @@ class _Store:
                     "Record the intent (record_intent) before the call and the result after it."
                 )
             if row.status == "intent":
-                blob = self._encode_effect(row, {"kind": "effect", "result": result})
-                row = row._replace(status="committed", blob=blob, updated_at=self._now())
+                blob = self._chain.encode_effect(row, {"kind": "effect", "result": result})
+                row = row._replace(status="committed", blob=blob, updated_at=self._chain.now())
                 self._put_effect(row)
-        return self._effect_record(row)
+        return self._chain.effect_record(row)
 
     def _effect(self, key: str) -> EffectRecord | None:
         with self._transaction(write=False):
             row = self._get_effect(key)
-        return None if row is None else self._effect_record(row)
+        return None if row is None else self._chain.effect_record(row)
 
     def _discard_intent(self, key: str) -> None:
         with self._transaction(write=True, durable=True):
@@ -808,91 +565,9 @@ class _Store:
             if row is not None:
                 self._delete_effect(key)
 
-    def _effect_record(self, row: _EffectRow) -> EffectRecord:
-        result = None
-        if row.blob is not None:
-            payload = self._unseal(
-                row.blob, _effect_aad(row), row.run_id, f"the result of effect {row.key!r}"
-            )
-            if not isinstance(payload, dict) or payload.get("kind") != "effect":
-                raise self._corrupt_effect(row, "is not an effect's result")
-            result = payload.get("result")
-        return EffectRecord(
-            key=row.key,
-            run_id=row.run_id,
-            tool=row.tool,
-            args_hash=row.args_hash,
-            status=row.status,
-            result=result,
-            updated_at=row.updated_at,
-        )
-
     def _purge(self, before: datetime) -> int:
         with self._transaction(write=True):
             removed = self._delete_ended(before)
         for run_id in removed:
-            self._recent.pop(run_id, None)
+            self._chain.forget(run_id)
         return len(removed)
-
-    # -- blobs --
-
-    def _encode(
-        self, run_id: str, seq: int, payload: Mapping[str, Any], *, fast: bool = False
-    ) -> bytes:
-        return self._seal(payload, _aad(run_id, seq), fast=fast)
-
-    def _encode_effect(self, row: _EffectRow, payload: Mapping[str, Any]) -> bytes:
-        return self._seal(payload, _effect_aad(row))
-
-    def _seal(self, payload: Mapping[str, Any], aad: bytes, *, fast: bool = False) -> bytes:
-        # ``fast``: a document from the phase codec (text keys only), written in C.
-        return self._seal_text(dumps_fast(payload) if fast else dumps(payload), aad)
-
-    def _seal_text(self, text: str, aad: bytes) -> bytes:
-        plain = text.encode("utf-8")
-        sealed = plain if self._sealer is None else self._sealer.seal(plain, aad=aad)
-        return hashlib.sha256(sealed).digest() + sealed
-
-    def _decode(self, run_id: str, row: _Row) -> dict[str, Any]:
-        payload = self._unseal(row.blob, _aad(run_id, row.seq), run_id, f"checkpoint {row.seq}")
-        kind = "full" if row.snapshot else "delta"
-        if not isinstance(payload, dict) or payload.get("kind") != kind:
-            raise self._corrupt(run_id, f"is not a {kind} checkpoint", seq=row.seq)
-        return payload
-
-    def _unseal(self, blob: bytes, aad: bytes, run_id: str, which: str) -> JSON:
-        """A stored blob's JSON value, checked (checksum) and opened (sealer)."""
-        digest, sealed = blob[:_DIGEST], blob[_DIGEST:]
-        if len(blob) <= _DIGEST or hashlib.sha256(sealed).digest() != digest:
-            raise self._damaged(
-                run_id, which, "does not match its checksum (truncated or overwritten)"
-            )
-        if self._sealer is None:
-            plain = sealed
-        else:
-            try:
-                plain = self._sealer.open(sealed, aad=aad, run_id=run_id)
-            except CheckpointError:
-                raise
-            except Exception as exc:
-                raise self._damaged(run_id, which, f"cannot be unsealed ({exc})") from exc
-        try:
-            payload = loads(plain)
-        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            raise self._damaged(run_id, which, f"is not JSON ({exc})") from None
-        return payload
-
-    def _corrupt_effect(self, row: _EffectRow, problem: str) -> CheckpointCorruptError:
-        return self._damaged(row.run_id, f"the result of effect {row.key!r}", problem)
-
-    def _damaged(self, run_id: str, which: str, problem: str) -> CheckpointCorruptError:
-        return CheckpointCorruptError(
-            f"{which} {problem}. Nothing was loaded and nothing in {self._where} was "
-            "changed; other runs are unaffected. Restore the store from a backup to "
-            "resume this run, or abort it and start it again.",
-            run_id=run_id,
-        )
-
-    def _corrupt(self, run_id: str, problem: str, *, seq: int | None) -> CheckpointCorruptError:
-        which = "its checkpoints" if seq is None else f"checkpoint {seq}"
-        return self._damaged(run_id, which, problem)

@@ -34,8 +34,6 @@ class MemoryCheckpointer(_Store):
     lifecycle, purge); everything is lost with the process.
     """
 
-    _where = "the in-memory checkpointer"
-
     def __init__(
         self,
         *,
@@ -43,7 +41,12 @@ class MemoryCheckpointer(_Store):
         sealer: Sealer | None = None,
         clock: Callable[[], datetime] = _system_clock,
     ) -> None:
-        super().__init__(snapshot_every=snapshot_every, sealer=sealer, clock=clock)
+        super().__init__(
+            snapshot_every=snapshot_every,
+            sealer=sealer,
+            clock=clock,
+            where="the in-memory checkpointer",
+        )
         self._records: dict[str, RunRecord] = {}
         self._checkpoints: dict[str, list[_Row]] = {}
         self._effects: dict[str, _EffectRow] = {}
@@ -67,7 +70,7 @@ class MemoryCheckpointer(_Store):
     def _put_row(self, run_id: str, row: _Row) -> None:
         self._checkpoints.setdefault(run_id, []).append(row)
 
-    def _chain(self, run_id: str) -> list[_Row]:
+    def _chain_rows(self, run_id: str) -> list[_Row]:
         rows = self._checkpoints.get(run_id, [])
         start = max((i for i in range(len(rows) - 1, -1, -1) if rows[i].snapshot), default=0)
         return rows[start:]

@@ -5,9 +5,10 @@ snapshots (at the same seqs: the rule depends on ``seq`` alone) and deltas betwe
 each blob ``sha256(sealed) + sealed`` with the same associated data, the run registry
 with its lifecycle checks, claims and the lease history, a person's pending decision,
 stop requests, and the side-effect ledger. The pure parts (deltas, sealing, replay,
-corruption errors) are ``_Store``'s own; this module keeps the rows, async end to end,
-through a psycopg 3 :class:`~psycopg_pool.AsyncConnectionPool`. Each operation is one
-transaction, shielded from cancellation as the SQLite store's are.
+corruption errors) are those of the ``_Chain`` it holds, as the SQLite store holds one;
+this module keeps the rows, async end to end, through a psycopg 3
+:class:`~psycopg_pool.AsyncConnectionPool`. Each operation is one transaction, shielded
+from cancellation as the SQLite store's are.
 
 Tables (prefixed ``statemachine_`` so that they can share a database with an
 application's) are created on first use, in one transaction under an advisory lock,
@@ -39,6 +40,7 @@ from .._errors import (
 )
 from .._ledger import EffectRecord
 from ._base import _Store
+from ._chain import _Chain, _every
 from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus
 from ._protocol import (
     DEFAULT_RETENTION,
@@ -190,7 +192,7 @@ def _redacted(dsn: str) -> str:
     return make_conninfo(**{key: str(parts[key]) for key in ordered})
 
 
-class PostgresCheckpointer(_Store):
+class PostgresCheckpointer:
     """Checkpoints in a PostgreSQL database, shared by any number of processes and machines.
 
     Same semantics as :class:`SQLiteCheckpointer` (deltas, snapshots, sealer, registry,
@@ -212,7 +214,7 @@ class PostgresCheckpointer(_Store):
         min_size: int = 1,
         max_size: int = 4,
     ) -> None:
-        super().__init__(snapshot_every=snapshot_every, sealer=sealer, clock=clock)
+        _every(snapshot_every)
         if not 0 <= min_size <= max_size or max_size < 1:
             raise ConfigError(
                 (
@@ -231,8 +233,20 @@ class PostgresCheckpointer(_Store):
         self.min_size = min_size
         self.max_size = max_size
         self._where = f"the PostgreSQL store {_redacted(dsn)!r}"
+        self._chain = _Chain(
+            snapshot_every=snapshot_every, sealer=sealer, clock=clock, where=self._where
+        )
         self._pool: _Pool | None = None
         self._opening: anyio.Lock | None = None
+
+    @property
+    def snapshot_every(self) -> int:
+        """Checkpoints at least between two full snapshots (see ``_chain``)."""
+        return self._chain.snapshot_every
+
+    @snapshot_every.setter
+    def snapshot_every(self, value: int) -> None:
+        self._chain.snapshot_every = value
 
     async def __aenter__(self) -> PostgresCheckpointer:
         await self._opened()
@@ -422,7 +436,7 @@ class PostgresCheckpointer(_Store):
         update: dict[str, Any] = {
             "status": status,
             "waiting_for": waiting_for,
-            "updated_at": self._now(),
+            "updated_at": self._chain.now(),
         }
         if status in _SETTLED:
             update.update(stop_requested=False, decision_pending=False)
@@ -526,18 +540,22 @@ class PostgresCheckpointer(_Store):
         async with self._session() as connection:
             await self._lock_run(connection, run_id)
             record = await self._fetch_record(connection, run_id, for_update=True)
-            target, waiting_for = self._saved_status(
+            target, waiting_for = self._chain.saved_status(
                 run_id, seq, record, RunStatus(status), waiting_for
             )
-            prepared = self._prepare(run_id, seq, record, document, change, None)
+            prepared = self._chain.prepare(run_id, seq, record, document, change, None)
             if prepared is None:  # this store does not know what is stored: read it
                 assert record is not None
-                stored = self._stored(run_id, await self._fetch_chain(connection, record), record)
-                prepared = self._prepare(run_id, seq, record, document, change, stored)
+                stored = self._chain.stored(
+                    run_id, await self._fetch_chain(connection, record), record
+                )
+                prepared = self._chain.prepare(run_id, seq, record, document, change, stored)
                 assert prepared is not None
-            snapshot, blob, last = self._checkpoint(run_id, seq, document, prepared, change)
-            now = self._now()
-            saved = self._saved_record(record, run_id, seq, agent, target, phase, waiting_for, now)
+            snapshot, blob, last = self._chain.checkpoint(run_id, seq, document, prepared, change)
+            now = self._chain.now()
+            saved = self._chain.saved_record(
+                record, run_id, seq, agent, target, phase, waiting_for, now
+            )
             await connection.execute(
                 "INSERT INTO statemachine_checkpoints (run_id, seq, kind, phase, blob, at) "
                 "VALUES (%s, %s, %s, %s, %s, %s)",
@@ -551,7 +569,7 @@ class PostgresCheckpointer(_Store):
                 ),
             )
             await self._store_record(connection, saved)
-        self._remember(run_id, last)
+        self._chain.remember(run_id, last)
         return saved
 
     async def load(self, run_id: str) -> tuple[int, Document]:
@@ -563,7 +581,7 @@ class PostgresCheckpointer(_Store):
         async with self._session(read_only=True) as connection:
             record = await self._fetch_known(connection, run_id)
             chain = await self._fetch_chain(connection, record)
-        return self._replay(run_id, chain, record)
+        return self._chain.replay(run_id, chain, record)
 
     async def history(self, run_id: str) -> list[CheckpointEntry]:
         """Every stored checkpoint of the run, oldest first, without decoding any."""
@@ -647,7 +665,7 @@ class PostgresCheckpointer(_Store):
         """
         async with self._session() as connection:
             await self._lock_claim(connection, run_id)
-            now = self._now()
+            now = self._chain.now()
             held = await self._fetch_claim(connection, run_id)
             if held is not None and held[0] != owner and held[1] > now:
                 return False
@@ -667,7 +685,7 @@ class PostgresCheckpointer(_Store):
                 await connection.execute(
                     "UPDATE statemachine_leases SET released_at = %s "
                     "WHERE run_id = %s AND owner = %s AND released_at IS NULL",
-                    (self._now(), run_id, owner),
+                    (self._chain.now(), run_id, owner),
                 )
 
     async def claim_next(
@@ -691,7 +709,7 @@ class PostgresCheckpointer(_Store):
         agent_clause = "" if chosen is None else " AND r.agent = ANY(%(agents)s)"
         passed: list[str] = []  # runs whose claim another worker is writing right now
         async with self._session() as connection:
-            now = self._now()
+            now = self._chain.now()
             while True:
                 cursor = await connection.execute(
                     f"SELECT {_RUN_COLUMNS} FROM statemachine_runs r "
@@ -736,7 +754,7 @@ class PostgresCheckpointer(_Store):
         """
         async with self._session() as connection:
             await self._lock_claim(connection, run_id)
-            now = self._now()
+            now = self._chain.now()
             held = await self._fetch_claim(connection, run_id)
             if held is None or held[0] != owner or held[1] <= now:
                 return False
@@ -780,7 +798,7 @@ class PostgresCheckpointer(_Store):
         async with self._session() as connection:
             await self._lock_run(connection, run_id)
             record = await self._fetch_known(connection, run_id, for_update=True)
-            blob, changed = self._decided(record, document)
+            blob, changed = self._chain.decided(record, document)
             await connection.execute(
                 "UPDATE statemachine_runs SET decision = %s, updated_at = %s WHERE run_id = %s",
                 (blob, changed.updated_at, run_id),
@@ -806,7 +824,7 @@ class PostgresCheckpointer(_Store):
             row = await cursor.fetchone()
             if row is None or row[0] is None:
                 return None
-            document = self._open_decision(run_id, bytes(row[0]))
+            document = self._chain.open_decision(run_id, bytes(row[0]))
             if take:
                 await connection.execute(
                     "UPDATE statemachine_runs SET decision = NULL WHERE run_id = %s", (run_id,)
@@ -828,7 +846,7 @@ class PostgresCheckpointer(_Store):
             record = await self._fetch_known(connection, run_id, for_update=True)
             if record.status is RunStatus.CANCELLED:
                 return record
-            now = self._now()
+            now = self._chain.now()
             held = await self._fetch_claim(connection, run_id)
             if record.status is RunStatus.RUNNING and held is not None and held[1] > now:
                 changed = record.model_copy(update={"stop_requested": True, "updated_at": now})
@@ -847,7 +865,7 @@ class PostgresCheckpointer(_Store):
         other status are kept however old. ``now`` defaults to the store's clock.
         Returns how many runs were removed.
         """
-        moment = _utc(now if now is not None else self._clock(), "now")
+        moment = _utc(now if now is not None else self._chain.clock(), "now")
         endings = [status.value for status in sorted(ENDINGS)]
         async with self._session() as connection:
             cursor = await connection.execute(
@@ -859,7 +877,7 @@ class PostgresCheckpointer(_Store):
             for table in _RUN_TABLES:
                 await connection.execute(f"DELETE FROM {table} WHERE run_id = ANY(%s)", (removed,))
         for run_id in removed:
-            self._recent.pop(run_id, None)
+            self._chain.forget(run_id)
         return len(removed)
 
     # -- the side-effect ledger --
@@ -876,12 +894,12 @@ class PostgresCheckpointer(_Store):
             await connection.execute(
                 f"INSERT INTO statemachine_effects ({_EFFECT_COLUMNS}) "
                 "VALUES (%s, %s, %s, %s, 'intent', NULL, %s) ON CONFLICT (key) DO NOTHING",
-                (key, run_id, tool, args_hash, self._now()),
+                (key, run_id, tool, args_hash, self._chain.now()),
             )
             row = await self._fetch_effect(connection, key)
         if row is None:  # pragma: no cover - inserted above, or there already
             raise CheckpointError(f"effect {key!r} was not recorded", run_id=run_id)
-        return self._effect_record(row)
+        return self._chain.effect_record(row)
 
     async def record_result(self, key: str, result: Any) -> EffectRecord:
         """Record, durably, what the call under ``key`` returned; the effect is committed.
@@ -898,20 +916,20 @@ class PostgresCheckpointer(_Store):
                     "Record the intent (record_intent) before the call and the result after it."
                 )
             if row.status == "intent":
-                blob = self._encode_effect(row, {"kind": "effect", "result": result})
-                row = row._replace(status="committed", blob=blob, updated_at=self._now())
+                blob = self._chain.encode_effect(row, {"kind": "effect", "result": result})
+                row = row._replace(status="committed", blob=blob, updated_at=self._chain.now())
                 await connection.execute(
                     "UPDATE statemachine_effects SET status = %s, result = %s, updated_at = %s "
                     "WHERE key = %s",
                     (row.status, row.blob, row.updated_at, key),
                 )
-        return self._effect_record(row)
+        return self._chain.effect_record(row)
 
     async def effect(self, key: str) -> EffectRecord | None:
         """The ledger's record under ``key``, or ``None`` if no call was recorded there."""
         async with self._session(read_only=True) as connection:
             row = await self._fetch_effect(connection, key)
-        return None if row is None else self._effect_record(row)
+        return None if row is None else self._chain.effect_record(row)
 
     async def discard_intent(self, key: str) -> None:
         """Forget the intent under ``key``: a person checked that the call did not go through.
@@ -930,6 +948,10 @@ class PostgresCheckpointer(_Store):
             if row is not None:
                 await connection.execute("DELETE FROM statemachine_effects WHERE key = %s", (key,))
 
+
+# Not a subclass (it holds a _Chain, as _Store's two do): registered as one of the library's
+# stores, which take a saver's delta ops and never change a document (the runner asks).
+_Store.register(PostgresCheckpointer)
 
 if TYPE_CHECKING:  # the PostgreSQL store satisfies the protocol, as mypy checks here
     _postgres: type[Checkpointer] = PostgresCheckpointer

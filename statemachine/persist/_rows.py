@@ -75,7 +75,7 @@ class _Since(NamedTuple):
 
 
 def _since_of(rows: list[_Row]) -> _Since:
-    """``_Since`` of a chain as ``_chain`` reads it: the last snapshot, then its deltas."""
+    """``_Since`` of a chain as ``_chain_rows`` reads it: the last snapshot, then its deltas."""
     return _Since(rows[0].seq, len(rows[0].blob), sum(len(row.blob) for row in rows[1:]))
 
 

@@ -262,9 +262,13 @@ class SQLiteCheckpointer(_Store):
         sealer: Sealer | None = None,
         clock: Callable[[], datetime] = _system_clock,
     ) -> None:
-        super().__init__(snapshot_every=snapshot_every, sealer=sealer, clock=clock)
+        super().__init__(
+            snapshot_every=snapshot_every,
+            sealer=sealer,
+            clock=clock,
+            where=f"the checkpoint store {str(Path(path))!r}",
+        )
         self.path = Path(path)
-        self._where = f"the checkpoint store {str(self.path)!r}"
         self._lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
         # The rows this connection wrote last, valid while no other connection has
@@ -463,7 +467,7 @@ class SQLiteCheckpointer(_Store):
             ),
         )
 
-    def _chain(self, run_id: str) -> list[_Row]:
+    def _chain_rows(self, run_id: str) -> list[_Row]:
         rows = self._db.execute(
             "SELECT seq, kind, phase, blob FROM checkpoints WHERE run_id = ?1 AND seq >= "
             "coalesce((SELECT max(seq) FROM checkpoints WHERE run_id = ?1 AND kind = 'full'), 0)"

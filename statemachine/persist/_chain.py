@@ -1,0 +1,406 @@
+"""The pure half of a store, held by each backend: the snapshot rule, sealed blobs, replay.
+
+:class:`_Chain` never reads or writes a row: a backend (``_Store``'s two, and
+PostgreSQL's) reads them, asks the chain what to write and what they mean, and writes
+what it says. Each backend holds one (composition), so the rules below are the same
+for all three, and a backend keeps only its rows and its transactions.
+
+A full snapshot is written at seq 0, then at the first checkpoint at least
+``snapshot_every`` (default 50) after the last snapshot at which the deltas stored since
+add up to that snapshot's size. A state grows with its run, so a fixed interval would
+make snapshots cost more per transition the longer the run; by this rule they never cost
+more bytes than the deltas between them, so the bytes per transition stay flat, and a
+load reads one snapshot and at most about its size again in deltas. A store that did
+not write the run's last checkpoint (another process, a restart) reads the sizes from
+the stored chain, so every process applies the same rule to the same rows. A caller's
+own delta ops are used when they apply (see ``_delta``).
+
+Each stored blob is ``sha256(sealed) + sealed``, where ``sealed`` is the encoded JSON
+passed through the optional :class:`Sealer` (encryption at rest) with the
+associated data ``b"<run_id>:<seq>"``. The checksum catches a truncated or
+overwritten blob even without encryption; the sealer's own tag catches tampering.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from .._approval import waits_for_approval
+from .._errors import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointOrderError,
+    ConfigError,
+    DecisionRefusedError,
+)
+from .._fast._pydantic import _trusted
+from .._json import JSON, Texts, dumps, dumps_fast, dumps_reusing, loads
+from .._ledger import EffectRecord
+from ._delta import _apply, _diff, _Seen, _seen_of
+from ._lifecycle import RunLifecycle, RunStatus
+from ._protocol import Document, RunRecord, Sealer
+from ._rows import (
+    _DIGEST,
+    _RECENT_RUNS,
+    _SAVED_FIELDS,
+    _SETTLED,
+    _aad,
+    _Change,
+    _decision_aad,
+    _effect_aad,
+    _EffectRow,
+    _Last,
+    _Row,
+    _Since,
+    _since_of,
+    _utc,
+)
+
+__all__ = ["_Chain", "_every"]
+
+
+def _every(snapshot_every: int) -> int:
+    """``snapshot_every``, checked: a positive int, else ``ConfigError``."""
+    if snapshot_every < 1:
+        raise ConfigError((f"snapshot_every must be a positive int, got {snapshot_every!r}",))
+    return snapshot_every
+
+
+class _Chain:
+    """A store's checkpoint chain rules and blobs: what to write, and what was read.
+
+    ``where`` names the store in error messages; ``recent`` remembers the last checkpoint
+    of the runs this store saved most recently (``_RECENT_RUNS`` of them), to diff the
+    next one against or to use a caller's ops.
+    """
+
+    def __init__(
+        self,
+        *,
+        snapshot_every: int,
+        sealer: Sealer | None,
+        clock: Callable[[], datetime],
+        where: str,
+    ) -> None:
+        self.snapshot_every = _every(snapshot_every)
+        self.sealer = sealer
+        self.clock = clock
+        self.where = where
+        self.recent: OrderedDict[str, _Last] = OrderedDict()
+
+    def forget(self, run_id: str) -> None:
+        """Forget what was remembered of the run (it was removed)."""
+        self.recent.pop(run_id, None)
+
+    def decided(self, record: RunRecord, document: Document) -> tuple[bytes, RunRecord]:
+        """The sealed decision and the run's new row, or DecisionRefusedError (every store)."""
+        run_id = record.run_id
+        waits = (
+            record.status is RunStatus.INTERRUPTED
+            and record.phase == "AwaitApproval"
+            and waits_for_approval(record.waiting_for)
+        )
+        if not waits:
+            where = f"{record.status.value} at {record.phase}"
+            if record.waiting_for:
+                where += f", waiting for {record.waiting_for}"
+            raise DecisionRefusedError(
+                f"it is not waiting for an approval (it is {where}). Approve or deny "
+                "only a run that is interrupted waiting for an approval; list those "
+                "with the registry (status interrupted).",
+                run_id=run_id,
+            )
+        if record.decision_pending:
+            raise DecisionRefusedError(
+                "it already has a decision waiting for a worker to resume it with; "
+                "nothing was changed. One decision per approval: wait for the run to "
+                "go on, or stop it.",
+                run_id=run_id,
+            )
+        blob = self.seal({"kind": "decision", "decision": document}, _decision_aad(run_id))
+        changed = record.model_copy(update={"decision_pending": True, "updated_at": self.now()})
+        return blob, changed
+
+    def open_decision(self, run_id: str, blob: bytes) -> Document:
+        payload = self.unseal(blob, _decision_aad(run_id), run_id, "its pending decision")
+        if not isinstance(payload, dict) or payload.get("kind") != "decision":
+            raise self.damaged(run_id, "its pending decision", "is not a decision")
+        document = payload.get("decision")
+        if not isinstance(document, dict):
+            raise self.damaged(run_id, "its pending decision", "is not a decision")
+        return document
+
+    def now(self) -> datetime:
+        return _utc(self.clock(), "the checkpointer's clock")
+
+    def stored(
+        self, run_id: str, rows: list[_Row], record: RunRecord
+    ) -> tuple[Mapping[str, Any], _Since]:
+        """The stored document and ``_Since`` of a chain (its last snapshot, then the deltas)."""
+        return self.replay(run_id, rows, record)[1], _since_of(rows)
+
+    def checkpoint(
+        self,
+        run_id: str,
+        seq: int,
+        document: Mapping[str, Any],
+        prepared: tuple[dict[str, Any], _Seen | None, _Since],
+        change: _Change | None,
+    ) -> tuple[bool, bytes, _Last]:
+        """Whether checkpoint ``seq`` is a snapshot, its blob, and what to remember of it
+        once it is stored (every store)."""
+        payload, seen, since = prepared
+        blob, texts = self.blob(run_id, seq, payload, change)
+        snapshot = payload["kind"] == "full"
+        return (
+            snapshot,
+            blob,
+            _Last(seq, document, seen, texts, since.after(seq, snapshot, len(blob))),
+        )
+
+    def saved_status(
+        self,
+        run_id: str,
+        seq: int,
+        record: RunRecord | None,
+        status: RunStatus,
+        waiting_for: str,
+    ) -> tuple[RunStatus, str]:
+        """The status and wait a checkpoint ``seq`` is saved with, or the error refusing it.
+
+        ``CheckpointOrderError`` unless ``seq`` is the run's next; ``IllegalStatusChangeError``
+        for a change the lifecycle refuses. Every store uses it.
+        """
+        expected = 0 if record is None else record.seq + 1
+        if seq != expected:
+            raise CheckpointOrderError(run_id, seq=seq, expected=expected)
+        current = RunStatus.RUNNING if record is None else record.status
+        if current is RunStatus.CANCELLED and status is not RunStatus.CANCELLED:
+            # Stopped from elsewhere while a runner still drove it (a resume sets it
+            # running first): the phase it finished is kept, and the run stays
+            # stopped - unless that phase ended it.
+            if status is RunStatus.COMPLETED:
+                current = RunStatus.RUNNING
+            else:
+                status, waiting_for = RunStatus.CANCELLED, ""
+        if status != current:  # building the machine costs more than the whole delta
+            RunLifecycle(run_id, current).move_to(status)
+        return status, waiting_for
+
+    @staticmethod
+    def saved_record(
+        record: RunRecord | None,
+        run_id: str,
+        seq: int,
+        agent: str,
+        status: RunStatus,
+        phase: str,
+        waiting_for: str,
+        now: datetime,
+    ) -> RunRecord:
+        """The run's row once checkpoint ``seq`` is saved (every store)."""
+        # Every value is of its field's type already: made as model_construct makes it.
+        values = {
+            "run_id": run_id,
+            "agent": agent,
+            "status": status,
+            "phase": phase,
+            "waiting_for": waiting_for,
+            "updated_at": now,
+            "seq": seq,
+            # A stop request stands until the run is stopped (or ends); a pending
+            # decision was used by the phase whose result this checkpoint is.
+            "stop_requested": record is not None
+            and record.stop_requested
+            and status not in _SETTLED,
+            "decision_pending": False,
+        }
+        return _trusted(RunRecord, values, set(_SAVED_FIELDS))
+
+    def prepare(
+        self,
+        run_id: str,
+        seq: int,
+        record: RunRecord | None,
+        document: Mapping[str, Any],
+        change: _Change | None,
+        stored: tuple[Mapping[str, Any], _Since] | None,
+    ) -> tuple[dict[str, Any], _Seen | None, _Since] | None:
+        """The payload of checkpoint ``seq``, what to remember of it, and the run's
+        ``_Since`` before it (every store).
+
+        ``None`` when this store does not know the run's latest checkpoint (another
+        process saved since, or it forgot the run): call again with the stored document
+        and the ``_Since`` of the stored chain as ``stored``. The caller's ops are
+        the delta when their base is the document this store saved last, as the run's
+        latest checkpoint; nothing is fingerprinted then. A caller that gives ops keeps
+        its documents unchanged, so the fingerprints are taken later if ever needed.
+        """
+        last = self.recent.get(run_id)
+        if last is not None and (record is None or last.seq != record.seq):
+            last = None  # another process saved since, or the run is new again
+        remember_later = change is not None
+        if record is None:  # seq 0 is always a snapshot
+            seen = None if remember_later else _seen_of(document)
+            return {"kind": "full", "document": document}, seen, _Since(seq, 0, 0)
+        if last is not None:
+            since = last.since
+        elif stored is not None:
+            since = stored[1]
+        else:
+            return None
+        if self.snapshot_due(seq, since):
+            seen = None if remember_later else _seen_of(document)
+            return {"kind": "full", "document": document}, seen, since
+        if change is not None and last is not None and change.base is last.document:
+            return {"kind": "delta", "ops": change.ops}, None, since
+        if last is not None:
+            previous = last.seen if last.seen is not None else _seen_of(last.document)
+        else:
+            assert stored is not None
+            previous = _seen_of(stored[0])
+        ops: list[list[Any]] = []
+        seen = _diff(previous, document, [], ops)
+        return {"kind": "delta", "ops": ops}, seen, since
+
+    def snapshot_due(self, seq: int, since: _Since) -> bool:
+        """Whether checkpoint ``seq`` is a full snapshot (see the module's docstring).
+
+        At least ``snapshot_every`` checkpoints after the last snapshot, and once the
+        deltas stored since add up to that snapshot's size.
+        """
+        return seq - since.seq >= self.snapshot_every and since.deltas >= since.size
+
+    def blob(
+        self, run_id: str, seq: int, payload: dict[str, Any], change: _Change | None
+    ) -> tuple[bytes, Texts]:
+        """Checkpoint ``seq``'s blob, and the texts of its list items to reuse (every store).
+
+        A caller that gives ops gives documents whose parts never change (from the phase
+        codec): they are written in C, and a snapshot reuses the text of every list item
+        an earlier snapshot of the run already wrote, so it costs what is new.
+        """
+        last = self.recent.get(run_id)
+        texts: Texts = {} if last is None else last.texts
+        if change is None:
+            return self.encode(run_id, seq, payload), texts
+        if payload["kind"] != "full":
+            return self.encode(run_id, seq, payload, fast=True), texts
+        text, texts = dumps_reusing(payload, texts)
+        return self.seal_text(text, _aad(run_id, seq)), texts
+
+    def remember(self, run_id: str, last: _Last) -> None:
+        self.recent[run_id] = last
+        self.recent.move_to_end(run_id)
+        while len(self.recent) > _RECENT_RUNS:
+            self.recent.popitem(last=False)
+
+    def replay(self, run_id: str, rows: list[_Row], record: RunRecord) -> tuple[int, Document]:
+        """The document that ``rows`` (a snapshot, then the deltas after it) build up."""
+        if not rows or not rows[0].snapshot:
+            raise self.corrupt(run_id, "has no full snapshot to start from", seq=None)
+        document: Document = {}
+        expected = rows[0].seq
+        for row in rows:
+            if row.seq != expected:
+                raise self.corrupt(run_id, "is missing", seq=expected)
+            payload = self.decode(run_id, row)
+            try:
+                if row.snapshot:
+                    document = payload["document"]
+                    if not isinstance(document, dict):
+                        raise TypeError("the document is not an object")
+                else:
+                    _apply(document, payload["ops"])
+            except (LookupError, TypeError, ValueError, AttributeError) as exc:
+                raise self.corrupt(run_id, f"cannot be applied ({exc})", seq=row.seq) from None
+            expected += 1
+        if rows[-1].seq != record.seq:
+            raise self.corrupt(
+                run_id, f"is missing (the registry's last is {record.seq})", seq=rows[-1].seq + 1
+            )
+        return record.seq, document
+
+    def effect_record(self, row: _EffectRow) -> EffectRecord:
+        result = None
+        if row.blob is not None:
+            payload = self.unseal(
+                row.blob, _effect_aad(row), row.run_id, f"the result of effect {row.key!r}"
+            )
+            if not isinstance(payload, dict) or payload.get("kind") != "effect":
+                raise self.corrupt_effect(row, "is not an effect's result")
+            result = payload.get("result")
+        return EffectRecord(
+            key=row.key,
+            run_id=row.run_id,
+            tool=row.tool,
+            args_hash=row.args_hash,
+            status=row.status,
+            result=result,
+            updated_at=row.updated_at,
+        )
+
+    def encode(
+        self, run_id: str, seq: int, payload: Mapping[str, Any], *, fast: bool = False
+    ) -> bytes:
+        return self.seal(payload, _aad(run_id, seq), fast=fast)
+
+    def encode_effect(self, row: _EffectRow, payload: Mapping[str, Any]) -> bytes:
+        return self.seal(payload, _effect_aad(row))
+
+    def seal(self, payload: Mapping[str, Any], aad: bytes, *, fast: bool = False) -> bytes:
+        # ``fast``: a document from the phase codec (text keys only), written in C.
+        return self.seal_text(dumps_fast(payload) if fast else dumps(payload), aad)
+
+    def seal_text(self, text: str, aad: bytes) -> bytes:
+        plain = text.encode("utf-8")
+        sealed = plain if self.sealer is None else self.sealer.seal(plain, aad=aad)
+        return hashlib.sha256(sealed).digest() + sealed
+
+    def decode(self, run_id: str, row: _Row) -> dict[str, Any]:
+        payload = self.unseal(row.blob, _aad(run_id, row.seq), run_id, f"checkpoint {row.seq}")
+        kind = "full" if row.snapshot else "delta"
+        if not isinstance(payload, dict) or payload.get("kind") != kind:
+            raise self.corrupt(run_id, f"is not a {kind} checkpoint", seq=row.seq)
+        return payload
+
+    def unseal(self, blob: bytes, aad: bytes, run_id: str, which: str) -> JSON:
+        """A stored blob's JSON value, checked (checksum) and opened (sealer)."""
+        digest, sealed = blob[:_DIGEST], blob[_DIGEST:]
+        if len(blob) <= _DIGEST or hashlib.sha256(sealed).digest() != digest:
+            raise self.damaged(
+                run_id, which, "does not match its checksum (truncated or overwritten)"
+            )
+        if self.sealer is None:
+            plain = sealed
+        else:
+            try:
+                plain = self.sealer.open(sealed, aad=aad, run_id=run_id)
+            except CheckpointError:
+                raise
+            except Exception as exc:
+                raise self.damaged(run_id, which, f"cannot be unsealed ({exc})") from exc
+        try:
+            payload = loads(plain)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise self.damaged(run_id, which, f"is not JSON ({exc})") from None
+        return payload
+
+    def corrupt_effect(self, row: _EffectRow, problem: str) -> CheckpointCorruptError:
+        return self.damaged(row.run_id, f"the result of effect {row.key!r}", problem)
+
+    def damaged(self, run_id: str, which: str, problem: str) -> CheckpointCorruptError:
+        return CheckpointCorruptError(
+            f"{which} {problem}. Nothing was loaded and nothing in {self.where} was "
+            "changed; other runs are unaffected. Restore the store from a backup to "
+            "resume this run, or abort it and start it again.",
+            run_id=run_id,
+        )
+
+    def corrupt(self, run_id: str, problem: str, *, seq: int | None) -> CheckpointCorruptError:
+        which = "its checkpoints" if seq is None else f"checkpoint {seq}"
+        return self.damaged(run_id, which, problem)
