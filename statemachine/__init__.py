@@ -71,7 +71,6 @@ from ._governor import (
 )
 from ._guard import (
     CustomerResponse,
-    Diagnostic,
     GuardMode,
     GuardOutcome,
     Invalid,
@@ -82,7 +81,6 @@ from ._guard import (
     Rule,
     Truncated,
     ValidationResult,
-    validate_config,
     validate_with_retries,
 )
 from ._json import canonical, canonical_hash, dumps, loads
@@ -111,6 +109,7 @@ from ._phases import (
 from ._reserve import BudgetMeter, Reservation
 from ._retry import RetryPolicy
 from ._runner import Runner, RunResult, StopReport
+from ._schema import Diagnostic, validate_config
 from ._tools import (
     InvalidCall,
     ReadCall,

@@ -49,7 +49,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._guard import Diagnostic
+    from ._schema import Diagnostic
 
 __all__ = [
     "ApprovalMismatchError",

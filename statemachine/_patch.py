@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar, final
 import attrs
 from pydantic import BaseModel, ValidationError
 
-from ._guard import Diagnostic, _type_diagnostics
+from ._schema import Diagnostic, _type_diagnostics
 
 __all__ = ["PatchAccepted", "PatchRejected", "apply_patch"]
 

@@ -102,7 +102,6 @@ from ._fast._pydantic import _trusted
 from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState, Verdict
 from ._guard import (
     CustomerResponse,
-    Diagnostic,
     GuardMode,
     Invalid,
     OutputGuard,
@@ -110,13 +109,12 @@ from ._guard import (
     Refusal,
     Truncated,
     _fallbacks,
-    _type_diagnostics,
-    validate_config,
     validate_with_retries,
 )
 from ._ledger import EffectLedger
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest
 from ._retry import RetryPolicy
+from ._schema import Diagnostic, _type_diagnostics, validate_config
 from ._tools import (
     _IDEMPOTENCY_KEY,
     AM,

@@ -52,8 +52,8 @@ from pydantic import BaseModel, Field
 
 from .. import _json
 from .._errors import SetupError
-from .._guard import validate_config
 from .._model import Message, ModelReply, ModelRequest, ToolRequest, Usage
+from .._schema import validate_config
 
 __all__ = ["LlamaCppConfig", "LlamaCppModel"]
 

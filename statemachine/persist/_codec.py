@@ -59,9 +59,10 @@ from .._errors import (
     UnknownToolError,
 )
 from .._governor import LoopState
-from .._guard import Diagnostic, Parsed, Repair
+from .._guard import Parsed, Repair
 from .._model import Message
 from .._phases import _UNSAVED, Agent, AnyPhase, Done, Failed, Phase, _Ticket
+from .._schema import Diagnostic
 from .._tools import ReadCall, ReadTool, WriteCall, WriteTool
 
 __all__ = ["DOCUMENT_VERSION", "dump_phase", "load_phase"]
