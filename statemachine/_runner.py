@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from datetime import date, timedelta
 from decimal import Decimal
 from functools import cache, partial
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, final
 
 import anyio
 import attrs
@@ -36,6 +36,7 @@ from ._errors import (
     SetupError,
 )
 from ._governor import VerdictRecord
+from ._lease import DEFAULT_LEASE, _Driving, _Leases
 from ._model import Model
 from ._observe import Instruments, default_instruments
 from ._phases import (
@@ -51,10 +52,9 @@ from ._phases import (
     Runtime,
     ToolCalling,
 )
+from ._saving import _Saver, _status, _stop_asked, _Went
 from ._watch import Watch, check_start
-from .persist._base import _Store
 from .persist._codec import dump_phase, load_phase
-from .persist._delta import PhaseDumper
 from .persist._lifecycle import RunStatus
 from .persist._protocol import Checkpointer, RunRecord
 
@@ -71,8 +71,6 @@ __all__ = ["RunResult", "Runner", "StopReport"]
 C = TypeVar("C")
 
 OnTransition = Callable[[Phase[C], Phase[C]], None]
-
-DEFAULT_LEASE = timedelta(minutes=1)
 
 
 def _load_deferred() -> None:
@@ -160,6 +158,12 @@ def _path_of(states: tuple[Phase[Any], ...]) -> tuple[tuple[str, int], ...]:
     return tuple((state.kind, state.step) for state in states)
 
 
+def _result(run_id: str, went: _Went[C], final: Phase[C]) -> RunResult[C]:
+    """How one drive ended at ``final``, with the phases it went through."""
+    closed, states, path = went.ended(final)
+    return RunResult(run_id=run_id, final=closed, states=states, path=path)
+
+
 @final
 class Runner(Generic[C]):
     """Runs an agent with a model and an approval gate, in memory.
@@ -186,11 +190,10 @@ class Runner(Generic[C]):
         "_fallbacks",
         "_gate",
         "_keep_states",
-        "_lease",
+        "_leases",
         "_metrics",
         "_model",
         "_on_transition",
-        "_running",
         "_seed",
         "_sleep",
         "_today",
@@ -231,10 +234,7 @@ class Runner(Generic[C]):
         self._metrics = default_instruments() if meter is None else Instruments(meter)
         self._fallbacks = self._metrics.fallbacks if fallbacks is None else fallbacks
         self._checkpointer = checkpointer
-        if lease <= timedelta(0):
-            raise SetupError(f"lease must be a positive duration, got {lease!r}")
-        self._lease = lease
-        self._running: dict[str, _Driving] = {}
+        self._leases = _Leases(lease, agent=agent.name, log=_log)
         self._tracer = trace.get_tracer("statemachine") if tracer is None else tracer
         self._keep_states = keep_states
 
@@ -339,12 +339,12 @@ class Runner(Generic[C]):
             attributes={"statemachine.run_id": rt.run_id, "statemachine.agent": self._agent.name},
         )
         # Known from the start, so that stop() finds the run even before its first save.
-        driving = self._running.setdefault(rt.run_id, _Driving())
+        driving = self._leases.running.setdefault(rt.run_id, _Driving())
         try:
             await saver.save(state, first=True)
         except BaseException:
             run_span.end()
-            self._forget(rt.run_id, driving)
+            self._leases.forget(rt.run_id, driving)
             raise
         went = _Went(state, keep=self._keep_states)
         try:
@@ -365,7 +365,7 @@ class Runner(Generic[C]):
             raise
         finally:
             run_span.end()
-            self._forget(rt.run_id, driving)
+            self._leases.forget(rt.run_id, driving)
 
     async def _steps(
         self,
@@ -393,7 +393,7 @@ class Runner(Generic[C]):
             while isinstance(state, Active):
                 if driving.hand_back is not None and driving.hand_back.is_set():
                     # A worker shutting down: the run stays running, for another.
-                    return went.result(rt.run_id, state)
+                    return _result(rt.run_id, went, state)
                 before = state
                 state = await self._step(rt, before, in_run, log, watch)
                 went.add(state)
@@ -405,13 +405,13 @@ class Runner(Generic[C]):
                     # Stopped from elsewhere (the store): as stop(), at this checkpoint.
                     return await self._stopped(saver, went, driving, state, mark=True)
                 if _waits_for_a_person(state):
-                    return went.result(rt.run_id, state)
+                    return _result(rt.run_id, went, state)
         if scope.cancelled_caught:  # stop(): the last phase saved is where it stopped
             # A lost lease: another worker holds the run now, its status is not ours.
             return await self._stopped(saver, went, driving, state, mark=not driving.lost)
         if not isinstance(state, Done | Failed):  # pragma: no cover - Phase has no third kind
             raise TypeError(f"{type(state).__name__} is neither active nor terminal")
-        return went.result(rt.run_id, state)
+        return _result(rt.run_id, went, state)
 
     @staticmethod
     async def _stopped(
@@ -421,7 +421,7 @@ class Runner(Generic[C]):
         if mark:
             with anyio.CancelScope(shield=True):
                 await saver.mark(RunStatus.CANCELLED)
-        stopped = went.result(saver.run_id, state)
+        stopped = _result(saver.run_id, went, state)
         driving.result = stopped
         return stopped
 
@@ -506,88 +506,7 @@ class Runner(Generic[C]):
         """
         checkpointer = self._require_checkpointer("resume")
         go = partial(self._resume, checkpointer, run_id, note=note, decision=decision)
-        return await self._holding(checkpointer, run_id, owner, hand_back, go, lease=lease)
-
-    async def _holding(
-        self,
-        checkpointer: Checkpointer,
-        run_id: str,
-        owner: str | None,
-        hand_back: anyio.Event | None,
-        work: Callable[[], Awaitable[RunResult[C]]],
-        *,
-        lease: timedelta | None = None,
-    ) -> RunResult[C]:
-        """Do ``work`` (driving ``run_id``) while holding its lease, renewed in the background.
-
-        ``owner`` is the caller's name for a lease it already holds (it releases it);
-        ``None`` claims the run here and releases it at the end.
-        """
-        claimed_here = owner is None
-        holder = uuid.uuid4().hex if owner is None else owner
-        lease = self._lease if lease is None else lease
-        if lease <= timedelta(0):
-            raise SetupError(f"lease must be a positive duration, got {lease!r}")
-        if run_id in self._running:
-            raise RunClaimedError(run_id)  # this runner drives it already
-        # Known before the claim, so that stop() finds the run from the start.
-        driving = self._running[run_id] = _Driving(hand_back)
-        result: RunResult[C] | None = None
-        error: BaseException | None = None
-        try:
-            if claimed_here and not await checkpointer.claim(run_id, holder, lease=lease):
-                claimed_here = False  # nothing to release
-                raise RunClaimedError(run_id)
-            async with anyio.create_task_group() as group:
-                group.start_soon(self._keep_lease, checkpointer, run_id, holder, lease, driving)
-                try:
-                    result = await work()
-                except anyio.get_cancelled_exc_class():
-                    raise
-                except BaseException as exc:  # raised below as it is, not in an exception group
-                    error = exc
-                finally:
-                    group.cancel_scope.cancel()
-        finally:
-            self._forget(run_id, driving)
-            if claimed_here:
-                with anyio.CancelScope(shield=True):
-                    await checkpointer.release(run_id, holder)
-        if error is not None:
-            raise error
-        if result is None:  # pragma: no cover - work either returns or raises
-            raise AssertionError("the run neither returned nor raised")
-        return result
-
-    def _forget(self, run_id: str, driving: _Driving) -> None:
-        """The run is no longer driven here: stop() has nothing to cancel."""
-        if self._running.get(run_id) is driving:
-            del self._running[run_id]
-        driving.finished.set()
-
-    async def _keep_lease(
-        self,
-        checkpointer: Checkpointer,
-        run_id: str,
-        owner: str,
-        lease: timedelta,
-        driving: _Driving,
-    ) -> None:
-        """Renew the lease every third of it; when it is lost, stop driving the run."""
-        every = lease.total_seconds() / 3
-        log = _log().bind(run_id=run_id, agent=self._agent.name, owner=owner)
-        while True:
-            await anyio.sleep(every)  # real time, whatever sleep the phases are given
-            try:
-                kept = await checkpointer.renew(run_id, owner, lease=lease)
-            except Exception as error:  # the store is briefly unreachable: try again
-                log.warning("lease renewal failed", error=repr(error))
-                continue
-            if not kept:
-                log.warning("lease lost: another worker may hold the run; stopping here")
-                driving.lost = True
-                driving.scope.cancel()
-                return
+        return await self._leases.hold(checkpointer, run_id, owner, hand_back, go, lease=lease)
 
     async def _resume(
         self,
@@ -604,7 +523,7 @@ class Runner(Generic[C]):
         if record.stop_requested:  # stopped from elsewhere before it went on
             await checkpointer.set_status(run_id, RunStatus.CANCELLED)
             stopped = RunResult(run_id=run_id, final=state, states=(state,))  # a loaded phase
-            self._running[run_id].result = stopped
+            self._leases.running[run_id].result = stopped
             return stopped
         if isinstance(state, Planning) and state.loop.paused:
             if not note:
@@ -637,7 +556,7 @@ class Runner(Generic[C]):
         ``run``/``drive`` returns a result with status ``stopped``); ``None`` when the
         run is not being driven here.
         """
-        driving = self._running.get(run_id)
+        driving = self._leases.running.get(run_id)
         if driving is None:
             return None
         driving.scope.cancel()
@@ -691,23 +610,8 @@ class Runner(Generic[C]):
         return anyio.run(partial(self.run, ctx, text, run_id=run_id))
 
 
-def _stop_asked(record: RunRecord | None) -> bool:
-    """Whether a saved row says the run was stopped from elsewhere while it was driven."""
-    return record is not None and (record.stop_requested or record.status is RunStatus.CANCELLED)
-
-
 def _waits_for_a_person(state: Phase[Any]) -> bool:
     return isinstance(state, Active) and bool(state.waiting_for)
-
-
-def _status(state: Phase[Any]) -> tuple[RunStatus, str]:
-    if isinstance(state, Done | Failed):
-        # A Failed run ended on purpose (a budget, a cap, a refusal): it is complete.
-        return RunStatus.COMPLETED, ""
-    waiting = state.waiting_for if isinstance(state, Active) else ""
-    if waiting:
-        return RunStatus.INTERRUPTED, waiting
-    return RunStatus.RUNNING, ""
 
 
 # The standard library's "statemachine" logger, bound by _load_deferred (a runner);
@@ -771,44 +675,6 @@ def _transition_keys(rt: Runtime, before: Phase[Any], after: Phase[Any]) -> dict
     return keys
 
 
-class _Went(Generic[C]):
-    """The phases one ``drive`` went through: all of them, or only their kinds and steps."""
-
-    __slots__ = ("_keep", "_path", "_states")
-
-    def __init__(self, first: Phase[C], *, keep: bool) -> None:
-        self._keep = keep
-        self._states: list[Phase[C]] = [first] if keep else []
-        self._path = [(first.kind, first.step)]
-
-    def add(self, state: Phase[C]) -> None:
-        self._path.append((state.kind, state.step))
-        if self._keep:
-            self._states.append(state)
-
-    def result(self, run_id: str, final: Phase[C]) -> RunResult[C]:
-        # Every phase a runner drives is one of the agent's Phases or Failed/Done, so one
-        # of AnyPhase's members (Phases refuses any other class).
-        states = cast("tuple[AnyPhase[C], ...]", tuple(self._states) if self._keep else (final,))
-        closed = cast("AnyPhase[C]", final)
-        return RunResult(run_id=run_id, final=closed, states=states, path=tuple(self._path))
-
-
-class _Driving:
-    """A run this runner is driving: its cancel scope, and how it ended when stopped.
-
-    ``hand_back`` set: stop at the next checkpoint, leaving the run running. ``lost``:
-    the lease went to another worker, so the run's status is no longer ours to set.
-    """
-
-    def __init__(self, hand_back: anyio.Event | None = None) -> None:
-        self.scope = anyio.CancelScope()  # entered when the loop starts; cancel() may come first
-        self.hand_back = hand_back
-        self.lost = False
-        self.finished = anyio.Event()
-        self.result: RunResult[Any] | None = None
-
-
 @final
 @attrs.frozen(kw_only=True)
 class StopReport:
@@ -819,83 +685,6 @@ class StopReport:
     step: int
     spent: Spend
     history: tuple[str, ...]
-
-
-class _Saver:
-    """Saves each phase of one run as the next checkpoint (when there is a checkpointer).
-
-    ``seq`` is the checkpoint the run's current phase already has (a resumed run), or
-    ``None`` for a new run, whose first phase is saved as checkpoint 0. For the
-    library's own stores each phase is dumped from the one saved before it
-    (:class:`PhaseDumper`) and the store is handed the delta with the document, so a
-    save costs what changed, not the whole state.
-    """
-
-    def __init__(
-        self, checkpointer: Checkpointer | None, rt: Runtime, agent: str, seq: int | None
-    ) -> None:
-        self._checkpointer = checkpointer
-        self._rt = rt
-        self._run_id = rt.run_id
-        self._agent = agent
-        self._seq = seq
-        self._dumper = PhaseDumper()
-        # The document saved last, to which the next save's ops apply (None: give no ops).
-        self._saved: dict[str, Any] | None = None
-        # The library's stores take ops and never change a document; other checkpointers
-        # get a whole new document, alone: their save may not take ops.
-        self._gives_ops = isinstance(checkpointer, _Store)
-
-    async def save(self, state: Phase[Any], *, first: bool = False) -> RunRecord | None:
-        """Save ``state`` as the next checkpoint; return the run's row (``None``: not saved)."""
-        if self._checkpointer is None:
-            return None
-        if first:
-            if self._seq is not None:
-                return None  # resumed: this phase is the checkpoint it was loaded from
-            self._seq = 0
-        else:
-            self._seq = 0 if self._seq is None else self._seq + 1
-        status, waiting = _status(state)
-        if self._gives_ops:
-            dumped, ops = self._dumper.dump(state)
-        else:  # a document of its own, which that checkpointer may keep or change
-            dumped, ops = dump_phase(state), None
-        # The clock is part of what is saved: a resumed run's time goes on.
-        elapsed = round(self._rt.elapsed(), 6)
-        document = {**dumped, "elapsed": elapsed}
-        base = self._saved
-        if ops is not None and base is not None:
-            ops.append(["set", ["elapsed"], elapsed])
-            extra: dict[str, Any] = {"base": base, "ops": ops}
-        else:
-            extra = {}
-        self._saved = None
-        try:
-            record = await self._checkpointer.save(
-                self._run_id,
-                self._seq,
-                document,
-                agent=self._agent,
-                status=status,
-                phase=state.kind,
-                waiting_for=waiting,
-                **extra,
-            )
-        except BaseException:
-            self._dumper.forget()  # not saved: the next save starts from nothing
-            raise
-        self._saved = document
-        return record
-
-    @property
-    def run_id(self) -> str:
-        """The run this saver saves."""
-        return self._run_id
-
-    async def mark(self, status: RunStatus, *, waiting_for: str = "") -> None:
-        if self._checkpointer is not None and self._seq is not None:
-            await self._checkpointer.set_status(self._run_id, status, waiting_for=waiting_for)
 
 
 class _Decided:

@@ -1,0 +1,135 @@
+"""What one drive keeps: each phase saved as the run's next checkpoint, and the phases
+it went through (all of them, or only their kinds and steps)."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar, cast
+
+from ._phases import Active, AnyPhase, Done, Failed, Phase, Runtime
+from .persist._base import _Store
+from .persist._codec import dump_phase
+from .persist._delta import PhaseDumper
+from .persist._lifecycle import RunStatus
+from .persist._protocol import Checkpointer, RunRecord
+
+__all__ = ["_Saver", "_Went", "_status", "_stop_asked"]
+
+C = TypeVar("C")
+
+
+def _stop_asked(record: RunRecord | None) -> bool:
+    """Whether a saved row says the run was stopped from elsewhere while it was driven."""
+    return record is not None and (record.stop_requested or record.status is RunStatus.CANCELLED)
+
+
+def _status(state: Phase[Any]) -> tuple[RunStatus, str]:
+    if isinstance(state, Done | Failed):
+        # A Failed run ended on purpose (a budget, a cap, a refusal): it is complete.
+        return RunStatus.COMPLETED, ""
+    waiting = state.waiting_for if isinstance(state, Active) else ""
+    if waiting:
+        return RunStatus.INTERRUPTED, waiting
+    return RunStatus.RUNNING, ""
+
+
+class _Went(Generic[C]):
+    """The phases one ``drive`` went through: all of them, or only their kinds and steps."""
+
+    __slots__ = ("_keep", "_path", "_states")
+
+    def __init__(self, first: Phase[C], *, keep: bool) -> None:
+        self._keep = keep
+        self._states: list[Phase[C]] = [first] if keep else []
+        self._path = [(first.kind, first.step)]
+
+    def add(self, state: Phase[C]) -> None:
+        self._path.append((state.kind, state.step))
+        if self._keep:
+            self._states.append(state)
+
+    def ended(
+        self, final: Phase[C]
+    ) -> tuple[AnyPhase[C], tuple[AnyPhase[C], ...], tuple[tuple[str, int], ...]]:
+        """The run's final phase, the phases kept and the path, as ``RunResult`` takes them."""
+        # Every phase a runner drives is one of the agent's Phases or Failed/Done, so one
+        # of AnyPhase's members (Phases refuses any other class).
+        states = cast("tuple[AnyPhase[C], ...]", tuple(self._states) if self._keep else (final,))
+        closed = cast("AnyPhase[C]", final)
+        return closed, states, tuple(self._path)
+
+
+class _Saver:
+    """Saves each phase of one run as the next checkpoint (when there is a checkpointer).
+
+    ``seq`` is the checkpoint the run's current phase already has (a resumed run), or
+    ``None`` for a new run, whose first phase is saved as checkpoint 0. For the
+    library's own stores each phase is dumped from the one saved before it
+    (:class:`PhaseDumper`) and the store is handed the delta with the document, so a
+    save costs what changed, not the whole state.
+    """
+
+    def __init__(
+        self, checkpointer: Checkpointer | None, rt: Runtime, agent: str, seq: int | None
+    ) -> None:
+        self._checkpointer = checkpointer
+        self._rt = rt
+        self._run_id = rt.run_id
+        self._agent = agent
+        self._seq = seq
+        self._dumper = PhaseDumper()
+        # The document saved last, to which the next save's ops apply (None: give no ops).
+        self._saved: dict[str, Any] | None = None
+        # The library's stores take ops and never change a document; other checkpointers
+        # get a whole new document, alone: their save may not take ops.
+        self._gives_ops = isinstance(checkpointer, _Store)
+
+    async def save(self, state: Phase[Any], *, first: bool = False) -> RunRecord | None:
+        """Save ``state`` as the next checkpoint; return the run's row (``None``: not saved)."""
+        if self._checkpointer is None:
+            return None
+        if first:
+            if self._seq is not None:
+                return None  # resumed: this phase is the checkpoint it was loaded from
+            self._seq = 0
+        else:
+            self._seq = 0 if self._seq is None else self._seq + 1
+        status, waiting = _status(state)
+        if self._gives_ops:
+            dumped, ops = self._dumper.dump(state)
+        else:  # a document of its own, which that checkpointer may keep or change
+            dumped, ops = dump_phase(state), None
+        # The clock is part of what is saved: a resumed run's time goes on.
+        elapsed = round(self._rt.elapsed(), 6)
+        document = {**dumped, "elapsed": elapsed}
+        base = self._saved
+        if ops is not None and base is not None:
+            ops.append(["set", ["elapsed"], elapsed])
+            extra: dict[str, Any] = {"base": base, "ops": ops}
+        else:
+            extra = {}
+        self._saved = None
+        try:
+            record = await self._checkpointer.save(
+                self._run_id,
+                self._seq,
+                document,
+                agent=self._agent,
+                status=status,
+                phase=state.kind,
+                waiting_for=waiting,
+                **extra,
+            )
+        except BaseException:
+            self._dumper.forget()  # not saved: the next save starts from nothing
+            raise
+        self._saved = document
+        return record
+
+    @property
+    def run_id(self) -> str:
+        """The run this saver saves."""
+        return self._run_id
+
+    async def mark(self, status: RunStatus, *, waiting_for: str = "") -> None:
+        if self._checkpointer is not None and self._seq is not None:
+            await self._checkpointer.set_status(self._run_id, status, waiting_for=waiting_for)
