@@ -36,13 +36,10 @@ from __future__ import annotations
 
 import abc
 import inspect
-import random
-import time
 import types
 import typing
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from datetime import date
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import (
     TYPE_CHECKING,
@@ -58,7 +55,6 @@ from typing import (
     final,
 )
 
-import anyio
 import attrs
 from pydantic import BaseModel, ValidationError
 
@@ -66,13 +62,10 @@ from . import _json
 from ._approval import (
     APPROVAL_OF,
     Approval,
-    ApprovalGate,
     ApprovalRequest,
-    Approve,
     ApprovedCall,
     Denial,
     Pending,
-    _ApprovalBook,
     _approve,
 )
 from ._budget import Budget, Spend
@@ -111,10 +104,11 @@ from ._guard import (
     _fallbacks,
     validate_with_retries,
 )
-from ._ledger import EffectLedger
-from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest
+from ._model import Message, ModelReply, ModelRequest, ToolRequest
 from ._retry import RetryPolicy
+from ._runtime import Runtime, _within
 from ._schema import Diagnostic, _type_diagnostics, validate_config
+from ._seal import _bind, _own_ticket, _Ticket
 from ._tools import (
     _IDEMPOTENCY_KEY,
     AM,
@@ -129,7 +123,7 @@ from ._tools import (
 )
 
 if TYPE_CHECKING:
-    from opentelemetry import metrics
+    pass
 
 __all__ = [
     "Active",
@@ -152,163 +146,6 @@ __all__ = [
 C = TypeVar("C")
 P = TypeVar("P", bound="Phase[Any]")
 T = TypeVar("T")
-
-
-@final
-@attrs.frozen(kw_only=True)
-class Runtime:
-    """What a run needs that is not part of its state: model, gate, clock.
-
-    It is passed to every ``advance`` and never checkpointed. ``clock`` returns
-    seconds (monotonic); ``sleep`` waits (tests pass one that only records).
-    ``ledger`` records every write call's intent and result (the runner passes its
-    checkpointer); ``None``: write calls are not recorded and never replayed.
-    """
-
-    run_id: str
-    model: Model
-    gate: ApprovalGate
-    clock: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], Awaitable[None]] = anyio.sleep
-    rng: random.Random = attrs.field(factory=random.Random)
-    today: Callable[[], date] = date.today
-    # The validation-fallback counter; None: the global OpenTelemetry meter's.
-    fallbacks: metrics.Counter | None = None
-    ledger: EffectLedger | None = None
-    # A default given as ``default=`` (not the ``@started.default`` decorator), so
-    # that pyright, which reads attrs through dataclass_transform, sees it too.
-    started: float = attrs.field(default=attrs.Factory(lambda rt: rt.clock(), takes_self=True))
-    # The approvals this runtime made, and what each let run (trusted; never saved). A
-    # runtime built by hand also accepts statemachine.testing.hand_approval's; a Runner
-    # gives its runtime a book that does not.
-    _approvals: _ApprovalBook = attrs.field(
-        init=False, factory=lambda: _ApprovalBook(hand=True), eq=False, repr=False
-    )
-
-    async def decide(self, request: ApprovalRequest[AM]) -> Approval[AM] | Denial | Pending:
-        """Ask the gate about ``request``; a yes comes back as the :class:`Approval` made
-        from it and recorded for this run. A yes given for another request is a denial."""
-        if request.run_id != self.run_id:
-            raise SetupError(
-                f"the approval request is for run {request.run_id!r}; this runtime runs "
-                f"{self.run_id!r}"
-            )
-        decision: object = await self.gate.decide(request)
-        if isinstance(decision, Approve):
-            misfit = decision.misfit(request)
-            if misfit is not None:
-                return Denial(
-                    reason=f"the approval given was for another call ({misfit}), so this "
-                    "call stays unapproved",
-                    denied_by=decision.by,
-                )
-            return self._approvals.grant(request, decision)
-        if isinstance(decision, Denial | Pending):
-            return decision
-        raise SetupError(
-            f"the approval gate answered {type(decision).__name__}; a gate answers "
-            "Approve(by=...), Denial(reason=...) or Pending(): the runtime makes the Approval"
-        )
-
-    def elapsed(self) -> float:
-        """Seconds since the run started."""
-        return self.clock() - self.started
-
-    def remaining(self, budget: Budget) -> float | None:
-        """Seconds left before the run's wall-clock budget ends, ``None`` if unlimited."""
-        return budget.remaining_seconds(self.elapsed())
-
-
-async def _within(call: Awaitable[T], seconds: float | None) -> T:
-    """Await ``call``; one still running ``seconds`` from now is cancelled (``TimeoutError``).
-
-    What ``anyio.fail_after(seconds)`` does, without its two generator-based context
-    managers around the cancel scope (they cost more than a fast tool call).
-    """
-    if seconds is None:
-        return await call
-    with anyio.CancelScope(deadline=anyio.current_time() + seconds):
-        return await call
-    # Reached only when the scope caught its own cancellation: its deadline passed.
-    raise TimeoutError
-
-
-# --- the seal ---------------------------------------------------------------------------
-
-# The fields of a phase that are not part of its saved state: the agent (named by the
-# document) and the seal (a restored phase is given a new one).
-_UNSAVED = frozenset({"agent", "_ticket"})
-
-
-@final
-class _Ticket:
-    """A phase's single-use cell, kept outside the phase: one object's right to transition.
-
-    The library mints one each time it builds a phase (``_next``, ``_copy``,
-    ``Agent.start``, ``load_phase``) and binds it to that object (a weak reference), so
-    a copy of the phase that shares the ticket is not its holder. ``left_by`` is the
-    transition that left the phase; ``parent`` the ticket of the phase it came from and
-    ``via`` how (``"transition"``, ``"copy"``, or the root's origin: ``"start"``,
-    ``"restore"``, ``"hand"``), which the runner reads to check what ``advance`` returned.
-    ``runtime`` is the runtime of the Runner's run the phase belongs to: its tools run
-    with that runtime only, never one a phase subclass made with a gate of its own.
-    """
-
-    __slots__ = (
-        "__weakref__",
-        "copied",
-        "holder",
-        "left_by",
-        "origin",
-        "parent",
-        "runtime",
-        "via",
-    )
-
-    def __init__(self, parent: _Ticket | None, via: str) -> None:
-        self.holder: weakref.ref[Phase[Any]] | None = None
-        self.left_by: str | None = None
-        # Whether the transition that left it (advance) was carried on by a copy already.
-        self.copied = False
-        self.parent = parent
-        self.via = via
-        self.origin: str = via if parent is None else parent.origin
-        # The runtime of the run a Runner drives this phase in (set by the runner on the
-        # phase it starts from, inherited by every phase after it); None: driven by hand.
-        self.runtime: Runtime | None = None if parent is None else parent.runtime
-
-    def __reduce_ex__(self, protocol: object) -> Any:
-        raise PhaseForgedError("(pickled)", "pickling or copying a phase is refused")
-
-
-def _bind(phase: Phase[Any], _: Any, ticket: _Ticket) -> None:
-    """Bind a fresh minted ticket to the phase being built; refuse anything else."""
-    given: object = ticket  # whatever the caller passed, whatever its annotation says
-    # A ticket made without its constructor (object.__new__) has no holder slot set.
-    if type(given) is not _Ticket or not hasattr(ticket, "holder"):
-        raise PhaseForgedError(type(phase).kind, f"building {type(phase).__name__} directly")
-    if ticket.holder is not None:
-        raise PhaseForgedError(
-            type(phase).kind, f"attrs.evolve (or a copy) of a {type(phase).__name__}"
-        )
-    ticket.holder = weakref.ref(phase)
-
-
-def _own_ticket(phase: Phase[Any], doing: str) -> _Ticket:
-    """``phase``'s ticket, when the library minted it for this very object."""
-    ticket: object = None
-    try:
-        ticket = phase._ticket
-        holder = phase._ticket.holder
-    except AttributeError:
-        holder = None
-    if holder is None or type(ticket) is not _Ticket:
-        raise PhaseForgedError(type(phase).kind, f"{doing}() on a phase no transition made")
-    if holder() is not phase:
-        raise PhaseForgedError(
-            type(phase).kind, f"{doing}() on a copy of a phase (attrs.evolve, copy, pickle)"
-        )
-    return ticket
 
 
 @attrs.frozen(kw_only=True)

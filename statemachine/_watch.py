@@ -37,8 +37,8 @@ from ._phases import (
     Retrying,
     Runtime,
     ToolCalling,
-    _own_ticket,
 )
+from ._seal import _own_ticket
 
 __all__ = ["Watch", "check_start"]
 

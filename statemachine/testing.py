@@ -23,7 +23,8 @@ from ._capture import Capture, CapturedSpan, MetricPoint, capture
 from ._errors import ScriptExhaustedError
 from ._model import ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import to_money
-from ._phases import AwaitApproval, Phase, _Ticket
+from ._phases import AwaitApproval, Phase
+from ._seal import _Ticket
 from ._tools import AM
 from .persist._memory import MemoryCheckpointer
 

@@ -47,7 +47,7 @@ from statemachine import (
     ToolCalling,
     UnapprovedWriteError,
     _json,
-    _phases,
+    _seal,
     _tools,
     read_tool,
     write_tool,
@@ -102,7 +102,7 @@ def _long_way(leaving: Phase[Any], cls: type[Any], **changes: Any) -> Any:
         spent=leaving.spent,
         step=leaving.step + 1,
         loop=leaving.loop,
-        ticket=_phases._Ticket(None, "hand"),
+        ticket=_seal._Ticket(None, "hand"),
         **changes,
     )
 
@@ -151,7 +151,7 @@ def test_copy_is_attrs_evolve() -> None:
     ]
     for phase, changes in cases:
         copied = phase._copy(**changes)
-        evolved = attrs.evolve(phase, ticket=_phases._Ticket(None, "hand"), **changes)
+        evolved = attrs.evolve(phase, ticket=_seal._Ticket(None, "hand"), **changes)
         assert _fields(copied) == _fields(evolved)
         assert not copied.left
     assert _attrs._COPIERS[Planning] is not _attrs._by_init

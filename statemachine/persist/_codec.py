@@ -61,8 +61,9 @@ from .._errors import (
 from .._governor import LoopState
 from .._guard import Parsed, Repair
 from .._model import Message
-from .._phases import _UNSAVED, Agent, AnyPhase, Done, Failed, Phase, _Ticket
+from .._phases import Agent, AnyPhase, Done, Failed, Phase
 from .._schema import Diagnostic
+from .._seal import _UNSAVED, _Ticket
 from .._tools import ReadCall, ReadTool, WriteCall, WriteTool
 
 __all__ = ["DOCUMENT_VERSION", "dump_phase", "load_phase"]

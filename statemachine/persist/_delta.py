@@ -39,7 +39,8 @@ import attrs
 from .. import _json
 from .._governor import LoopState
 from .._json import fingerprint
-from .._phases import _UNSAVED, Phase
+from .._phases import Phase
+from .._seal import _UNSAVED
 from ._codec import (
     _FAILED,
     _SCALARS,

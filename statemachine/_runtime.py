@@ -1,0 +1,118 @@
+"""What a run needs that is not part of its state: the runtime passed to every ``advance``.
+
+It holds the model, the approval gate, the clock, the side-effect ledger, and the run's
+approval book (the approvals its gate or a person gave in this run). It is never
+checkpointed. A Runner builds one per drive; a unit test may build one by hand.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable
+from datetime import date
+from typing import TYPE_CHECKING, TypeVar, final
+
+import anyio
+import attrs
+
+from ._approval import (
+    Approval,
+    ApprovalGate,
+    ApprovalRequest,
+    Approve,
+    Denial,
+    Pending,
+    _ApprovalBook,
+)
+from ._budget import Budget
+from ._errors import SetupError
+from ._ledger import EffectLedger
+from ._model import Model
+from ._tools import AM
+
+if TYPE_CHECKING:
+    from opentelemetry import metrics
+
+__all__ = ["Runtime", "_within"]
+
+T = TypeVar("T")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Runtime:
+    """What a run needs that is not part of its state: model, gate, clock.
+
+    It is passed to every ``advance`` and never checkpointed. ``clock`` returns
+    seconds (monotonic); ``sleep`` waits (tests pass one that only records).
+    ``ledger`` records every write call's intent and result (the runner passes its
+    checkpointer); ``None``: write calls are not recorded and never replayed.
+    """
+
+    run_id: str
+    model: Model
+    gate: ApprovalGate
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep
+    rng: random.Random = attrs.field(factory=random.Random)
+    today: Callable[[], date] = date.today
+    # The validation-fallback counter; None: the global OpenTelemetry meter's.
+    fallbacks: metrics.Counter | None = None
+    ledger: EffectLedger | None = None
+    # A default given as ``default=`` (not the ``@started.default`` decorator), so
+    # that pyright, which reads attrs through dataclass_transform, sees it too.
+    started: float = attrs.field(default=attrs.Factory(lambda rt: rt.clock(), takes_self=True))
+    # The approvals this runtime made, and what each let run (trusted; never saved). A
+    # runtime built by hand also accepts statemachine.testing.hand_approval's; a Runner
+    # gives its runtime a book that does not.
+    _approvals: _ApprovalBook = attrs.field(
+        init=False, factory=lambda: _ApprovalBook(hand=True), eq=False, repr=False
+    )
+
+    async def decide(self, request: ApprovalRequest[AM]) -> Approval[AM] | Denial | Pending:
+        """Ask the gate about ``request``; a yes comes back as the :class:`Approval` made
+        from it and recorded for this run. A yes given for another request is a denial."""
+        if request.run_id != self.run_id:
+            raise SetupError(
+                f"the approval request is for run {request.run_id!r}; this runtime runs "
+                f"{self.run_id!r}"
+            )
+        decision: object = await self.gate.decide(request)
+        if isinstance(decision, Approve):
+            misfit = decision.misfit(request)
+            if misfit is not None:
+                return Denial(
+                    reason=f"the approval given was for another call ({misfit}), so this "
+                    "call stays unapproved",
+                    denied_by=decision.by,
+                )
+            return self._approvals.grant(request, decision)
+        if isinstance(decision, Denial | Pending):
+            return decision
+        raise SetupError(
+            f"the approval gate answered {type(decision).__name__}; a gate answers "
+            "Approve(by=...), Denial(reason=...) or Pending(): the runtime makes the Approval"
+        )
+
+    def elapsed(self) -> float:
+        """Seconds since the run started."""
+        return self.clock() - self.started
+
+    def remaining(self, budget: Budget) -> float | None:
+        """Seconds left before the run's wall-clock budget ends, ``None`` if unlimited."""
+        return budget.remaining_seconds(self.elapsed())
+
+
+async def _within(call: Awaitable[T], seconds: float | None) -> T:
+    """Await ``call``; one still running ``seconds`` from now is cancelled (``TimeoutError``).
+
+    What ``anyio.fail_after(seconds)`` does, without its two generator-based context
+    managers around the cancel scope (they cost more than a fast tool call).
+    """
+    if seconds is None:
+        return await call
+    with anyio.CancelScope(deadline=anyio.current_time() + seconds):
+        return await call
+    # Reached only when the scope caught its own cancellation: its deadline passed.
+    raise TimeoutError
