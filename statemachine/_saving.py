@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any, Generic, TypeVar, cast
 
 from ._phases import Active, AnyPhase, Done, Failed, Phase, Runtime
-from .persist._base import _Store
 from .persist._codec import dump_phase
 from .persist._delta import PhaseDumper
 from .persist._lifecycle import RunStatus
@@ -81,7 +80,7 @@ class _Saver:
         self._saved: dict[str, Any] | None = None
         # The library's stores take ops and never change a document; other checkpointers
         # get a whole new document, alone: their save may not take ops.
-        self._gives_ops = isinstance(checkpointer, _Store)
+        self._gives_ops = getattr(type(checkpointer), "_takes_ops", False) is True
 
     async def save(self, state: Phase[Any], *, first: bool = False) -> RunRecord | None:
         """Save ``state`` as the next checkpoint; return the run's row (``None``: not saved)."""

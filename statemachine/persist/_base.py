@@ -7,11 +7,10 @@ those of the ``_Chain`` each store holds (``_chain``), as PostgreSQL's store hol
 
 from __future__ import annotations
 
-from abc import ABC
 from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from .._approval import _submitted
 from .._errors import (
@@ -45,17 +44,16 @@ __all__ = ["_Store"]
 _T = TypeVar("_T")
 
 
-class _Store(ABC):
+class _Store:
     """What the memory and SQLite stores share: the operations. Subclasses keep the rows.
 
     Every operation is one synchronous function run inside ``_transaction``; the
     subclass decides how it is run (inline, or in a worker thread under a lock).
-
-    An ABC only so that the PostgreSQL store, which holds its own ``_Chain`` and keeps
-    its rows async, is registered as one (``_Store.register``) without inheriting this:
-    the runner gives the library's stores (``isinstance(..., _Store)``) its delta ops.
     """
 
+    # The library's stores take a saver's delta ops and never change a document (the
+    # runner reads this; the PostgreSQL store, which does not inherit this, says so too).
+    _takes_ops: ClassVar[bool] = True
     _where: str
 
     def __init__(

@@ -28,7 +28,7 @@ import importlib
 from collections.abc import AsyncGenerator, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, LiteralString
+from typing import TYPE_CHECKING, Any, ClassVar, Final, LiteralString
 
 import anyio
 
@@ -39,7 +39,6 @@ from .._errors import (
     UnknownRunError,
 )
 from .._ledger import EffectRecord
-from ._base import _Store
 from ._chain import _Chain, _every
 from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus
 from ._protocol import (
@@ -203,6 +202,10 @@ class PostgresCheckpointer:
     check. Call ``aclose()`` (or use ``async with``) when done; a later operation opens
     the pool again. Needs the ``postgres`` extra (psycopg 3 and psycopg-pool).
     """
+
+    # One of the library's stores: it takes a saver's delta ops and never changes a
+    # document (the runner reads this; see _Store).
+    _takes_ops: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -948,10 +951,6 @@ class PostgresCheckpointer:
             if row is not None:
                 await connection.execute("DELETE FROM statemachine_effects WHERE key = %s", (key,))
 
-
-# Not a subclass (it holds a _Chain, as _Store's two do): registered as one of the library's
-# stores, which take a saver's delta ops and never change a document (the runner asks).
-_Store.register(PostgresCheckpointer)
 
 if TYPE_CHECKING:  # the PostgreSQL store satisfies the protocol, as mypy checks here
     _postgres: type[Checkpointer] = PostgresCheckpointer
