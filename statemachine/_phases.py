@@ -35,14 +35,8 @@ transition. The runner also checks what each ``advance`` returns (see ``_watch``
 from __future__ import annotations
 
 import abc
-import inspect
-import types
-import typing
-import weakref
-from collections.abc import Callable, Iterable, Mapping
-from decimal import Decimal
+from collections.abc import Iterable, Mapping
 from typing import (
-    TYPE_CHECKING,
     Any,
     ClassVar,
     Final,
@@ -69,61 +63,27 @@ from ._approval import (
     _approve,
 )
 from ._budget import Budget, Spend
+from ._calling import _execute, _holds_no_unapproved_write, _retry
 from ._errors import (
     ApprovalMismatchError,
-    EffectUncertainError,
-    ModelRequestError,
-    ModelResponseError,
-    ModelUnavailableError,
     OutputTamperedError,
     PhaseForgedError,
     PhaseReusedError,
     SetupError,
-    ToolError,
     UnapprovedWriteError,
 )
 from ._fast._attrs import _BUILDERS, _COPIERS, _built
-from ._fast._messages import (
-    _REQUEST_FIELDS,
-    _appended,
-    _asking,
-    _result_text,
-    _system,
-    _told,
-)
-from ._fast._pydantic import _trusted
+from ._fast._messages import _appended, _asking, _result_text, _system, _told
 from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState, Verdict
-from ._guard import (
-    CustomerResponse,
-    GuardMode,
-    Invalid,
-    OutputGuard,
-    Parsed,
-    Refusal,
-    Truncated,
-    _fallbacks,
-    validate_with_retries,
-)
-from ._model import Message, ModelReply, ModelRequest, ToolRequest
+from ._graph import _check_phase_class, _edges, _successors_of
+from ._guard import CustomerResponse, OutputGuard, Parsed
+from ._model import Message, ToolRequest
+from ._planning import _ask, _finalize, _route
 from ._retry import RetryPolicy
-from ._runtime import Runtime, _within
+from ._runtime import Runtime
 from ._schema import Diagnostic, _type_diagnostics, validate_config
 from ._seal import _bind, _own_ticket, _Ticket
-from ._tools import (
-    _IDEMPOTENCY_KEY,
-    AM,
-    InvalidCall,
-    ReadCall,
-    ReadTool,
-    Tool,
-    ToolRegistry,
-    WriteCall,
-    WriteTool,
-    idempotency_key,
-)
-
-if TYPE_CHECKING:
-    pass
+from ._tools import AM, InvalidCall, ReadCall, Tool, ToolRegistry, WriteCall, WriteTool
 
 __all__ = [
     "Active",
@@ -294,7 +254,7 @@ class Active(Phase[C]):
         Read once per class; :class:`SetupError` for an annotation that is missing,
         cannot be resolved, or names something that is not a phase.
         """
-        return _successors_of(cls)
+        return _successors_of(cls, _ORDER)
 
 
 @attrs.frozen(kw_only=True)
@@ -489,214 +449,16 @@ class Planning(Active[C]):
                 # A finalize reached after the last action is in the history already.
                 carried = decision.reason == self.loop.finalize
                 ruled = self._copy() if carried else self._ruled("begin_step", decision)
-                return await ruled._finalize(rt, decision.reason)
+                return await _finalize(ruled, rt, decision.reason)
             case Verdict.CONTINUE | Verdict.SUPPRESS:
                 pass
             case _:
                 assert_never(decision.verdict)
         self._leave("advance")
-        reply, heard = await self._ask(rt, tools=agent.tools.schemas())
+        reply, heard = await _ask(self, rt, tools=agent.tools.schemas())
         if isinstance(reply, str):
             return heard.fail(reply)
-        if not reply.tool_calls:
-            return await heard._answer(rt, reply)
-        first = reply.tool_calls[0]
-        routed = agent.tools.route(first.name, first.arguments)
-        match routed:
-            case ReadCall() | WriteCall():
-                return heard._checked_call(rt, routed, first.arguments)
-            case InvalidCall():
-                if self.invalid_streak + 1 >= agent.max_invalid_calls:
-                    return heard.fail(
-                        f"the model sent {self.invalid_streak + 1} invalid tool calls in a row; "
-                        f"last: {'; '.join(routed.problems)}"
-                    )
-                return heard.reject_call(routed)
-            case _:
-                assert_never(routed)
-
-    def _checked_call(
-        self, rt: Runtime, routed: ReadCall | WriteCall, arguments: str
-    ) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
-        """The model's valid call, once the governor has ruled on it (``before_action``)."""
-        agent = self.agent
-        decision = agent.governor.before_action(
-            self.loop,
-            self._action(routed, arguments),
-            spent=self.spent,
-            budget=agent.budget,
-            elapsed=rt.elapsed(),
-            price=routed.tool.price(routed.args),
-        )
-        match decision.verdict:
-            case Verdict.ABORT:
-                return self._ruled("before_action", decision).fail(decision.reason)
-            case Verdict.PAUSE:
-                return self._ruled("before_action", decision).pause(decision.reason)
-            case Verdict.SUPPRESS:
-                return self.suppress(routed, decision, raw_arguments=arguments)
-            case Verdict.CONTINUE | Verdict.FINALIZE:
-                pass
-            case _:
-                assert_never(decision.verdict)
-        # The public transitions record the same action the governor checked.
-        if isinstance(routed, ReadCall):
-            return self.call_tool(routed, raw_arguments=arguments)
-        return self.request_approval(routed, raw_arguments=arguments)
-
-    async def _ask(
-        self,
-        rt: Runtime,
-        *,
-        tools: tuple[dict[str, Any], ...],
-        note: str = "",
-        answering: bool = False,
-    ) -> tuple[ModelReply | str, Planning[C]]:
-        """Call the model under the run's deadline; the reply and this phase with its usage.
-
-        Instead of a reply, the reason the call failed: the deadline cancelled it, or
-        the model's service refused or could not answer. ``answering`` (no tools, an
-        answer wanted) sends the answer guard's schema to a constrained backend.
-        """
-        remaining = rt.remaining(self.agent.budget)
-        messages = self.messages()
-        if note:
-            messages = (*messages, Message(role="system", content=note))
-        guard = self.agent.answer_guard
-        schema = None
-        if answering and guard is not None and guard.mode is GuardMode.CONSTRAINED:
-            schema = guard.output_schema
-        # The messages are validated already; constructing skips validating them again
-        # (as ModelRequest.model_construct(...) with these four fields would).
-        request = _trusted(
-            ModelRequest,
-            {"messages": messages, "tools": tools, "timeout": remaining, "output_schema": schema},
-            set(_REQUEST_FIELDS),
-        )
-        loop = self.agent.governor.flag(self.loop, self.step)
-        try:
-            reply = await _within(rt.model.complete(request), remaining)
-        except TimeoutError:
-            reason = f"wall-clock budget: the model did not answer within the {remaining:.2f}s left"
-            return reason, self._copy(loop=loop)
-        except (ModelUnavailableError, ModelRequestError, ModelResponseError) as error:
-            # Retries of a model call are not the model's to decide, nor this phase's:
-            # the run stops with the service's words, and can be started again.
-            return f"the model could not be asked: {error}", self._copy(loop=loop)
-        # The model's usage belongs to this step whatever it chose.
-        spent = self.spent.add(tokens=reply.usage.tokens, cost=reply.usage.cost, model_calls=1)
-        return reply, self._copy(spent=spent, loop=loop)
-
-    async def _finalize(self, rt: Runtime, reason: str) -> Responding[C] | Failed[C]:
-        note = (
-            "Answer the customer now, from what you already have. Do not call tools. "
-            f"(The run is finishing: {reason}.)"
-        )
-        reply, heard = await self._ask(rt, tools=(), note=note, answering=True)
-        if isinstance(reply, str):
-            return heard.fail(f"finalize ({reason}): {reply}")
-        if not reply.text.strip():
-            return heard.fail(
-                f"finalize ({reason}): the model was asked to answer from what it has "
-                "and sent no text"
-            )
-        return await heard._answer(rt, reply)
-
-    async def _answer(self, rt: Runtime, reply: ModelReply) -> Responding[C] | Failed[C]:
-        """Put the model's answer through the output guard; every outcome is routed here.
-
-        With ``Agent(answer_guard=...)`` the answer must parse into the guard's schema,
-        through the validation loop; otherwise it must be a ``CustomerResponse``: plain
-        text, not empty, at most 4,000 characters. Retries are model calls, charged to
-        the run's spend.
-        """
-        guard = self.agent.answer_guard
-        if guard is None:
-            return await self._text_answer(rt, reply)
-        asked: list[Planning[C]] = [self]
-
-        async def ask(feedback: str | None) -> ModelReply:
-            if feedback is None:
-                return reply
-            again, heard = await asked[-1]._ask(rt, tools=(), note=feedback, answering=True)
-            asked.append(heard)
-            if isinstance(again, str):  # the deadline: an empty reply ends the loop
-                return ModelReply(text="", finish_reason="length")
-            return again
-
-        result = await validate_with_retries(
-            guard,
-            ask,
-            attempts=self.agent.answer_attempts,
-            deps=self.ctx,
-            today=rt.today(),
-            fallbacks=rt.fallbacks,
-        )
-        heard = asked[-1]
-        outcome = result.outcome
-        match outcome:
-            case Parsed():
-                return heard.respond(outcome.data.decode(), verified=outcome)
-            case Refusal():
-                return heard._fail(
-                    f"the model refused to answer: {outcome.text}", partial=outcome.text
-                )
-            case Truncated():
-                return heard._fail(
-                    "the answer was cut off at the token limit", partial=outcome.text
-                )
-            case Invalid():
-                problems = "; ".join(f"{d.path}: {d.message}" for d in outcome.errors)
-                best = result.best
-                partial = best.raw if isinstance(best, Invalid) else outcome.raw
-                return heard._fail(
-                    f"answer not accepted ({result.status} after {result.attempts} "
-                    f"attempt(s)): {problems}",
-                    partial=partial,
-                )
-            case _:
-                assert_never(outcome)
-
-    async def _text_answer(self, rt: Runtime, reply: ModelReply) -> Responding[C] | Failed[C]:
-        attempts = self.agent.answer_attempts
-        heard: Planning[C] = self
-        for attempt in range(1, attempts + 1):
-            wrapped = reply.model_copy(update={"text": _json.dumps({"text": reply.text})})
-            if reply.finish_reason in ("refusal", "content_filter", "length"):
-                wrapped = reply
-            outcome = _TEXT_ANSWER.check(wrapped)
-            match outcome:
-                case Parsed():
-                    return heard.respond(outcome.value.text, verified=outcome)
-                case Refusal():
-                    return heard._fail(
-                        f"the model refused to answer: {outcome.text}", partial=outcome.text
-                    )
-                case Truncated():
-                    return heard._fail(
-                        "the answer was cut off at the token limit", partial=outcome.text
-                    )
-                case Invalid():
-                    problems = "; ".join(d.message.rstrip(".") for d in outcome.errors)
-                    if attempt == attempts:
-                        counter = _fallbacks() if rt.fallbacks is None else rt.fallbacks
-                        counter.add(1, {**_TEXT_FALLBACK, "statemachine.stop": "attempts"})
-                        return heard._fail(
-                            f"answer not accepted after {attempts} attempt(s): {problems}",
-                            partial=reply.text,
-                        )
-                    note = (
-                        f"Your answer was not accepted: {problems} (it had "
-                        f"{len(reply.text.strip())} characters). Write the whole answer for "
-                        "the customer again, as plain text of 1 to 4,000 characters."
-                    )
-                    again, heard = await heard._ask(rt, tools=(), note=note)
-                    if isinstance(again, str):
-                        return heard._fail(again, partial=reply.text)
-                    reply = again
-                case _:
-                    assert_never(outcome)
-        raise AssertionError("unreachable: the last attempt returns")  # pragma: no cover
+        return await _route(heard, rt, reply)
 
 
 @attrs.frozen(kw_only=True)
@@ -798,20 +560,6 @@ class AwaitApproval(Active[C], Generic[C, AM]):
                 assert_never(decision)
 
 
-def _holds_no_unapproved_write(call: object) -> None:
-    """Refuse a write call that did not come through ``AwaitApproval.approve``."""
-    # The exact type first: cheaper than isinstance on a union, and nearly always it.
-    if type(call) is not ReadCall and type(call) is not ApprovedCall:
-        raise UnapprovedWriteError(getattr(call, "name", repr(call)))
-
-
-def _describe_error(error: BaseException) -> str:
-    if isinstance(error, TimeoutError):
-        return "timed out"
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
 @attrs.frozen(kw_only=True)
 class ToolCalling(Active[C]):
     """A tool runs: a read call, or a write call that a person approved."""
@@ -842,133 +590,7 @@ class ToolCalling(Active[C]):
         ``interrupted`` for a person.
         """
         self._leave("execute")
-        agent = self.agent
-        tool, args, args_hash = self._checked(rt)
-        price = tool.price(args)
-        write = args_hash != ""
-        key = idempotency_key(rt.run_id, tool.name, args_hash) if write else None
-        ledger = rt.ledger if write else None
-        if ledger is not None and key is not None:
-            recorded = await ledger.effect(key)
-            if recorded is not None and recorded.status == "committed":
-                return self._replayed(recorded.result, price)
-            if recorded is not None and not (isinstance(tool, WriteTool) and tool.idempotent):
-                raise EffectUncertainError(rt.run_id, tool=tool.name, key=key)
-        refusal = agent.budget.refuse(
-            self.spent,
-            elapsed=rt.elapsed(),
-            action=f"calling {tool.name}",
-            tool_calls=1,
-            cost=price,
-        )
-        if refusal is not None:
-            return self._fail_call(refusal)
-        if ledger is not None and key is not None:
-            await ledger.record_intent(key, run_id=rt.run_id, tool=tool.name, args_hash=args_hash)
-        spent = self.spent.add(tool_calls=1)
-        remaining = rt.remaining(agent.budget)
-        timeout = tool.timeout if remaining is None else min(tool.timeout, remaining)
-        token = _IDEMPOTENCY_KEY.set(key)
-        try:
-            output = await _within(tool._fn(args), timeout)
-        except Exception as error:
-            return self._failed(tool, error, spent, price)
-        finally:
-            _IDEMPOTENCY_KEY.reset(token)
-        if ledger is not None and key is not None:
-            await ledger.record_result(key, _json.to_plain(output))
-        return self._next(
-            agent.phases.observing,
-            call=self.call,
-            call_id=self.call_id,
-            output=output,
-            spent=spent.add(cost=price),
-        )
-
-    def _checked(self, rt: Runtime) -> tuple[Tool, BaseModel, str]:
-        """The tool to run, its arguments, and (a write) their hash, checked first.
-
-        A read call must be of a read tool. A write must carry the approval this run's
-        runtime made for exactly this call (``rt.decide``), and that approval must not
-        have let this attempt run already: else :class:`UnapprovedWriteError`, and the
-        tool does not run.
-        """
-        ticket = _own_ticket(self, "execute")
-        if ticket.runtime is not None and ticket.runtime is not rt:
-            raise UnapprovedWriteError(
-                self.call.name, "it was given another runtime than the one its run has"
-            )
-        call: object = self.call
-        if type(call) is ReadCall:
-            tool, args = call.tool, call.args
-            if type(tool) is not ReadTool:
-                raise UnapprovedWriteError(tool.name, "a read call must be of a read tool")
-            return tool, args, ""
-        if not isinstance(call, ApprovedCall):
-            raise UnapprovedWriteError(getattr(call, "name", repr(call)))
-        write, args = rt._approvals.authorize(
-            call,
-            run_id=rt.run_id,
-            call_id=self.call_id,
-            attempt=self.attempt,
-            tools=self.agent.tools,
-            hand_phase=ticket.origin == "hand",
-        )
-        return write, args, call.approval.args_hash
-
-    def _replayed(self, result: Any, price: Decimal) -> Observing[C]:
-        """Observe a committed effect's recorded result; the tool is not called.
-
-        The call is counted (one tool call, its price) without a budget check: the
-        phase being replayed was saved before the call was counted (that happens on
-        the way to ``Observing``, which was not saved), so the money it moved is
-        counted now, once, and the next step's budget check sees it. The output is
-        the recorded plain JSON (a pydantic output comes back as its dict), which
-        the model is shown exactly as before.
-        """
-        return self._next(
-            self.agent.phases.observing,
-            call=self.call,
-            call_id=self.call_id,
-            output=result,
-            spent=self.spent.add(tool_calls=1, cost=price),
-        )
-
-    def _failed(
-        self, tool: Tool, error: Exception, spent: Spend, price: Decimal
-    ) -> Retrying[C] | Failed[C]:
-        """Where a failed call goes: ``Retrying`` if its policy retries the error, else
-        ``Failed`` (a write that is not idempotent is never retried)."""
-        if self.agent.retry_for(tool).retries(error):
-            return self._next(
-                self.agent.phases.retrying,
-                call=self.call,
-                call_id=self.call_id,
-                attempt=self.attempt,
-                error=_describe_error(error),
-                spent=spent,
-            )
-        if isinstance(tool, WriteTool) and not tool.idempotent:
-            return self._write_failed(tool.name, error, spent, price)
-        return self._fail_call(f"{tool.name} failed: {_describe_error(error)}", spent=spent)
-
-    def _write_failed(
-        self, name: str, error: BaseException, spent: Spend, price: Decimal
-    ) -> Failed[C]:
-        reason = f"{name} failed: {_describe_error(error)}"
-        if isinstance(error, ToolError):
-            return self._fail_call(
-                f"{reason}; it is a write tool that is not idempotent, so it is not retried",
-                spent=spent,
-            )
-        # No word from the service: it may have acted before the error. Count the
-        # price, so the budget never undercounts, and tell the person to check.
-        return self._fail_call(
-            f"{reason}; it is a write tool that is not idempotent, so it is not retried "
-            "(a second attempt might act twice). Check with its service whether the "
-            "first attempt went through.",
-            spent=spent.add(cost=price),
-        )
+        return await _execute(self, rt)
 
     async def advance(self, rt: Runtime) -> Observing[C] | Retrying[C] | Failed[C]:
         """Execute the call."""
@@ -1036,27 +658,7 @@ class Retrying(Active[C]):
     async def retry(self, rt: Runtime) -> ToolCalling[C] | Failed[C]:
         """Back off, then call again; ``Failed`` once the attempts or the time run out."""
         self._leave("retry")
-        policy = self.policy
-        name = self.call.name
-        if self.attempt >= policy.max_attempts:
-            return self._fail_call(
-                f"{name} failed {self.attempt} time(s), the cap is {policy.max_attempts}; "
-                f"last error: {self.error}"
-            )
-        delay = policy.delay(self.attempt, rt.rng)
-        remaining = rt.remaining(self.agent.budget)
-        if remaining is not None and delay >= remaining:
-            return self._fail_call(
-                f"wall-clock budget: {remaining:.2f}s left, not enough to wait {delay:.2f}s "
-                f"and retry {name}; last error: {self.error}"
-            )
-        await rt.sleep(delay)
-        return self._next(
-            self.agent.phases.tool_calling,
-            call=self.call,
-            call_id=self.call_id,
-            attempt=self.attempt + 1,
-        )
+        return await _retry(self, rt)
 
     async def advance(self, rt: Runtime) -> ToolCalling[C] | Failed[C]:
         """Retry the call, or fail."""
@@ -1151,16 +753,6 @@ AnyPhase: TypeAlias = (
 )
 
 
-def _check_phase_class(role: str, base: type[Any]) -> Callable[[Any, Any, Any], None]:
-    def check(_: Any, __: Any, value: Any) -> None:
-        if not (isinstance(value, type) and issubclass(value, base)):
-            raise SetupError(
-                f"Phases.{role} must be {base.__name__} or a subclass of it, got {value!r}"
-            )
-
-    return check
-
-
 @final
 @attrs.frozen(kw_only=True)
 class Phases(Generic[C]):
@@ -1222,84 +814,6 @@ _ROLES: Final[tuple[tuple[str, type[Active[Any]]], ...]] = (
 )
 _TERMINAL: Final[tuple[type[Phase[Any]], ...]] = (Failed, Done)
 _ORDER: Final[tuple[type[Phase[Any]], ...]] = (*(base for _, base in _ROLES), *_TERMINAL)
-_NAMES: Final = ", ".join(base.__name__ for base in _ORDER)
-
-# The phase classes each class's ``advance`` names, read once per class. Weak keys:
-# an agent factory that makes a phase subclass per call does not keep them all alive.
-_TARGETS: weakref.WeakKeyDictionary[type[Any], tuple[type[Phase[Any]], ...]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _base_of(cls: type[Any]) -> type[Phase[Any]] | None:
-    return next((base for base in _ORDER if issubclass(cls, base)), None)
-
-
-def _where(cls: type[Any]) -> str:
-    """``Class.advance``, naming the class that defines it when ``cls`` inherits it."""
-    owner = next(klass for klass in cls.__mro__ if "advance" in vars(klass))
-    inherited = "" if owner is cls else f" (inherited by {cls.__name__})"
-    return f"{owner.__module__}.{owner.__qualname__}.advance{inherited}"
-
-
-def _successors_of(cls: type[Active[Any]]) -> tuple[type[Phase[Any]], ...]:
-    """The phase classes that ``cls.advance`` may return, read from its annotation."""
-    cached = _TARGETS.get(cls)
-    if cached is None:
-        cached = _TARGETS[cls] = _read_targets(cls)
-    return cached
-
-
-def _read_targets(cls: type[Active[Any]]) -> tuple[type[Phase[Any]], ...]:
-    where = _where(cls)
-    advance = inspect.unwrap(cls.advance)
-    annotations: dict[str, Any] = getattr(advance, "__annotations__", {})
-    if "return" not in annotations:
-        raise SetupError(
-            f"{where} has no return annotation; annotate it with the phases it may go "
-            "to, e.g. -> Planning[C] | Failed[C]"
-        )
-    written = annotations["return"]
-    # Only the return annotation is resolved: a parameter's type may be imported
-    # for the type checker alone, and the graph does not need it.
-    holder = types.SimpleNamespace(__annotations__={"return": written})
-    module = getattr(advance, "__module__", "?")
-    try:
-        hint = typing.get_type_hints(holder, globalns=getattr(advance, "__globals__", {}))
-    except NameError as error:
-        name = getattr(error, "name", None) or str(error)
-        raise SetupError(
-            f"{where} is annotated -> {written}, and {name!r} is not defined in module "
-            f"{module}; import it there at run time (not only under TYPE_CHECKING), or "
-            "define the phase class at module level"
-        ) from error
-    except Exception as error:
-        raise SetupError(
-            f"{where} is annotated -> {written}, which cannot be resolved ({error}); "
-            "annotate it with the phases it may go to, e.g. -> Planning[C] | Failed[C]"
-        ) from error
-    returned = hint["return"]
-    members = typing.get_args(returned) if _is_union(returned) else (returned,)
-    found: list[type[Phase[Any]]] = []
-    for member in members:
-        target = typing.get_origin(member) or member
-        if not (isinstance(target, type) and _base_of(target) is not None):
-            raise SetupError(
-                f"{where} may return {_show(member)}, which is not a phase; it may return "
-                f"only phases ({_NAMES}) or subclasses of them"
-            )
-        found.append(target)
-    return tuple(found)
-
-
-def _is_union(hint: Any) -> bool:
-    return typing.get_origin(hint) in (typing.Union, types.UnionType)
-
-
-def _show(hint: Any) -> str:
-    if hint is type(None):
-        return "None"
-    return hint.__name__ if isinstance(hint, type) else repr(hint)
 
 
 def _graph_edges(
@@ -1310,37 +824,10 @@ def _graph_edges(
     Raises :class:`SetupError` when an ``advance`` annotation cannot be read or names a
     phase subclass this agent does not run (see :func:`statemachine.agent_graph`).
     """
-    running: dict[type[Phase[Any]], type[Active[Any]]] = {
-        base: getattr(phases, role) for role, base in _ROLES
-    }
-    named: list[tuple[str, type[Active[Any]]]] = []
-    edges: set[tuple[type[Phase[Any]], type[Phase[Any]]]] = set()
-    for _, base in _ROLES:
-        cls = running[base]
-        named.append((cls.kind, cls))
-        for target in cls.successors():
-            target_base = _base_of(target)
-            assert target_base is not None  # successors() admits phases only
-            runs = running.get(target_base)
-            if runs is not None and not issubclass(runs, target):
-                role_of = next(r for r, b in _ROLES if b is target_base)
-                raise SetupError(
-                    f"{_where(cls)} may return {target.__name__}, but this agent runs "
-                    f"{runs.__name__} as its {target_base.__name__} phase: annotate "
-                    f"{target_base.__name__}[...] (the agent's own class is used), or "
-                    f"build the agent with Phases({role_of}={target.__name__})"
-                )
-            edges.add((base, target_base))
-    kinds: dict[type[Phase[Any]], str] = {
-        base: running[base].kind if base in running else base.kind for base in _ORDER
-    }
-    ordered = sorted(edges, key=lambda edge: (_ORDER.index(edge[0]), _ORDER.index(edge[1])))
-    return tuple(named), tuple((kinds[a], kinds[b]) for a, b in ordered)
+    return _edges(phases, _ROLES, _ORDER)
 
 
 _ONCE = RetryPolicy(max_attempts=1, retry_on=())
-_TEXT_ANSWER = OutputGuard(CustomerResponse)
-_TEXT_FALLBACK = {"statemachine.schema": "CustomerResponse"}
 
 
 def _registry(tools: ToolRegistry | Iterable[Tool]) -> ToolRegistry:

@@ -1,0 +1,208 @@
+"""What ``ToolCalling`` does, as functions the phase calls: run one tool call.
+
+The checks before the call (``_checked``: the tool and, for a write, the approval this
+run's runtime made), the side-effect ledger (a committed effect is observed, not called
+again: ``_replayed``), the budget, the call under its timeout and the run's deadline,
+and where a failure goes (``_failed``, ``_write_failed``); then ``Retrying``'s back-off
+and next attempt (``_retry``). Each takes the phase it works for, already left, and
+returns the phase that comes next. ``_holds_no_unapproved_write`` is the check the
+three phases that hold a call run when they are built.
+
+This module imports the phases for the type checkers only: ``_phases`` imports it.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
+
+from . import _json
+from ._approval import ApprovedCall
+from ._budget import Spend
+from ._errors import EffectUncertainError, ToolError, UnapprovedWriteError
+from ._runtime import Runtime, _within
+from ._seal import _own_ticket
+from ._tools import _IDEMPOTENCY_KEY, ReadCall, ReadTool, Tool, WriteTool, idempotency_key
+
+if TYPE_CHECKING:
+    from ._phases import Failed, Observing, Retrying, ToolCalling
+
+__all__ = ["_describe_error", "_execute", "_holds_no_unapproved_write", "_retry"]
+
+C = TypeVar("C")
+
+
+def _describe_error(error: BaseException) -> str:
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _holds_no_unapproved_write(call: object) -> None:
+    """Refuse a write call that did not come through ``AwaitApproval.approve``."""
+    # The exact type first: cheaper than isinstance on a union, and nearly always it.
+    if type(call) is not ReadCall and type(call) is not ApprovedCall:
+        raise UnapprovedWriteError(getattr(call, "name", repr(call)))
+
+
+async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retrying[C] | Failed[C]:
+    """What ``ToolCalling.execute`` does once the phase is left (its docstring says what)."""
+    agent = calling.agent
+    tool, args, args_hash = _checked(calling, rt)
+    price = tool.price(args)
+    write = args_hash != ""
+    key = idempotency_key(rt.run_id, tool.name, args_hash) if write else None
+    ledger = rt.ledger if write else None
+    if ledger is not None and key is not None:
+        recorded = await ledger.effect(key)
+        if recorded is not None and recorded.status == "committed":
+            return _replayed(calling, recorded.result, price)
+        if recorded is not None and not (isinstance(tool, WriteTool) and tool.idempotent):
+            raise EffectUncertainError(rt.run_id, tool=tool.name, key=key)
+    refusal = agent.budget.refuse(
+        calling.spent,
+        elapsed=rt.elapsed(),
+        action=f"calling {tool.name}",
+        tool_calls=1,
+        cost=price,
+    )
+    if refusal is not None:
+        return calling._fail_call(refusal)
+    if ledger is not None and key is not None:
+        await ledger.record_intent(key, run_id=rt.run_id, tool=tool.name, args_hash=args_hash)
+    spent = calling.spent.add(tool_calls=1)
+    remaining = rt.remaining(agent.budget)
+    timeout = tool.timeout if remaining is None else min(tool.timeout, remaining)
+    token = _IDEMPOTENCY_KEY.set(key)
+    try:
+        output = await _within(tool._fn(args), timeout)
+    except Exception as error:
+        return _failed(calling, tool, error, spent, price)
+    finally:
+        _IDEMPOTENCY_KEY.reset(token)
+    if ledger is not None and key is not None:
+        await ledger.record_result(key, _json.to_plain(output))
+    return calling._next(
+        agent.phases.observing,
+        call=calling.call,
+        call_id=calling.call_id,
+        output=output,
+        spent=spent.add(cost=price),
+    )
+
+
+def _checked(calling: ToolCalling[C], rt: Runtime) -> tuple[Tool, BaseModel, str]:
+    """The tool to run, its arguments, and (a write) their hash, checked first.
+
+    A read call must be of a read tool. A write must carry the approval this run's
+    runtime made for exactly this call (``rt.decide``), and that approval must not
+    have let this attempt run already: else :class:`UnapprovedWriteError`, and the
+    tool does not run.
+    """
+    ticket = _own_ticket(calling, "execute")
+    if ticket.runtime is not None and ticket.runtime is not rt:
+        raise UnapprovedWriteError(
+            calling.call.name, "it was given another runtime than the one its run has"
+        )
+    call: object = calling.call
+    if type(call) is ReadCall:
+        tool, args = call.tool, call.args
+        if type(tool) is not ReadTool:
+            raise UnapprovedWriteError(tool.name, "a read call must be of a read tool")
+        return tool, args, ""
+    if not isinstance(call, ApprovedCall):
+        raise UnapprovedWriteError(getattr(call, "name", repr(call)))
+    write, args = rt._approvals.authorize(
+        call,
+        run_id=rt.run_id,
+        call_id=calling.call_id,
+        attempt=calling.attempt,
+        tools=calling.agent.tools,
+        hand_phase=ticket.origin == "hand",
+    )
+    return write, args, call.approval.args_hash
+
+
+def _replayed(calling: ToolCalling[C], result: Any, price: Decimal) -> Observing[C]:
+    """Observe a committed effect's recorded result; the tool is not called.
+
+    The call is counted (one tool call, its price) without a budget check: the
+    phase being replayed was saved before the call was counted (that happens on
+    the way to ``Observing``, which was not saved), so the money it moved is
+    counted now, once, and the next step's budget check sees it. The output is
+    the recorded plain JSON (a pydantic output comes back as its dict), which
+    the model is shown exactly as before.
+    """
+    return calling._next(
+        calling.agent.phases.observing,
+        call=calling.call,
+        call_id=calling.call_id,
+        output=result,
+        spent=calling.spent.add(tool_calls=1, cost=price),
+    )
+
+
+def _failed(
+    calling: ToolCalling[C], tool: Tool, error: Exception, spent: Spend, price: Decimal
+) -> Retrying[C] | Failed[C]:
+    """Where a failed call goes: ``Retrying`` if its policy retries the error, else
+    ``Failed`` (a write that is not idempotent is never retried)."""
+    if calling.agent.retry_for(tool).retries(error):
+        return calling._next(
+            calling.agent.phases.retrying,
+            call=calling.call,
+            call_id=calling.call_id,
+            attempt=calling.attempt,
+            error=_describe_error(error),
+            spent=spent,
+        )
+    if isinstance(tool, WriteTool) and not tool.idempotent:
+        return _write_failed(calling, tool.name, error, spent, price)
+    return calling._fail_call(f"{tool.name} failed: {_describe_error(error)}", spent=spent)
+
+
+def _write_failed(
+    calling: ToolCalling[C], name: str, error: BaseException, spent: Spend, price: Decimal
+) -> Failed[C]:
+    reason = f"{name} failed: {_describe_error(error)}"
+    if isinstance(error, ToolError):
+        return calling._fail_call(
+            f"{reason}; it is a write tool that is not idempotent, so it is not retried",
+            spent=spent,
+        )
+    # No word from the service: it may have acted before the error. Count the
+    # price, so the budget never undercounts, and tell the person to check.
+    return calling._fail_call(
+        f"{reason}; it is a write tool that is not idempotent, so it is not retried "
+        "(a second attempt might act twice). Check with its service whether the "
+        "first attempt went through.",
+        spent=spent.add(cost=price),
+    )
+
+
+async def _retry(retrying: Retrying[C], rt: Runtime) -> ToolCalling[C] | Failed[C]:
+    """What ``Retrying.retry`` does once the phase is left: back off, then call again."""
+    policy = retrying.policy
+    name = retrying.call.name
+    if retrying.attempt >= policy.max_attempts:
+        return retrying._fail_call(
+            f"{name} failed {retrying.attempt} time(s), the cap is {policy.max_attempts}; "
+            f"last error: {retrying.error}"
+        )
+    delay = policy.delay(retrying.attempt, rt.rng)
+    remaining = rt.remaining(retrying.agent.budget)
+    if remaining is not None and delay >= remaining:
+        return retrying._fail_call(
+            f"wall-clock budget: {remaining:.2f}s left, not enough to wait {delay:.2f}s "
+            f"and retry {name}; last error: {retrying.error}"
+        )
+    await rt.sleep(delay)
+    return retrying._next(
+        retrying.agent.phases.tool_calling,
+        call=retrying.call,
+        call_id=retrying.call_id,
+        attempt=retrying.attempt + 1,
+    )

@@ -1,0 +1,258 @@
+"""What ``Planning`` does with the model, as functions the phase calls.
+
+The model call under the run's deadline (``_ask``), the routing of its reply
+(``_route``; a valid tool call goes on once the governor has ruled on it:
+``_checked_call``), and the answer: asked for at the end
+of a run (``_finalize``) and put through the output guard (``_answer``, and
+``_text_answer`` when the agent has no guard of its own). Each takes the
+``Planning`` phase it works for and returns the phase that comes next, made by that
+phase's own transitions; nothing here builds a phase.
+
+This module imports the phases for the type checkers only: ``_phases`` imports it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never
+
+from . import _json
+from ._errors import ModelRequestError, ModelResponseError, ModelUnavailableError
+from ._fast._messages import _REQUEST_FIELDS
+from ._fast._pydantic import _trusted
+from ._governor import Verdict
+from ._guard import (
+    CustomerResponse,
+    GuardMode,
+    Invalid,
+    OutputGuard,
+    Parsed,
+    Refusal,
+    Truncated,
+    _fallbacks,
+    validate_with_retries,
+)
+from ._model import Message, ModelReply, ModelRequest
+from ._runtime import Runtime, _within
+from ._tools import InvalidCall, ReadCall, WriteCall
+
+if TYPE_CHECKING:
+    from ._phases import AwaitApproval, Failed, Planning, Responding, ToolCalling
+
+__all__ = ["_answer", "_ask", "_checked_call", "_finalize", "_route", "_text_answer"]
+
+C = TypeVar("C")
+
+_TEXT_ANSWER = OutputGuard(CustomerResponse)
+_TEXT_FALLBACK = {"statemachine.schema": "CustomerResponse"}
+
+
+async def _route(
+    planning: Planning[C], rt: Runtime, reply: ModelReply
+) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | Failed[C]:
+    """Where the model's reply goes: an answer to the output guard (``_answer``), a valid
+    tool call to the governor (``_checked_call``), an invalid one back to the model, or
+    to ``Failed`` after ``max_invalid_calls`` in a row."""
+    if not reply.tool_calls:
+        return await _answer(planning, rt, reply)
+    agent = planning.agent
+    first = reply.tool_calls[0]
+    routed = agent.tools.route(first.name, first.arguments)
+    match routed:
+        case ReadCall() | WriteCall():
+            return _checked_call(planning, rt, routed, first.arguments)
+        case InvalidCall():
+            if planning.invalid_streak + 1 >= agent.max_invalid_calls:
+                return planning.fail(
+                    f"the model sent {planning.invalid_streak + 1} invalid tool calls in a row; "
+                    f"last: {'; '.join(routed.problems)}"
+                )
+            return planning.reject_call(routed)
+        case _:
+            assert_never(routed)
+
+
+def _checked_call(
+    planning: Planning[C], rt: Runtime, routed: ReadCall | WriteCall, arguments: str
+) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
+    """The model's valid call, once the governor has ruled on it (``before_action``)."""
+    agent = planning.agent
+    decision = agent.governor.before_action(
+        planning.loop,
+        planning._action(routed, arguments),
+        spent=planning.spent,
+        budget=agent.budget,
+        elapsed=rt.elapsed(),
+        price=routed.tool.price(routed.args),
+    )
+    match decision.verdict:
+        case Verdict.ABORT:
+            return planning._ruled("before_action", decision).fail(decision.reason)
+        case Verdict.PAUSE:
+            return planning._ruled("before_action", decision).pause(decision.reason)
+        case Verdict.SUPPRESS:
+            return planning.suppress(routed, decision, raw_arguments=arguments)
+        case Verdict.CONTINUE | Verdict.FINALIZE:
+            pass
+        case _:
+            assert_never(decision.verdict)
+    # The public transitions record the same action the governor checked.
+    if isinstance(routed, ReadCall):
+        return planning.call_tool(routed, raw_arguments=arguments)
+    return planning.request_approval(routed, raw_arguments=arguments)
+
+
+async def _ask(
+    planning: Planning[C],
+    rt: Runtime,
+    *,
+    tools: tuple[dict[str, Any], ...],
+    note: str = "",
+    answering: bool = False,
+) -> tuple[ModelReply | str, Planning[C]]:
+    """Call the model under the run's deadline; the reply and this phase with its usage.
+
+    Instead of a reply, the reason the call failed: the deadline cancelled it, or
+    the model's service refused or could not answer. ``answering`` (no tools, an
+    answer wanted) sends the answer guard's schema to a constrained backend.
+    """
+    remaining = rt.remaining(planning.agent.budget)
+    messages = planning.messages()
+    if note:
+        messages = (*messages, Message(role="system", content=note))
+    guard = planning.agent.answer_guard
+    schema = None
+    if answering and guard is not None and guard.mode is GuardMode.CONSTRAINED:
+        schema = guard.output_schema
+    # The messages are validated already; constructing skips validating them again
+    # (as ModelRequest.model_construct(...) with these four fields would).
+    request = _trusted(
+        ModelRequest,
+        {"messages": messages, "tools": tools, "timeout": remaining, "output_schema": schema},
+        set(_REQUEST_FIELDS),
+    )
+    loop = planning.agent.governor.flag(planning.loop, planning.step)
+    try:
+        reply = await _within(rt.model.complete(request), remaining)
+    except TimeoutError:
+        reason = f"wall-clock budget: the model did not answer within the {remaining:.2f}s left"
+        return reason, planning._copy(loop=loop)
+    except (ModelUnavailableError, ModelRequestError, ModelResponseError) as error:
+        # Retries of a model call are not the model's to decide, nor this phase's:
+        # the run stops with the service's words, and can be started again.
+        return f"the model could not be asked: {error}", planning._copy(loop=loop)
+    # The model's usage belongs to this step whatever it chose.
+    spent = planning.spent.add(tokens=reply.usage.tokens, cost=reply.usage.cost, model_calls=1)
+    return reply, planning._copy(spent=spent, loop=loop)
+
+
+async def _finalize(planning: Planning[C], rt: Runtime, reason: str) -> Responding[C] | Failed[C]:
+    note = (
+        "Answer the customer now, from what you already have. Do not call tools. "
+        f"(The run is finishing: {reason}.)"
+    )
+    reply, heard = await _ask(planning, rt, tools=(), note=note, answering=True)
+    if isinstance(reply, str):
+        return heard.fail(f"finalize ({reason}): {reply}")
+    if not reply.text.strip():
+        return heard.fail(
+            f"finalize ({reason}): the model was asked to answer from what it has and sent no text"
+        )
+    return await _answer(heard, rt, reply)
+
+
+async def _answer(
+    planning: Planning[C], rt: Runtime, reply: ModelReply
+) -> Responding[C] | Failed[C]:
+    """Put the model's answer through the output guard; every outcome is routed here.
+
+    With ``Agent(answer_guard=...)`` the answer must parse into the guard's schema,
+    through the validation loop; otherwise it must be a ``CustomerResponse``: plain
+    text, not empty, at most 4,000 characters. Retries are model calls, charged to
+    the run's spend.
+    """
+    guard = planning.agent.answer_guard
+    if guard is None:
+        return await _text_answer(planning, rt, reply)
+    asked: list[Planning[C]] = [planning]
+
+    async def ask(feedback: str | None) -> ModelReply:
+        if feedback is None:
+            return reply
+        again, heard = await _ask(asked[-1], rt, tools=(), note=feedback, answering=True)
+        asked.append(heard)
+        if isinstance(again, str):  # the deadline: an empty reply ends the loop
+            return ModelReply(text="", finish_reason="length")
+        return again
+
+    result = await validate_with_retries(
+        guard,
+        ask,
+        attempts=planning.agent.answer_attempts,
+        deps=planning.ctx,
+        today=rt.today(),
+        fallbacks=rt.fallbacks,
+    )
+    heard = asked[-1]
+    outcome = result.outcome
+    match outcome:
+        case Parsed():
+            return heard.respond(outcome.data.decode(), verified=outcome)
+        case Refusal():
+            return heard._fail(f"the model refused to answer: {outcome.text}", partial=outcome.text)
+        case Truncated():
+            return heard._fail("the answer was cut off at the token limit", partial=outcome.text)
+        case Invalid():
+            problems = "; ".join(f"{d.path}: {d.message}" for d in outcome.errors)
+            best = result.best
+            partial = best.raw if isinstance(best, Invalid) else outcome.raw
+            return heard._fail(
+                f"answer not accepted ({result.status} after {result.attempts} "
+                f"attempt(s)): {problems}",
+                partial=partial,
+            )
+        case _:
+            assert_never(outcome)
+
+
+async def _text_answer(
+    planning: Planning[C], rt: Runtime, reply: ModelReply
+) -> Responding[C] | Failed[C]:
+    attempts = planning.agent.answer_attempts
+    heard: Planning[C] = planning
+    for attempt in range(1, attempts + 1):
+        wrapped = reply.model_copy(update={"text": _json.dumps({"text": reply.text})})
+        if reply.finish_reason in ("refusal", "content_filter", "length"):
+            wrapped = reply
+        outcome = _TEXT_ANSWER.check(wrapped)
+        match outcome:
+            case Parsed():
+                return heard.respond(outcome.value.text, verified=outcome)
+            case Refusal():
+                return heard._fail(
+                    f"the model refused to answer: {outcome.text}", partial=outcome.text
+                )
+            case Truncated():
+                return heard._fail(
+                    "the answer was cut off at the token limit", partial=outcome.text
+                )
+            case Invalid():
+                problems = "; ".join(d.message.rstrip(".") for d in outcome.errors)
+                if attempt == attempts:
+                    counter = _fallbacks() if rt.fallbacks is None else rt.fallbacks
+                    counter.add(1, {**_TEXT_FALLBACK, "statemachine.stop": "attempts"})
+                    return heard._fail(
+                        f"answer not accepted after {attempts} attempt(s): {problems}",
+                        partial=reply.text,
+                    )
+                note = (
+                    f"Your answer was not accepted: {problems} (it had "
+                    f"{len(reply.text.strip())} characters). Write the whole answer for "
+                    "the customer again, as plain text of 1 to 4,000 characters."
+                )
+                again, heard = await _ask(heard, rt, tools=(), note=note)
+                if isinstance(again, str):
+                    return heard._fail(again, partial=reply.text)
+                reply = again
+            case _:
+                assert_never(outcome)
+    raise AssertionError("unreachable: the last attempt returns")  # pragma: no cover
