@@ -547,15 +547,25 @@ class AwaitApproval(Active[C], Generic[C, AM]):
         )
 
     async def advance(self, rt: Runtime) -> ToolCalling[C] | Planning[C] | AwaitApproval[C, AM]:
-        """Ask the gate, then approve, deny, or wait for the person's decision."""
-        decision = await rt.decide(self.request(rt.run_id))
+        """Ask the gate, then approve, deny, or wait for the person's decision.
+
+        The phase is left before the gate is asked, so the person is asked once: a
+        second ``advance`` (or any transition) of this object, even while the first
+        still waits on the gate, raises :class:`PhaseReusedError`. A gate that raises
+        or is cancelled leaves this object left and nothing decided: the run goes on
+        from its last checkpoint (this phase, saved before it was advanced), which
+        asks the gate again.
+        """
+        self._leave("advance")
+        asking = self._copy()  # carries on the transition this advance claimed
+        decision = await rt.decide(asking.request(rt.run_id))
         match decision:
             case Pending():
-                return self.wait(decision.reason)
+                return asking.wait(decision.reason)
             case Approval():
-                return self.approve(decision)
+                return asking.approve(decision)
             case Denial():
-                return self.deny(decision.reason)
+                return asking.deny(decision.reason)
             case _:
                 assert_never(decision)
 
