@@ -3,33 +3,70 @@
 ``Budget`` is the limit (configuration); ``Spend`` is what a run has used so far and
 travels inside every phase, so a checkpoint of the phase carries it. A check returns
 the reason an action may not run (naming the budget) or ``None``; it never spends.
+Sums and differences of money go through ``_money``'s exact helpers, so a check's
+answer does not depend on the ambient ``decimal`` context; a limit that is negative,
+not a number or infinite is refused when the ``Budget`` is made.
 """
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from ._fast._pydantic import _trusted
-from ._money import Money
+from ._money import Money, money_difference, money_sum
 
 __all__ = ["Budget", "Spend"]
 
 
-def _crosses(
-    used: int | Decimal, add: int | Decimal, limit: int | Decimal, open_ended: bool
-) -> bool:
+def _crosses(used: int, add: int, limit: int, open_ended: bool) -> bool:
     return used + add > limit or (open_ended and used >= limit)
 
 
-class Budget(BaseModel, frozen=True, extra="forbid", defer_build=True):
-    """Limits for one run; ``None`` means no limit of that kind."""
+_LIMIT_NAMES = {
+    "tokens": "token budget",
+    "cost": "cost budget",
+    "tool_calls": "tool-call budget",
+    "wall_clock": "wall-clock budget",
+}
 
-    tokens: int | None = Field(default=None, ge=0)
+
+class Budget(BaseModel, frozen=True, extra="forbid", defer_build=True):
+    """Limits for one run; ``None`` means no limit of that kind.
+
+    Every limit is 0 or more (the wall clock more than 0 seconds) and finite; a cost
+    limit is exact ``Money``. Anything else is refused with a ``ValidationError``
+    naming the field (a ``ConfigError`` when it comes through ``Agent.from_config``).
+    """
+
+    tokens: int | None = None
     cost: Money | None = None
-    tool_calls: int | None = Field(default=None, ge=0)
-    wall_clock: float | None = Field(default=None, gt=0, description="seconds")
+    tool_calls: int | None = None
+    wall_clock: float | None = Field(default=None, description="seconds")
+
+    @field_validator("tokens", "cost", "tool_calls")
+    @classmethod
+    def _not_negative(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and value < 0:
+            name = _LIMIT_NAMES[str(info.field_name)]
+            raise ValueError(
+                f"a {name} must not be negative, got {value}: give the most the run may "
+                "use (0 allows nothing), or None for no limit"
+            )
+        return value
+
+    @field_validator("wall_clock")
+    @classmethod
+    def _some_time(cls, value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(
+                f"a wall-clock budget must be a finite number of seconds above 0, got "
+                f"{value}: give the most seconds the run may take, or None for no limit"
+            )
+        return value
 
     def refuse(
         self,
@@ -64,11 +101,13 @@ class Budget(BaseModel, frozen=True, extra="forbid", defer_build=True):
             return (
                 f"token budget: {spent.tokens} of {self.tokens} tokens used, no room for {action}"
             )
-        if self.cost is not None and _crosses(spent.cost, cost, self.cost, open_ended):
-            return (
-                f"cost budget: {action} would bring the run's cost to ${spent.cost + cost} "
-                f"of ${self.cost} allowed (${spent.cost} spent so far)"
-            )
+        if self.cost is not None:
+            total = money_sum(spent.cost, cost)
+            if total > self.cost or (open_ended and spent.cost >= self.cost):
+                return (
+                    f"cost budget: {action} would bring the run's cost to ${total} "
+                    f"of ${self.cost} allowed (${spent.cost} spent so far)"
+                )
         return None
 
     def remaining_seconds(self, elapsed: float) -> float | None:
@@ -83,7 +122,7 @@ class Budget(BaseModel, frozen=True, extra="forbid", defer_build=True):
         if self.tokens is not None:
             remaining["tokens"] = str(self.tokens - spent.tokens)
         if self.cost is not None:
-            remaining["cost"] = str(self.cost - spent.cost)
+            remaining["cost"] = str(money_difference(self.cost, spent.cost))
         if self.tool_calls is not None:
             remaining["tool_calls"] = str(self.tool_calls - spent.tool_calls)
         return remaining
@@ -109,7 +148,7 @@ class Spend(BaseModel, frozen=True, extra="forbid", defer_build=True):
         # As Spend.model_construct(...) with every field would make it, without its work.
         values = {
             "tokens": self.tokens + tokens,
-            "cost": self.cost + cost,
+            "cost": money_sum(self.cost, cost),
             "tool_calls": self.tool_calls + tool_calls,
             "model_calls": self.model_calls + model_calls,
         }

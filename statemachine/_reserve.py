@@ -13,7 +13,9 @@ left open is released on exit, also on an exception or a cancellation.
 Check-and-reserve, commit and release are each one critical section under a
 ``threading.Lock`` with no ``await`` inside, so they are atomic for the tasks of one
 event loop and for threads alike. The wall-clock budget stops new reservations; it
-never refuses a commit, because that work has already been done.
+never refuses a commit, because that work has already been done. Money is summed
+exactly (``_money``), whatever the ambient ``decimal`` context: a thousand
+reservations of ``4E-28`` are ``4E-25``, and a full budget admits nothing more.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Literal, Self, final
 
 from ._budget import Budget, Spend
 from ._errors import BudgetExceededError, EstimateExceededError, ReservationSettledError
-from ._money import to_money
+from ._money import money_difference, money_sum, to_money
 
 __all__ = ["BudgetMeter", "Reservation"]
 
@@ -186,7 +188,7 @@ class BudgetMeter:
                     f"({estimate.tokens} tokens)"
                 )
         if budget.cost is not None:
-            cost = spent.cost + self._reserved_cost + estimate.cost
+            cost = money_sum(spent.cost, self._reserved_cost, estimate.cost)
             if cost > budget.cost:
                 return "cost", (
                     f"cost budget: {what} would bring the run's cost to ${cost} of "
@@ -196,8 +198,9 @@ class BudgetMeter:
         return None
 
     def _hold(self, estimate: Spend, purpose: str) -> Reservation:
+        # Money first: were its sum ever to raise, nothing would have changed yet.
+        self._reserved_cost = money_sum(self._reserved_cost, estimate.cost)
         self._reserved_tokens += estimate.tokens
-        self._reserved_cost += estimate.cost
         self._reserved_tool_calls += estimate.tool_calls
         return Reservation._open(self, estimate, purpose)
 
@@ -211,8 +214,8 @@ class BudgetMeter:
             estimate = reservation._estimate
             if actual is not None:
                 _check_within(reservation._purpose, estimate, actual)
+            self._reserved_cost = money_difference(self._reserved_cost, estimate.cost)
             self._reserved_tokens -= estimate.tokens
-            self._reserved_cost -= estimate.cost
             self._reserved_tool_calls -= estimate.tool_calls
             if actual is None:
                 reservation._outcome = "released"
@@ -226,8 +229,10 @@ class BudgetMeter:
     def _release_if_open(self, reservation: Reservation) -> None:
         with self._lock:
             if reservation._outcome is None:
+                self._reserved_cost = money_difference(
+                    self._reserved_cost, reservation._estimate.cost
+                )
                 self._reserved_tokens -= reservation._estimate.tokens
-                self._reserved_cost -= reservation._estimate.cost
                 self._reserved_tool_calls -= reservation._estimate.tool_calls
                 reservation._outcome = "released"
 

@@ -115,10 +115,21 @@ class _Tool(Generic[A]):
         }
 
     def price(self, args: BaseModel) -> Decimal:
-        """What one call with ``args`` costs against the run's cost budget."""
+        """What one call with ``args`` costs against the run's cost budget.
+
+        Raises ``ValueError`` when the cost function returns what is not money
+        (``to_money``) or a negative amount, which would give budget back.
+        """
         if self.cost is None:
             return _FREE
-        return to_money(self.cost(args))
+        price = to_money(self.cost(args))
+        if price < 0:
+            raise ValueError(
+                f"the cost function of tool {self.name!r} priced a call at {price}, below "
+                "zero: a price must not be negative, or calls would give budget back; "
+                "return Decimal(0) for a free call"
+            )
+        return price
 
     def _validate(self, args: A | Mapping[str, Any]) -> A:
         if isinstance(args, self.args_model):
