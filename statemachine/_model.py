@@ -2,7 +2,8 @@
 
 A :class:`Model` is one async call. It receives the conversation, the tools'
 schemas and the time it has left, and returns a :class:`ModelReply`: text or
-tool calls, a finish reason, and usage (tokens and cost as ``Decimal``).
+tool calls, a finish reason, and usage (tokens and cost as ``Decimal``). Anything
+else it returns is a :class:`ModelResponseError` (``_checked_reply``).
 """
 
 from __future__ import annotations
@@ -12,9 +13,18 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from ._errors import ModelResponseError
 from ._money import Money
 
-__all__ = ["Message", "Model", "ModelReply", "ModelRequest", "ToolRequest", "Usage"]
+__all__ = [
+    "Message",
+    "Model",
+    "ModelReply",
+    "ModelRequest",
+    "ToolRequest",
+    "Usage",
+    "_checked_reply",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -81,3 +91,28 @@ class Model(Protocol):
     async def complete(self, request: ModelRequest) -> ModelReply:
         """Answer ``request``; must return before ``request.timeout`` seconds."""
         ...
+
+
+def _checked_reply(model: object, reply: object) -> ModelReply:
+    """``reply``, when it is a :class:`ModelReply`; else :class:`ModelResponseError`
+    naming ``model``, what a model must return, and what came instead."""
+    if isinstance(reply, ModelReply):
+        return reply
+    name = f"{type(model).__module__}.{type(model).__qualname__}"
+    came = "None" if reply is None else f"a {type(reply).__qualname__}"
+    excerpt = "" if reply is None else _shortened(repr(reply))
+    shown = f" ({excerpt})" if excerpt else ""
+    error = ModelResponseError(f"complete() returned {came}, not a ModelReply", url=name)
+    error.excerpt = excerpt
+    # The error's own message speaks of an HTTP server and its base_url, which a model in
+    # this process has not: it is told what its complete() must return instead.
+    error.args = (
+        f"the model {name} answered {came}{shown} where a ModelReply was expected: its "
+        "complete() must return a statemachine.ModelReply (text or tool calls, and usage), "
+        "e.g. ModelReply(text=...)",
+    )
+    raise error
+
+
+def _shortened(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."

@@ -31,7 +31,7 @@ from ._guard import (
     _fallbacks,
     validate_with_retries,
 )
-from ._model import Message, ModelReply, ModelRequest
+from ._model import Message, ModelReply, ModelRequest, _checked_reply
 from ._runtime import Runtime, _within
 from ._tools import InvalidCall, ReadCall, WriteCall
 
@@ -111,9 +111,10 @@ async def _ask(
 ) -> tuple[ModelReply | str, Planning[C]]:
     """Call the model under the run's deadline; the reply and this phase with its usage.
 
-    Instead of a reply, the reason the call failed: the deadline cancelled it, or
-    the model's service refused or could not answer. ``answering`` (no tools, an
-    answer wanted) sends the answer guard's schema to a constrained backend.
+    Instead of a reply, the reason the call failed: the deadline cancelled it, the
+    model's service refused or could not answer, or what came back is not a reply.
+    ``answering`` (no tools, an answer wanted) sends the answer guard's schema to a
+    constrained backend.
     """
     remaining = rt.remaining(planning.agent.budget)
     messages = planning.messages()
@@ -132,14 +133,16 @@ async def _ask(
     )
     loop = planning.agent.governor.flag(planning.loop, planning.step)
     try:
-        reply = await _within(rt.model.complete(request), remaining)
+        reply = _checked_reply(rt.model, await _within(rt.model.complete(request), remaining))
     except TimeoutError:
         reason = f"wall-clock budget: the model did not answer within the {remaining:.2f}s left"
         return reason, planning._copy(loop=loop)
-    except (ModelUnavailableError, ModelRequestError, ModelResponseError) as error:
+    except (ModelUnavailableError, ModelRequestError) as error:
         # Retries of a model call are not the model's to decide, nor this phase's:
         # the run stops with the service's words, and can be started again.
         return f"the model could not be asked: {error}", planning._copy(loop=loop)
+    except ModelResponseError as error:
+        return f"the model's reply could not be used: {error}", planning._copy(loop=loop)
     # The model's usage belongs to this step whatever it chose.
     spent = planning.spent.add(tokens=reply.usage.tokens, cost=reply.usage.cost, model_calls=1)
     return reply, planning._copy(spent=spent, loop=loop)
