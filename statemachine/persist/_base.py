@@ -20,7 +20,7 @@ from .._errors import (
 )
 from .._ledger import EffectRecord
 from ._chain import _Chain
-from ._lifecycle import ATTENTION, RunLifecycle, RunStatus
+from ._lifecycle import ATTENTION, RunLifecycle, RunStatus, held_record, retry_fields
 from ._protocol import (
     DEFAULT_RETENTION,
     CheckpointEntry,
@@ -142,8 +142,9 @@ class _Store:
     def _runnable(
         self, agents: tuple[str, ...] | None, now: datetime, limit: int
     ) -> list[RunRecord]:
-        """Up to ``limit`` runs no live claim holds that are running, failed_resumable, or
-        interrupted with a decision, of ``agents``; oldest update first (then run id)."""
+        """Up to ``limit`` runs no live claim holds that are running, failed_resumable
+        with ``retry_at`` come, or interrupted with a decision, of ``agents``, not held;
+        oldest update first (then run id)."""
         raise NotImplementedError
 
     def _open_lease(self, lease: LeaseRecord) -> None:
@@ -232,8 +233,25 @@ class _Store:
         return await self._call(None, self._read_select, _statuses(status), agent)
 
     async def needing_attention(self) -> list[RunRecord]:
-        """Runs interrupted, cancelled or failed_resumable, oldest update first."""
+        """Runs interrupted, cancelled or failed_resumable, oldest update first.
+
+        Held runs (``reason`` set) are among them: they are interrupted or failed_resumable.
+        """
         return await self._call(None, self._read_select, tuple(sorted(ATTENTION)), None)
+
+    async def hold(self, run_id: str, reason: str) -> RunRecord:
+        """Keep every worker from taking the run until a person resumes it; ``reason`` says why.
+
+        For a run a worker cannot go on with (its checkpoint cannot be loaded, its
+        agent's code is missing, it failed too many times in a row): held once, with
+        the reason in its row, instead of being retried for ever. A running run becomes
+        ``interrupted`` (waiting for ``a person``); an interrupted one (an approval with
+        a decision pending) or a failed_resumable one keeps its status, and what it
+        waits for. A run held already keeps its first reason; a cancelled run is
+        returned as it is; an ended one raises ``IllegalStatusChangeError``. A person
+        lifts the hold by resuming the run (``set_status(run_id, "running")``).
+        """
+        return await self._call(run_id, self._hold_for_person, run_id, reason)
 
     async def claim(
         self, run_id: str, owner: str, *, lease: timedelta = timedelta(minutes=10)
@@ -254,10 +272,11 @@ class _Store:
     ) -> RunRecord | None:
         """Take the oldest runnable run for ``owner``, atomically; ``None`` when there is none.
 
-        Runnable: no live lease holds it, and it is ``running`` (its worker died, or it
-        was submitted and never started), ``failed_resumable``, or ``interrupted`` with
-        a person's decision pending. A run waiting for a person without a decision, and
-        a cancelled or ended run, is never taken. A running run with a stop request and
+        Runnable: no live lease holds it, it is not held (``reason``), and it is
+        ``running`` (its worker died, or it was submitted and never started),
+        ``failed_resumable`` with its ``retry_at`` come, or ``interrupted`` with a
+        person's decision pending. A run waiting for a person without a decision, and a
+        cancelled or ended run, is never taken. A running run with a stop request and
         no live lease is marked cancelled instead. ``agents`` limits the runs to those
         agents' names. Returns the run's row (its status unchanged), held for ``lease``.
         """
@@ -398,12 +417,22 @@ class _Store:
                 return changed
             return self._move(record, RunStatus.CANCELLED, "", now)
 
+    def _hold_for_person(self, run_id: str, reason: str) -> RunRecord:
+        with self._transaction(write=True):
+            record = self._known(run_id)
+            if record.reason or record.status is RunStatus.CANCELLED:
+                return record
+            changed = held_record(record, reason, self._chain.now())
+            self._put_record(changed)
+            return changed
+
     def _move(
         self, record: RunRecord, status: RunStatus, waiting_for: str, now: datetime
     ) -> RunRecord:
         """Change the run's status through its lifecycle (inside a write transaction)."""
         RunLifecycle(record.run_id, record.status).move_to(status)
         update: dict[str, Any] = {"status": status, "waiting_for": waiting_for, "updated_at": now}
+        update.update(retry_fields(record, status, now, saved=False))
         settled = status in _SETTLED
         if settled:
             update.update(stop_requested=False, decision_pending=False)
@@ -484,6 +513,8 @@ class _Store:
             saved = self._chain.saved_record(
                 record, run_id, seq, agent, status, phase, waiting_for, now
             )
+            # The retry state, which saved_record leaves out: a checkpoint saved is progress.
+            vars(saved).update(retry_fields(record, status, now, saved=True))
             # Everything that can fail is done: the memory store has no rollback.
             self._put_row(run_id, _Row(seq, snapshot, phase, blob, now))
             self._put_record(saved)

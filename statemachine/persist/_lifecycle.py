@@ -10,19 +10,42 @@
 
 The table is a ``transitions`` machine, so a change it does not list is refused at
 run time with ``IllegalStatusChangeError``; nothing leaves ``completed`` or ``aborted``.
+
+Beside its status a run's row keeps its retry state (:func:`retry_fields`): how many
+times in a row it failed, when a worker may retry it (at once after the first failure,
+1s after the second, then twice as long each time, at most 5 minutes:
+:func:`retry_delay`), and the ``reason`` a
+run is *held*: a worker found it could not go on with it (its checkpoint cannot be
+loaded, or it failed too many times in a row), so it waits for a person, ``interrupted``
+(or ``failed_resumable``, if that is where it was), and no worker takes it until a
+person resumes it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import IllegalStatusChangeError
 
 if TYPE_CHECKING:
     from transitions import Machine
 
-__all__ = ["ATTENTION", "ENDINGS", "RunLifecycle", "RunStatus"]
+    from ._protocol import RunRecord
+
+__all__ = [
+    "ATTENTION",
+    "ENDINGS",
+    "RETRY_FIRST",
+    "RETRY_LONGEST",
+    "RunLifecycle",
+    "RunStatus",
+    "held_record",
+    "retry_delay",
+    "retry_fields",
+]
 
 
 class RunStatus(StrEnum):
@@ -155,3 +178,72 @@ class RunLifecycle:
                 self.run_id, current=here, target=target, legal=self.legal_moves()
             ) from None
         return self.status
+
+
+# --- the retry state ----------------------------------------------------------------------
+
+RETRY_FIRST: Final = timedelta(seconds=1)  # the wait after a run's second failure in a row
+RETRY_LONGEST: Final = timedelta(minutes=5)  # the longest wait between two retries
+_CLEARED: Final[Mapping[str, Any]] = {"reason": "", "failures": 0, "retry_at": None}
+
+
+def retry_delay(failures: int) -> timedelta:
+    """How long a run that failed ``failures`` times in a row waits before a worker retries
+    it: not at all after the first failure (most are passing), 1s after the second, then
+    twice as long each time, at most 5 minutes."""
+    if failures <= 1:
+        return timedelta(0)
+    return min(RETRY_FIRST * (1 << min(failures - 2, 30)), RETRY_LONGEST)
+
+
+def retry_fields(
+    before: RunRecord | None, status: RunStatus, now: datetime, *, saved: bool
+) -> Mapping[str, Any]:
+    """The row's ``reason``, ``failures`` and ``retry_at`` once the run goes from ``before``
+    to ``status``, by a checkpoint saved (``saved``) or a change of status alone.
+
+    A move to ``failed_resumable`` is one more failure in a row (the first, if a
+    checkpoint was saved with it), to be retried after :func:`retry_delay`. A worker's
+    retry (``failed_resumable`` -> ``running``, not held) keeps the count: the run has
+    not got further yet. A checkpoint saved (it got further) and every other change of
+    status (a person resumed, stopped or ended it) start the count over and lift a hold;
+    setting the status a run has already changes none of them.
+    """
+    if before is None:  # a new run
+        if status is RunStatus.FAILED_RESUMABLE:
+            return {"reason": "", "failures": 1, "retry_at": now}
+        return _CLEARED
+    same = status is before.status
+    if same and not saved:
+        return {"reason": before.reason, "failures": before.failures, "retry_at": before.retry_at}
+    if status is RunStatus.FAILED_RESUMABLE:
+        if same:  # a checkpoint saved by a run still failed: it stays as it was
+            return {"reason": "", "failures": before.failures, "retry_at": before.retry_at}
+        failures = 1 if saved else before.failures + 1
+        return {"reason": "", "failures": failures, "retry_at": now + retry_delay(failures)}
+    if (
+        status is RunStatus.RUNNING
+        and before.status is RunStatus.FAILED_RESUMABLE
+        and not before.reason
+        and not saved
+    ):
+        return {"reason": "", "failures": before.failures, "retry_at": None}
+    return _CLEARED
+
+
+def held_record(record: RunRecord, reason: str, now: datetime) -> RunRecord:
+    """The row of a run held for a person with ``reason`` (``hold``, every store).
+
+    Called only for a run not held yet and not cancelled (the reason is made one line,
+    and never empty): a running run becomes
+    ``interrupted``, waiting for ``a person``; an interrupted or failed_resumable run
+    keeps its status and what it waits for; an ended one is refused
+    (``IllegalStatusChangeError``).
+    """
+    # One line, as the command line shows it; never empty, which would mean "not held".
+    said = " ".join(reason.split()) or "no reason given"
+    update: dict[str, Any] = {"reason": said, "retry_at": None, "updated_at": now}
+    if record.status is RunStatus.RUNNING or record.status.is_ending:
+        RunLifecycle(record.run_id, record.status).move_to(RunStatus.INTERRUPTED)
+        update.update(status=RunStatus.INTERRUPTED, waiting_for="a person")
+    return record.model_copy(update=update)

@@ -20,9 +20,13 @@ __all__ = ["MemoryCheckpointer"]
 _T = TypeVar("_T")
 
 
-def _runnable(record: RunRecord) -> bool:
-    """Whether a worker may take the run (when no live lease holds it)."""
-    return record.status in (RunStatus.RUNNING, RunStatus.FAILED_RESUMABLE) or (
+def _runnable(record: RunRecord, now: datetime) -> bool:
+    """Whether a worker may take the run now (when no live lease holds it)."""
+    if record.reason:  # held for a person
+        return False
+    if record.status is RunStatus.FAILED_RESUMABLE:
+        return record.retry_at is None or record.retry_at <= now
+    return record.status is RunStatus.RUNNING or (
         record.status is RunStatus.INTERRUPTED and record.decision_pending
     )
 
@@ -146,7 +150,7 @@ class MemoryCheckpointer(_Store):
         chosen = [
             record
             for record in self._records.values()
-            if _runnable(record)
+            if _runnable(record, now)
             and (agents is None or record.agent in agents)
             and free(record.run_id)
         ]

@@ -40,7 +40,7 @@ from .._errors import (
 )
 from .._ledger import EffectRecord
 from ._chain import _Chain, _every
-from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus
+from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus, held_record, retry_fields
 from ._protocol import (
     DEFAULT_RETENTION,
     CheckpointEntry,
@@ -78,7 +78,10 @@ _SCHEMA: Final = (
         updated_at  TIMESTAMPTZ NOT NULL,
         seq         BIGINT NOT NULL,
         stop_requested BOOLEAN NOT NULL DEFAULT false,
-        decision    BYTEA  -- a person's sealed decision, waiting for a worker; NULL: none
+        decision    BYTEA,  -- a person's sealed decision, waiting for a worker; NULL: none
+        reason      TEXT NOT NULL DEFAULT '',    -- why it is held for a person; '' when not
+        failures    INTEGER NOT NULL DEFAULT 0,  -- failed_resumable this many times in a row
+        retry_at    TIMESTAMPTZ  -- when a worker may retry it; NULL: at once
     )""",
     "CREATE INDEX IF NOT EXISTS statemachine_runs_by_status "
     "ON statemachine_runs (status, updated_at)",
@@ -129,13 +132,33 @@ _SCHEMA_OBJECTS: Final = (  # every table and index _SCHEMA creates
     "statemachine_effects",
     "statemachine_effects_by_run",
 )
+# Columns added to a table since the first release, for databases created before them:
+# (table, column, the statement that adds it).
+_ADDED_COLUMNS: Final[tuple[tuple[str, str, LiteralString], ...]] = (
+    (
+        "statemachine_runs",
+        "reason",
+        "ALTER TABLE statemachine_runs ADD COLUMN IF NOT EXISTS reason TEXT NOT NULL DEFAULT ''",
+    ),
+    (
+        "statemachine_runs",
+        "failures",
+        "ALTER TABLE statemachine_runs ADD COLUMN IF NOT EXISTS failures INTEGER NOT NULL "
+        "DEFAULT 0",
+    ),
+    (
+        "statemachine_runs",
+        "retry_at",
+        "ALTER TABLE statemachine_runs ADD COLUMN IF NOT EXISTS retry_at TIMESTAMPTZ",
+    ),
+)
 _RECORD_COLUMNS: Final = (
     "run_id, agent, status, phase, waiting_for, updated_at, seq, stop_requested, "
-    "decision IS NOT NULL"
+    "decision IS NOT NULL, reason, failures, retry_at"
 )
 _RUN_COLUMNS: Final = (  # the same, of the runs table named r
     "r.run_id, r.agent, r.status, r.phase, r.waiting_for, r.updated_at, r.seq, "
-    "r.stop_requested, r.decision IS NOT NULL"
+    "r.stop_requested, r.decision IS NOT NULL, r.reason, r.failures, r.retry_at"
 )
 _RUN_TABLES: Final = (  # what a purged run leaves besides its row
     "statemachine_checkpoints",
@@ -149,7 +172,8 @@ _INSTALL: Final = "install them with: pip install 'statemachine[postgres]'"
 
 
 def _record_of(row: tuple[Any, ...]) -> RunRecord:
-    run_id, agent, status, phase, waiting_for, updated_at, seq, stop, pending = row
+    run_id, agent, status, phase, waiting_for, updated_at, seq, stop, pending, *retry = row
+    reason, failures, retry_at = retry
     return RunRecord(
         run_id=run_id,
         agent=agent,
@@ -160,6 +184,9 @@ def _record_of(row: tuple[Any, ...]) -> RunRecord:
         seq=seq,
         stop_requested=stop,
         decision_pending=pending,
+        reason=reason,
+        failures=failures,
+        retry_at=None if retry_at is None else retry_at.astimezone(UTC),
     )
 
 
@@ -332,7 +359,16 @@ class PostgresCheckpointer:
                 (list(_SCHEMA_OBJECTS),),
             )
             row = await cursor.fetchone()
-            return row is None or row[0] != len(_SCHEMA_OBJECTS)
+            if row is None or row[0] != len(_SCHEMA_OBJECTS):
+                return True
+            cursor = await connection.execute(
+                "SELECT count(*) FROM information_schema.columns WHERE table_schema = "
+                "current_schema() AND (table_name, column_name) IN "
+                "(SELECT * FROM unnest(%s::text[], %s::text[]))",
+                ([t for t, _, _ in _ADDED_COLUMNS], [c for _, c, _ in _ADDED_COLUMNS]),
+            )
+            row = await cursor.fetchone()
+            return row is None or row[0] != len(_ADDED_COLUMNS)
 
         if not await missing():
             return
@@ -341,6 +377,8 @@ class PostgresCheckpointer:
             if await missing():
                 for statement in _SCHEMA:
                     await connection.execute(statement)
+                for _, _, add in _ADDED_COLUMNS:  # to a database made before them
+                    await connection.execute(add)
 
     @asynccontextmanager
     async def _session(
@@ -411,11 +449,14 @@ class PostgresCheckpointer:
         """Insert or overwrite the run's row; its decision is kept only while one is pending."""
         await connection.execute(
             "INSERT INTO statemachine_runs (run_id, agent, status, phase, waiting_for, "
-            "updated_at, seq, stop_requested) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+            "updated_at, seq, stop_requested, reason, failures, retry_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (run_id) DO UPDATE SET agent = EXCLUDED.agent, "
             "status = EXCLUDED.status, phase = EXCLUDED.phase, "
             "waiting_for = EXCLUDED.waiting_for, updated_at = EXCLUDED.updated_at, "
             "seq = EXCLUDED.seq, stop_requested = EXCLUDED.stop_requested, "
+            "reason = EXCLUDED.reason, failures = EXCLUDED.failures, "
+            "retry_at = EXCLUDED.retry_at, "
             "decision = CASE WHEN %s THEN statemachine_runs.decision END",
             (
                 record.run_id,
@@ -426,6 +467,9 @@ class PostgresCheckpointer:
                 record.updated_at,
                 record.seq,
                 record.stop_requested,
+                record.reason,
+                record.failures,
+                record.retry_at,
                 record.decision_pending,
             ),
         )
@@ -436,11 +480,9 @@ class PostgresCheckpointer:
         """Change the run's status through its lifecycle; an ending or a stop drops the
         stop request and any pending decision."""
         RunLifecycle(record.run_id, record.status).move_to(status)
-        update: dict[str, Any] = {
-            "status": status,
-            "waiting_for": waiting_for,
-            "updated_at": self._chain.now(),
-        }
+        now = self._chain.now()
+        update: dict[str, Any] = {"status": status, "waiting_for": waiting_for, "updated_at": now}
+        update.update(retry_fields(record, status, now, saved=False))
         if status in _SETTLED:
             update.update(stop_requested=False, decision_pending=False)
         changed = record.model_copy(update=update)
@@ -559,6 +601,8 @@ class PostgresCheckpointer:
             saved = self._chain.saved_record(
                 record, run_id, seq, agent, target, phase, waiting_for, now
             )
+            # The retry state, which saved_record leaves out: a checkpoint saved is progress.
+            vars(saved).update(retry_fields(record, target, now, saved=True))
             await connection.execute(
                 "INSERT INTO statemachine_checkpoints (run_id, seq, kind, phase, blob, at) "
                 "VALUES (%s, %s, %s, %s, %s, %s)",
@@ -632,8 +676,24 @@ class PostgresCheckpointer:
         return await self._select_records(_statuses(status), agent)
 
     async def needing_attention(self) -> list[RunRecord]:
-        """Runs interrupted, cancelled or failed_resumable, oldest update first."""
+        """Runs interrupted, cancelled or failed_resumable (held ones too), oldest update first."""
         return await self._select_records(tuple(sorted(ATTENTION)), None)
+
+    async def hold(self, run_id: str, reason: str) -> RunRecord:
+        """Keep every worker from taking the run until a person resumes it; ``reason`` says why.
+
+        As :meth:`SQLiteCheckpointer.hold`: once (a run held already keeps its first
+        reason), running -> interrupted, interrupted and failed_resumable keep their
+        status, a cancelled run is returned as it is, an ended one is refused.
+        """
+        async with self._session() as connection:
+            await self._lock_run(connection, run_id)
+            record = await self._fetch_known(connection, run_id, for_update=True)
+            if record.reason or record.status is RunStatus.CANCELLED:
+                return record
+            changed = held_record(record, reason, self._chain.now())
+            await self._store_record(connection, changed)
+            return changed
 
     async def _select_records(
         self, statuses: tuple[RunStatus, ...] | None, agent: str | None
@@ -696,10 +756,11 @@ class PostgresCheckpointer:
     ) -> RunRecord | None:
         """Take the oldest runnable run for ``owner``, atomically; ``None`` when there is none.
 
-        Runnable: no live lease holds it, and it is ``running`` (its worker died, or it
-        was submitted and never started), ``failed_resumable``, or ``interrupted`` with
-        a person's decision pending. A run waiting for a person without a decision, and
-        a cancelled or ended run, is never taken. A running run with a stop request and
+        Runnable: no live lease holds it, it is not held (``reason``), and it is
+        ``running`` (its worker died, or it was submitted and never started),
+        ``failed_resumable`` with its ``retry_at`` come, or ``interrupted`` with a
+        person's decision pending. A run waiting for a person without a decision, and a
+        cancelled or ended run, is never taken. A running run with a stop request and
         no live lease is marked cancelled instead. ``agents`` limits the runs to those
         agents' names. Returns the run's row (its status unchanged), held for ``lease``.
 
@@ -717,14 +778,14 @@ class PostgresCheckpointer:
                 cursor = await connection.execute(
                     f"SELECT {_RUN_COLUMNS} FROM statemachine_runs r "
                     "LEFT JOIN statemachine_claims c ON c.run_id = r.run_id "
-                    "WHERE (c.run_id IS NULL OR c.until <= %(now)s) "
-                    "AND (r.status = ANY(%(runnable)s) "
+                    "WHERE (c.run_id IS NULL OR c.until <= %(now)s) AND r.reason = '' "
+                    "AND (r.status = 'running' OR (r.status = 'failed_resumable' AND "
+                    "(r.retry_at IS NULL OR r.retry_at <= %(now)s)) "
                     "OR (r.status = 'interrupted' AND r.decision IS NOT NULL)) "
                     f"AND r.run_id <> ALL(%(passed)s){agent_clause} "
                     "ORDER BY r.updated_at, r.run_id LIMIT 1 FOR UPDATE OF r SKIP LOCKED",
                     {
                         "now": now,
-                        "runnable": [RunStatus.RUNNING.value, RunStatus.FAILED_RESUMABLE.value],
                         "passed": passed,
                         "agents": chosen,
                     },

@@ -5,9 +5,10 @@ id and its ``seq``, the transition number: 0, 1, 2, ... with no gap (:class:`Run
 how it is stored is ``_base``'s (snapshots and deltas, sealed blobs).
 
 The registry (one row per run: agent, status, phase, what it waits for, when it was
-last updated, its last seq) is kept beside the checkpoints and answers "which runs
-need attention?" without decoding any checkpoint (:class:`Registry`). Status changes go
-through :class:`RunLifecycle`.
+last updated, its last seq, its retry state) is kept beside the checkpoints and answers
+"which runs need attention?" without decoding any checkpoint (:class:`Registry`).
+Status changes go through :class:`RunLifecycle`; a run a worker cannot go on with is
+*held* for a person (``hold``) instead of being retried for ever.
 
 The side-effect ledger (one :class:`EffectRecord` per idempotency key) is kept
 beside them too: a write tool's intent is recorded before the call and its result
@@ -17,8 +18,9 @@ blob like a checkpoint (checksum, sealer, associated data
 
 Many workers share one store through leases (:class:`Leases`): ``claim_next`` hands each
 runnable run to one worker at a time (a run whose worker died becomes runnable when its
-lease lapses), ``renew`` keeps a lease, ``release`` gives it back, and every lease is
-kept in a history (:class:`LeaseRecord`). A person's decision about a run waiting for an
+lease lapses, a failed run when its ``retry_at`` has come, a held run never), ``renew``
+keeps a lease, ``release`` gives it back, and every lease is kept in a history
+(:class:`LeaseRecord`). A person's decision about a run waiting for an
 approval is stored with the run (:class:`Decisions`: ``submit_decision``, sealed like a
 checkpoint with the associated data ``b"decision:<run_id>"``) and makes it runnable; a
 stop request (``request_stop``) is a flag on the run's row that the worker driving it
@@ -60,6 +62,13 @@ class RunRecord(BaseModel, defer_build=True):
     ``stop_requested``: someone asked the worker driving the run to stop it (it stops
     at its next checkpoint). ``decision_pending``: a person's decision waits for a
     worker to resume the run with it.
+
+    The retry state (see ``_lifecycle.retry_fields``): ``failures`` is how many times in
+    a row the run failed (``failed_resumable``) without getting further; ``retry_at``
+    is when a worker may retry it (``None``: at once); ``reason``, when not empty, says
+    why the run is *held*: it waits for a person (``interrupted``, or still
+    ``failed_resumable``) and no worker takes it, because one could not go on with it
+    (:meth:`Registry.hold`). A person resuming it lifts the hold.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -73,6 +82,14 @@ class RunRecord(BaseModel, defer_build=True):
     seq: int
     stop_requested: bool = False
     decision_pending: bool = False
+    reason: str = ""
+    failures: int = 0
+    retry_at: datetime | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether the run waits for a person because a worker could not go on with it."""
+        return bool(self.reason)
 
 
 class CheckpointEntry(BaseModel, defer_build=True):
@@ -179,6 +196,14 @@ class Registry(Protocol):
         agent: str | None = None,
     ) -> list[RunRecord]:
         """Registry rows, oldest update first, filtered by status and agent."""
+        ...
+
+    async def hold(self, run_id: str, reason: str) -> RunRecord:
+        """Keep every worker from taking the run until a person resumes it; ``reason`` says why.
+
+        A running run becomes ``interrupted``; an interrupted or failed_resumable one
+        keeps its status. A run held already, or cancelled, is returned as it is.
+        """
         ...
 
     async def needing_attention(self) -> list[RunRecord]:

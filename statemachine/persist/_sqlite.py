@@ -42,7 +42,10 @@ CREATE TABLE IF NOT EXISTS runs (
     updated_at  TEXT NOT NULL,  -- ISO 8601 in UTC, one width: sorts as time does
     seq         INTEGER NOT NULL,
     stop_requested INTEGER NOT NULL DEFAULT 0,
-    decision    BLOB            -- a person's decision, sealed; NULL when none is pending
+    decision    BLOB,           -- a person's decision, sealed; NULL when none is pending
+    reason      TEXT NOT NULL DEFAULT '',   -- why it is held for a person; '' when not
+    failures    INTEGER NOT NULL DEFAULT 0, -- failed_resumable this many times in a row
+    retry_at    TEXT            -- when a worker may retry it; NULL: at once
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_at);
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -83,13 +86,16 @@ CREATE INDEX IF NOT EXISTS effects_by_run ON effects (run_id);
 _EFFECT_COLUMNS: Final = "key, run_id, tool, args_hash, status, result, updated_at"
 _RECORD_COLUMNS: Final = (
     "run_id, agent, status, phase, waiting_for, updated_at, seq, stop_requested, "
-    "decision IS NOT NULL"
+    "decision IS NOT NULL, reason, failures, retry_at"
 )
 # Columns added since the first release, for files written before them.
 _ADDED_COLUMNS: Final = (
     ("runs", "stop_requested", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "decision", "BLOB"),
     ("checkpoints", "at", "TEXT NOT NULL DEFAULT '1970-01-01T00:00:00.000000+00:00'"),
+    ("runs", "reason", "TEXT NOT NULL DEFAULT ''"),
+    ("runs", "failures", "INTEGER NOT NULL DEFAULT 0"),
+    ("runs", "retry_at", "TEXT"),
 )
 _LEASE_COLUMNS: Final = "run_id, owner, claimed_at, until, released_at"
 
@@ -99,7 +105,8 @@ def _stamp(moment: datetime) -> str:
 
 
 def _record_of(row: tuple[Any, ...]) -> RunRecord:
-    run_id, agent, status, phase, waiting_for, updated_at, seq, stop, decided = row
+    run_id, agent, status, phase, waiting_for, updated_at, seq, stop, decided, *retry = row
+    reason, failures, retry_at = retry
     return RunRecord(
         run_id=run_id,
         agent=agent,
@@ -110,6 +117,9 @@ def _record_of(row: tuple[Any, ...]) -> RunRecord:
         seq=seq,
         stop_requested=bool(stop),
         decision_pending=bool(decided),
+        reason=reason,
+        failures=failures,
+        retry_at=None if retry_at is None else datetime.fromisoformat(retry_at),
     )
 
 
@@ -435,10 +445,12 @@ class SQLiteCheckpointer(_Store):
         # An upsert, not a replace: the row's decision is written by _put_decision only.
         self._db.execute(
             "INSERT INTO runs (run_id, agent, status, phase, waiting_for, updated_at, seq, "
-            "stop_requested) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE "
+            "stop_requested, reason, failures, retry_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (run_id) DO UPDATE "
             "SET agent = excluded.agent, status = excluded.status, phase = excluded.phase, "
             "waiting_for = excluded.waiting_for, updated_at = excluded.updated_at, "
-            "seq = excluded.seq, stop_requested = excluded.stop_requested",
+            "seq = excluded.seq, stop_requested = excluded.stop_requested, "
+            "reason = excluded.reason, failures = excluded.failures, retry_at = excluded.retry_at",
             (
                 record.run_id,
                 record.agent,
@@ -448,6 +460,9 @@ class SQLiteCheckpointer(_Store):
                 self._stamp(record.updated_at),
                 record.seq,
                 int(record.stop_requested),
+                record.reason,
+                record.failures,
+                None if record.retry_at is None else _stamp(record.retry_at),
             ),
         )
         self._written[record.run_id] = record
@@ -571,15 +586,17 @@ class SQLiteCheckpointer(_Store):
     def _runnable(
         self, agents: tuple[str, ...] | None, now: datetime, limit: int
     ) -> list[RunRecord]:
-        values: list[Any] = [_stamp(now)]
+        stamp = _stamp(now)
+        values: list[Any] = [stamp, stamp]
         mine = ""
         if agents is not None:
             mine = f" AND agent IN ({', '.join('?' * len(agents))})" if agents else " AND 0"
             values.extend(agents)
         values.append(limit)
         rows = self._db.execute(
-            f"SELECT {_RECORD_COLUMNS} FROM runs WHERE (status IN ('running', 'failed_resumable')"
-            " OR (status = 'interrupted' AND decision IS NOT NULL)) AND NOT EXISTS (SELECT 1 "
+            f"SELECT {_RECORD_COLUMNS} FROM runs WHERE (status = 'running' OR (status = "
+            "'failed_resumable' AND (retry_at IS NULL OR retry_at <= ?)) OR (status = "
+            "'interrupted' AND decision IS NOT NULL)) AND reason = '' AND NOT EXISTS (SELECT 1 "
             f"FROM claims WHERE claims.run_id = runs.run_id AND claims.until > ?){mine} "
             "ORDER BY updated_at, run_id LIMIT ?",
             values,
