@@ -13,7 +13,9 @@ This module imports the phases for the type checkers only: ``_phases`` imports i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never
+
+import anyio
 
 from . import _json
 from ._errors import ModelRequestError, ModelResponseError, ModelUnavailableError
@@ -31,8 +33,8 @@ from ._guard import (
     _fallbacks,
     validate_with_retries,
 )
-from ._model import Message, ModelReply, ModelRequest, _checked_reply
-from ._runtime import Runtime, _within
+from ._model import Message, Model, ModelReply, ModelRequest, _checked_reply
+from ._runtime import Runtime
 from ._tools import InvalidCall, ReadCall, WriteCall
 
 if TYPE_CHECKING:
@@ -112,9 +114,9 @@ async def _ask(
     """Call the model under the run's deadline; the reply and this phase with its usage.
 
     Instead of a reply, the reason the call failed: the deadline cancelled it, the
-    model's service refused or could not answer, or what came back is not a reply.
-    ``answering`` (no tools, an answer wanted) sends the answer guard's schema to a
-    constrained backend.
+    model's own time limit ran out, the model's service refused or could not answer,
+    or what came back is not a reply. ``answering`` (no tools, an answer wanted) sends
+    the answer guard's schema to a constrained backend.
     """
     remaining = rt.remaining(planning.agent.budget)
     messages = planning.messages()
@@ -133,9 +135,10 @@ async def _ask(
     )
     loop = planning.agent.governor.flag(planning.loop, planning.step)
     try:
-        reply = _checked_reply(rt.model, await _within(rt.model.complete(request), remaining))
-    except TimeoutError:
-        reason = f"wall-clock budget: the model did not answer within the {remaining:.2f}s left"
+        answered = await _answered(rt.model, request, remaining)
+        reply = None if answered is _DEADLINE else _checked_reply(rt.model, answered)
+    except TimeoutError as error:
+        reason = _timed_out(error, remaining, rt.remaining(planning.agent.budget))
         return reason, planning._copy(loop=loop)
     except (ModelUnavailableError, ModelRequestError) as error:
         # Retries of a model call are not the model's to decide, nor this phase's:
@@ -143,9 +146,54 @@ async def _ask(
         return f"the model could not be asked: {error}", planning._copy(loop=loop)
     except ModelResponseError as error:
         return f"the model's reply could not be used: {error}", planning._copy(loop=loop)
+    if reply is None:
+        return _out_of_time(remaining), planning._copy(loop=loop)
     # The model's usage belongs to this step whatever it chose.
     spent = planning.spent.add(tokens=reply.usage.tokens, cost=reply.usage.cost, model_calls=1)
     return reply, planning._copy(spent=spent, loop=loop)
+
+
+# What _answered returns when the run's deadline cancelled the model call.
+_DEADLINE: Final = object()
+# How far past the run's deadline (by the run's clock) a model's own TimeoutError may be
+# counted as the deadline's: an adapter cuts its call to the time the run has left, and
+# its timer and the runtime's clock can disagree by a scheduling tick.
+_SLACK: Final = 0.005
+
+
+async def _answered(model: Model, request: ModelRequest, seconds: float | None) -> object:
+    """What ``model`` answered ``request``, or ``_DEADLINE`` when the run's deadline
+    (``seconds`` from now; ``None``: none) cancelled the call first.
+
+    What ``_within`` does, except that the run's deadline is told apart from a
+    ``TimeoutError`` the model raised itself (its own time limit), which propagates.
+    """
+    if seconds is None:
+        return await model.complete(request)
+    with anyio.CancelScope(deadline=anyio.current_time() + seconds):
+        return await model.complete(request)
+    return _DEADLINE
+
+
+def _out_of_time(remaining: float | None) -> str:
+    """The reason of a model call the run's deadline cancelled, ``remaining`` seconds in."""
+    left = "the time" if remaining is None else f"the {remaining:.2f}s"
+    return f"wall-clock budget: the model did not answer within {left} left"
+
+
+def _timed_out(error: TimeoutError, remaining: float | None, left: float | None) -> str:
+    """The reason of a model call that raised ``TimeoutError`` itself.
+
+    ``remaining`` is the time the run had when the call began, ``left`` what it has now
+    (``None``: the run has no wall-clock budget). An adapter that cut its call to the
+    run's time (``ModelRequest.timeout``) and ran out has met the run's deadline: the
+    reason is the wall-clock budget's. Else the model's own limit ran out first.
+    """
+    if remaining is not None and left is not None and left <= _SLACK:
+        return _out_of_time(remaining)
+    said = str(error) or "it raised TimeoutError"
+    had = "the run has no wall-clock budget" if left is None else f"the run had {left:.2f}s left"
+    return f"the model did not answer within its own time limit ({said}); {had}"
 
 
 async def _finalize(planning: Planning[C], rt: Runtime, reason: str) -> Responding[C] | Failed[C]:

@@ -1,15 +1,18 @@
-"""What a run makes of a model that answers the wrong thing, at the model boundary."""
+"""What a run makes of a model that answers the wrong thing, or too late, at the model boundary."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anyio
 import anyio.lowlevel
+import httpx
 import pytest
 
 from statemachine import (
     Agent,
+    Budget,
     Failed,
     ModelReply,
     ModelRequest,
@@ -17,11 +20,13 @@ from statemachine import (
     Runner,
 )
 from statemachine._model import _checked_reply
+from statemachine.models import OpenAICompatibleModel
 from statemachine.testing import AutoDenyGate, FunctionModel
 
 pytestmark = pytest.mark.anyio
 
 AGENT = Agent[None](name="a")
+LIMITED = Agent[None](name="a", budget=Budget(wall_clock=60))
 EXPECTED = (
     "where a ModelReply was expected: its complete() must return a statemachine.ModelReply "
     "(text or tool calls, and usage), e.g. ModelReply(text=...)"
@@ -105,3 +110,74 @@ async def test_a_model_reply_still_goes_through() -> None:
 
     model = Answers(Reply(text="ok"))
     assert _checked_reply(model, model.answer) is model.answer
+
+
+# --- timeouts ---------------------------------------------------------------------------
+
+
+class OwnTimeout:
+    """A model with a time limit of its own that the call outlasts; it raises TimeoutError."""
+
+    def __init__(self, limit: float, *, cut_to_request: bool = False) -> None:
+        self.limit = limit
+        self.cut_to_request = cut_to_request
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        limit = self.limit
+        if self.cut_to_request and request.timeout is not None:
+            limit = min(limit, request.timeout)  # as the OpenAI-compatible adapter does
+        try:
+            with anyio.fail_after(limit):
+                await anyio.sleep(5)
+        except TimeoutError:
+            raise TimeoutError(f"the model took longer than its {limit:.2f}s") from None
+        raise AssertionError("not reached")
+
+
+async def test_the_models_own_timeout_without_a_deadline_fails_the_run_clearly() -> None:
+    """No wall-clock budget: the model's own TimeoutError is the reason, not a TypeError."""
+    failed = await run(AGENT, OwnTimeout(0.05))
+    assert failed.reason == (
+        "the model did not answer within its own time limit (the model took longer than "
+        "its 0.05s); the run has no wall-clock budget"
+    )
+
+
+async def test_the_models_own_timeout_inside_a_deadline_says_the_time_the_run_had() -> None:
+    """A wall-clock budget with time to spare: the model's own limit is still the reason."""
+    failed = await run(LIMITED, OwnTimeout(0.05))
+    assert re.fullmatch(
+        r"the model did not answer within its own time limit \(the model took longer than "
+        r"its 0\.05s\); the run had 59\.\d\ds left",
+        failed.reason,
+    ), failed.reason
+
+
+@pytest.mark.parametrize("cut_to_request", [False, True])
+async def test_a_deadline_shorter_than_the_models_limit_is_the_wall_clock_reason(
+    cut_to_request: bool,
+) -> None:
+    """The run's deadline comes first: the call is cancelled, or the model, cut to the
+    run's time, raises at the same moment; either way the reason is the wall clock's."""
+    agent = Agent[None](name="a", budget=Budget(wall_clock=0.1))
+    failed = await run(agent, OwnTimeout(5, cut_to_request=cut_to_request))
+    assert re.fullmatch(
+        r"wall-clock budget: the model did not answer within the 0\.\d\ds left", failed.reason
+    ), failed.reason
+
+
+async def test_the_openai_adapters_timeout_without_a_deadline_fails_the_run() -> None:
+    """The case reported: the adapter's own timeout, no wall-clock budget, no TypeError."""
+
+    async def never_answers(request: httpx.Request) -> httpx.Response:
+        await anyio.sleep(5)
+        raise AssertionError("not reached")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(never_answers)) as client:
+        model = OpenAICompatibleModel("https://example.test/v1", "m", timeout=0.1, client=client)
+        failed = await run(AGENT, model)
+    assert failed.reason == (
+        "the model did not answer within its own time limit (the model at "
+        "https://example.test/v1/chat/completions did not answer within 0.10s; the request "
+        "was cancelled); the run has no wall-clock budget"
+    )
