@@ -225,13 +225,15 @@ async def _answer(
     if guard is None:
         return await _text_answer(planning, rt, reply)
     asked: list[Planning[C]] = [planning]
+    stopped: list[str] = []  # why a model call of the loop gave no reply
 
     async def ask(feedback: str | None) -> ModelReply:
         if feedback is None:
             return reply
         again, heard = await _ask(asked[-1], rt, tools=(), note=feedback, answering=True)
         asked.append(heard)
-        if isinstance(again, str):  # the deadline: an empty reply ends the loop
+        if isinstance(again, str):  # an empty reply ends the loop; the reason is kept
+            stopped.append(again)
             return ModelReply(text="", finish_reason="length")
         return again
 
@@ -250,6 +252,10 @@ async def _answer(
             return heard.respond(outcome.data.decode(), verified=outcome)
         case Refusal():
             return heard._fail(f"the model refused to answer: {outcome.text}", partial=outcome.text)
+        case Truncated() if stopped:
+            best = result.best
+            partial = best.raw if isinstance(best, Invalid) else ""
+            return heard._fail(f"{stopped[-1]} (asked again for its answer)", partial=partial)
         case Truncated():
             return heard._fail("the answer was cut off at the token limit", partial=outcome.text)
         case Invalid():

@@ -9,6 +9,7 @@ import anyio
 import anyio.lowlevel
 import httpx
 import pytest
+from pydantic import BaseModel
 
 from statemachine import (
     Agent,
@@ -17,6 +18,7 @@ from statemachine import (
     ModelReply,
     ModelRequest,
     ModelResponseError,
+    OutputGuard,
     Runner,
 )
 from statemachine._model import _checked_reply
@@ -181,3 +183,31 @@ async def test_the_openai_adapters_timeout_without_a_deadline_fails_the_run() ->
         "https://example.test/v1/chat/completions did not answer within 0.10s; the request "
         "was cancelled); the run has no wall-clock budget"
     )
+
+
+class Ticket(BaseModel, frozen=True):
+    summary: str
+
+
+class InvalidThenLate:
+    """A model whose first answer fails the guard's schema and whose second is too late."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.asked += 1
+        if self.asked == 1:
+            return ModelReply(text='{"title": "no summary"}')
+        return await OwnTimeout(0.05).complete(request)
+
+
+async def test_a_timeout_while_the_guard_asks_again_is_the_reason() -> None:
+    """The validation loop's retry times out: the run says so, not "cut off at the limit"."""
+    agent = Agent[None](name="a", answer_guard=OutputGuard(Ticket))
+    failed = await run(agent, InvalidThenLate())
+    assert failed.reason == (
+        "the model did not answer within its own time limit (the model took longer than "
+        "its 0.05s); the run has no wall-clock budget (asked again for its answer)"
+    )
+    assert failed.partial == '{"title": "no summary"}'
