@@ -39,21 +39,58 @@ def wal_bytes(path: Path) -> int:
 async def test_saves_leave_the_checkpoint_to_the_thread_and_the_wal_stays_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """With the thread's copy awaited, the WAL is reused from its start: it never grows.
+
+    The thread runs when the machine lets it, so a test that races it measures the
+    machine's load. Here each started copy is waited for before the save returns, and
+    a lagging thread is made by holding it back: both orders are then fixed. Without
+    the copies, 400 saves fill about 2,900 pages.
+    """
     monkeypatch.setattr(store_module, "_WAL_PAGES", 100)
     path = tmp_path / "runs.sqlite3"
     async with SQLiteCheckpointer(path, snapshot_every=10**6) as store:
         await save_steps(store, "r", range(1))
         (autocheckpoint,) = store._db.execute("PRAGMA wal_autocheckpoint").fetchone()
         assert autocheckpoint == 0  # no commit copies the WAL back itself
-        await save_steps(store, "r", range(1, 400))
-        store._wal.close()  # waits for the checkpoint under way
-        assert store._wal.done >= 4
-        assert store._wal.failed is None
-        # Without the thread's checkpoints the WAL holds every page of 400 saves (about
-        # 2,900 pages); with them it is reused from its start: about 290 pages on a quiet
-        # machine, 512 seen on a loaded one, whose thread lags the saves. The bound is
-        # between, well away from both.
-        assert wal_bytes(path) < 1000 * PAGE
+        wal, start = store._wal, store._wal.start
+        waiting = True
+
+        def start_and_wait() -> None:
+            start()
+            if waiting and wal._thread is not None:
+                wal._thread.join()
+
+        monkeypatch.setattr(wal, "start", start_and_wait)
+        sizes = []
+        for step in range(1, 200):
+            await save_steps(store, "r", range(step, step + 1))
+            sizes.append(wal_bytes(path))
+        assert wal.done >= 10
+        assert wal.failed is None
+        # The WAL holds what is written between two copies (about _WAL_PAGES pages and
+        # one save), and from the first copy on every save writes it from its start.
+        first = sizes.index(max(sizes))
+        assert first < 50
+        assert max(sizes) <= 2 * 100 * PAGE
+        assert sizes[first:] == [max(sizes)] * (len(sizes) - first)
+
+        # A thread that lags: held back, the copy waits while 50 saves (about 350
+        # pages) grow the WAL; let go, it copies them all, and the WAL, longer now, is
+        # again reused from its start.
+        waiting = False
+        done = wal.done
+        with wal._running:
+            await save_steps(store, "r", range(200, 250))
+            assert wal.done == done
+        lagged = wal_bytes(path)
+        assert lagged > max(sizes)
+        assert wal._thread is not None
+        wal._thread.join()
+        assert (wal.done, wal.failed) == (done + 1, None)
+        waiting = True
+        for step in range(250, 400):
+            await save_steps(store, "r", range(step, step + 1))
+            assert wal_bytes(path) == lagged
         seq, loaded = await store.load("r")
         assert (seq, loaded) == (399, document(399))
     assert wal_bytes(path) == 0  # the last connection to close copied the rest back
