@@ -12,14 +12,18 @@ the union :data:`GuardOutcome`, to be handled with an exhaustive ``match``:
 
 ``check`` never raises for anything a model can send. Validation runs in three
 phases: *normalise* (``"$1,200.50"`` -> ``Decimal("1200.50")`` for money fields,
-``"tomorrow"`` -> a date given the run's ``today``), *type-check* (the pydantic
-schema), and *cross-field rules* (functions of the value and the agent's
-dependencies). The :class:`GuardMode` is configuration:
+while ``"$1.000"`` and ``"1,000"`` are refused as ambiguous unless the guard is told
+the decimal separator; ``"tomorrow"`` -> a date given the run's ``today``),
+*type-check* (the pydantic schema), and *cross-field rules* (functions of the value
+and the agent's dependencies). The :class:`GuardMode` is configuration:
 
 - ``auto_repair`` (default): when the text is not JSON, at most two mechanical fixes
   (strip one Markdown code fence, cut to the outermost braces, drop trailing commas
   outside strings) and never anything cleverer; a fix only deletes characters that
-  are not part of a value, so no value is ever changed;
+  are not part of a value, so no value is ever changed, and nothing is closed or
+  completed. A repair never changes the JSON type of the value the text begins with:
+  an unterminated array is not cut to its first object (the reply is invalid, and a
+  ``json.not_object`` diagnostic says the schema wants an object);
 - ``reject``: no repair; in :func:`validate_with_retries` the first invalid reply
   raises :class:`OutputRejectedError` at once (no retry, no fallback);
 - ``constrained``: the schema is sent with the request (``ModelRequest.output_schema``)
@@ -250,9 +254,27 @@ def _strip_fence(text: str) -> str | None:
 
 
 def _cut_to_braces(text: str) -> str | None:
-    """``text`` from its first ``{`` to its last ``}``; ``None`` if that changes nothing."""
+    """``text`` from its first ``{`` to its last ``}``; ``None`` if that changes nothing.
+
+    Also ``None`` when the first ``{`` is inside a string, or inside a ``[`` still open
+    there: the braces are then a string's text (``Note: "use {}"``) or an array's
+    element (``Here: [{...}, {...}``), and cutting to them would change the value's
+    type.
+    """
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end < start or (start == 0 and end == len(text) - 1):
+        return None
+    open_brackets, in_string, escaped = 0, False, False
+    for char in text[:start]:
+        if in_string:
+            in_string, escaped = escaped or char != '"', not escaped and char == "\\"
+        elif char == '"':
+            in_string = True
+        elif char == "[":
+            open_brackets += 1
+        elif char == "]" and open_brackets:
+            open_brackets -= 1
+    if in_string or open_brackets:
         return None
     return text[start : end + 1]
 
@@ -286,6 +308,37 @@ _REPAIR_PLANS: tuple[tuple[Repair, ...], ...] = (
     (Repair.STRIP_FENCE, Repair.CUT_TO_BRACES),
     (Repair.CUT_TO_BRACES, Repair.DROP_TRAILING_COMMA),
 )
+
+
+# The JSON value a text begins with, by its first character (or literal): what a
+# repair must not change. Text that begins otherwise is prose around a value.
+_VALUE_START = re.compile(
+    r'(?P<object>\{)|(?P<array>\[)|(?P<string>")|(?P<number>-?[0-9])'
+    r"|(?P<boolean>(?:true|false)\b)|(?P<null>null\b)"
+)
+
+
+def _begins(text: str) -> str | None:
+    """The JSON type of the value ``text`` begins with (``"array"``...); ``None`` for prose."""
+    match = _VALUE_START.match(text.lstrip())
+    return None if match is None else match.lastgroup
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a value read by ``_json.loads``, named as :func:`_begins` names it."""
+    match value:
+        case dict():
+            return "object"
+        case list():
+            return "array"
+        case str():
+            return "string"
+        case bool():
+            return "boolean"
+        case None:
+            return "null"
+        case _:
+            return "number"
 
 
 @attrs.frozen
@@ -331,22 +384,46 @@ def _load(text: str) -> _Loaded | Diagnostic:
 
 
 def _parse(text: str, *, repair: bool) -> tuple[_Loaded, tuple[Repair, ...]] | Diagnostic:
-    """Read ``text`` as JSON, with at most two mechanical fixes when ``repair`` is set."""
+    """Read ``text`` as JSON, with at most two mechanical fixes when ``repair`` is set.
+
+    A repaired value has the JSON type of the value the text began with, before and
+    after each fix (prose and a fence line begin no value): text that begins an array
+    is never repaired into an object, nor a string into a number.
+    """
     first = _load(text)
     if isinstance(first, _Loaded) or not repair:
         return (first, ()) if isinstance(first, _Loaded) else first
     for plan in _REPAIR_PLANS:
         fixed: str | None = text
+        begun = {_begins(text)}
         for fix in plan:
             assert fixed is not None
             fixed = _FIXES[fix](fixed)
             if fixed is None:  # this fix does not apply: the plan is not tried
                 break
+            begun.add(_begins(fixed))
         if fixed is not None:
             loaded = _load(fixed)
-            if isinstance(loaded, _Loaded):
+            if isinstance(loaded, _Loaded) and begun - {None} <= {_json_type(loaded.value)}:
                 return loaded, plan
     return first
+
+
+def _not_an_object(text: str) -> Diagnostic | None:
+    """A diagnostic when unreadable ``text`` begins a JSON value other than an object.
+
+    The body of its one fenced block, if it has one, is what counts. The schema is a
+    model, so it always wants one object.
+    """
+    kind = _begins(_strip_fence(text) or text)
+    if kind is None or kind == "object":
+        return None
+    named = "JSON null" if kind == "null" else f"a JSON {kind}"
+    return Diagnostic(
+        code="json.not_object",
+        message=f"the reply begins with {named}, but the schema wants one JSON object",
+        allowed_fixes=(f"send one JSON object instead of {named}",),
+    )
 
 
 # --- normalise -------------------------------------------------------------------------
@@ -361,38 +438,138 @@ def _money_pattern(marks: tuple[str, ...]) -> re.Pattern[str]:
     mark = f"(?:{alternatives})" if alternatives else "(?!)"
     return re.compile(
         rf"(?P<sign>[-+]?) ?(?:(?P<prefix>{mark}) ?)?(?P<sign2>[-+]?)"
-        r"(?P<number>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+        r"(?P<number>\d[\d.,]*\d|\d|[.,]\d+)"
         rf"(?: ?(?P<suffix>{mark}))?"
     )
 
 
-def _money(text: str, marks: tuple[str, ...]) -> Decimal | None:
-    """An amount written as text, exactly; ``None`` unless the spelling is unambiguous.
+DecimalSeparator: TypeAlias = Literal[".", ","]
+# A group that may lead a number written with thousands separators: "1", "12", "123".
+_LEADING_GROUP = re.compile(r"(?!0)\d{1,3}")
+_GROUP = re.compile(r"\d{3}")
+
+
+def _decimal_separator(number: str) -> DecimalSeparator | None:
+    """The separator that marks decimals in ``number``, read off its spelling.
+
+    ``None`` when the spelling does not say: one separator with exactly three digits
+    after it and a group of one to three digits (not starting with 0) before it, as in
+    ``1.000`` or ``2,500``, is a thousands separator in some countries and a decimal
+    point in others. Every other spelling says: both separators (the last one written
+    marks decimals: ``1,000.50``, ``1.000,50``), one separator written twice or more
+    (grouping: ``1,000,000``), or one separator that cannot group thousands (``1.5``,
+    ``1,50``, ``0.001``, ``1234.567``).
+    """
+    written = [char for char in number if char in ".,"]
+    last: DecimalSeparator = "," if written and written[-1] == "," else "."
+    if len(set(written)) == 2:
+        return last
+    if len(written) > 1:
+        return "." if last == "," else ","
+    whole, _, fraction = number.partition(last)
+    if _GROUP.fullmatch(fraction) and _LEADING_GROUP.fullmatch(whole):
+        return None
+    return last
+
+
+def _plain_digits(number: str, decimal: DecimalSeparator) -> str | None:
+    """``number`` without grouping and with ``.`` for decimals; ``None`` if malformed.
+
+    The other separator may only group the whole part in threes (``1,000,000``).
+    """
+    grouping = "," if decimal == "." else "."
+    whole, point, fraction = number.partition(decimal)
+    if (point and not fraction) or any(char in ".," for char in fraction):
+        return None
+    if grouping in whole:
+        leading, *groups = whole.split(grouping)
+        if not (_LEADING_GROUP.fullmatch(leading) and all(map(_GROUP.fullmatch, groups))):
+            return None
+        whole = leading + "".join(groups)
+    return f"{whole}.{fraction}" if point else whole
+
+
+@attrs.frozen
+class _Unread:
+    """Money text the guard will not read, and why: a diagnostic's code and message."""
+
+    code: str
+    message: str
+
+
+def _money(
+    text: str, marks: tuple[str, ...], decimal: DecimalSeparator | None
+) -> Decimal | _Unread | None:
+    """An amount written as text, exactly; :class:`_Unread` when its spelling is unclear.
 
     Accepted: a plain number, one currency mark before or after it, and thousands
-    commas grouped in threes. ``"1,200"`` alone is refused: in many countries it
-    means 1.2; with a mark (``"$1,200"``) or a decimal point (``"1,200.50"``) it is not.
-    Like a JSON number from a model, text of more than 400 digits is not converted.
+    separators grouped in threes. With ``decimal`` configured, it marks decimals and
+    the other separator groups thousands; text against that is unread
+    (``money.separator``). Without it, the spelling must say which is which
+    (:func:`_decimal_separator`): ``"1,200"``, ``"1.200"``, ``"$1.000"`` and
+    ``"$1,000"`` are unread (``money.ambiguous``), with or without a mark. ``None``
+    for text that is not money, and, like a JSON number from a model, for text of
+    more than 400 characters.
     """
     if len(text) > _MONEY_CHARS:
         return None
     match = _money_pattern(marks).fullmatch(text.strip())
     if match is None or (match["sign"] and match["sign2"]) or (match["prefix"] and match["suffix"]):
         return None
-    number = match["number"]
-    marked = bool(match["prefix"] or match["suffix"])
-    if "," in number and not (marked or "." in number):
+    sign, number = match["sign"] or match["sign2"], match["number"]
+    separator = decimal if decimal is not None else _decimal_separator(number)
+    if separator is None:  # one separator, three digits after it: drop it, or read a point
+        written = "," if "," in number else "."
+        grouped, pointed = number.replace(written, ""), number.replace(written, ".")
+        return _Unread(
+            "money.ambiguous",
+            f"the amount {_evidence(text)} is ambiguous: it may mean "
+            f"{Decimal(sign + grouped)} or {Decimal(sign + pointed)}",
+        )
+    digits = _plain_digits(number, separator)
+    if digits is not None:
+        return Decimal(sign + digits)
+    if decimal is None:  # malformed: Money refuses it too ("12,34,567")
         return None
-    return Decimal((match["sign"] or match["sign2"]) + number.replace(",", ""))
+    return _Unread(
+        "money.separator",
+        f"the amount {_evidence(text)} is not written with {decimal!r} as its decimal "
+        "separator, as configured",
+    )
 
 
-def _normaliser(today: date | None, marks: tuple[str, ...], notes: list[str]) -> Leaf:
+def _normaliser(
+    today: date | None,
+    marks: tuple[str, ...],
+    decimal: DecimalSeparator | None,
+    notes: list[str],
+    unread: list[Diagnostic],
+) -> Leaf:
+    """Converts money text and relative dates; notes each conversion and each refusal.
+
+    Money text it will not read is left unchanged and reported in ``unread``: the
+    caller reports it instead of the type-check, as ``Money`` itself would read
+    ``"1.000"`` as the number 1.000.
+    """
+
     def normalise(annotation: Any, value: Any, path: _Path) -> Any:
         if not isinstance(value, str):
             return value
         result: Decimal | date | None = None
         if annotation is Decimal:
-            result = _money(value, marks)
+            read = _money(value, marks, decimal)
+            if isinstance(read, _Unread):
+                unread.append(
+                    Diagnostic(
+                        code=read.code,
+                        message=read.message,
+                        path=_render(path),
+                        evidence=_evidence(value),
+                        allowed_fixes=("write the amount as a JSON number, e.g. 1200.50",),
+                    )
+                )
+                return value
+            result = read
         elif annotation is date and today is not None:
             days = _RELATIVE_DAYS.get(value.strip().lower())
             if days is not None:
@@ -443,7 +620,12 @@ class OutputGuard(Generic[T]):
     (default on) converts money text and relative dates before the type-check;
     ``currency_marks`` are the marks money text may carry (other currencies are not
     silently converted: their amounts fail the type-check and the model is asked for
-    a number). The schema and every model nested in it must be frozen.
+    a number). ``decimal_separator`` (``"."`` or ``","``) says which separator marks
+    decimals in money text, the other grouping thousands; left ``None``, the spelling
+    must say: ``"1,000.50"`` and ``"1.000,50"`` are read, while one separator with
+    exactly three digits after it (``"1.000"``, ``"$1,000"``) is refused as ambiguous
+    (``money.ambiguous``), mark or no mark; set, text spelled otherwise is refused
+    (``money.separator``). The schema and every model nested in it must be frozen.
     """
 
     schema: type[T]
@@ -451,6 +633,7 @@ class OutputGuard(Generic[T]):
     rules: tuple[Rule[T], ...]
     normalise: bool
     currency_marks: tuple[str, ...]
+    decimal_separator: DecimalSeparator | None
 
     def __init__(
         self,
@@ -460,6 +643,7 @@ class OutputGuard(Generic[T]):
         rules: Iterable[Rule[T]] = (),
         normalise: bool = True,
         currency_marks: Iterable[str] = ("$", "USD"),
+        decimal_separator: DecimalSeparator | None = None,
     ) -> None:
         if not _is_model(schema):
             raise SetupError(
@@ -479,6 +663,11 @@ class OutputGuard(Generic[T]):
         marks = tuple(currency_marks)
         if any(not mark.strip() or any(char.isdigit() for char in mark) for mark in marks):
             raise SetupError(f"currency marks must be non-blank and hold no digits: {marks!r}")
+        if decimal_separator not in (None, ".", ","):
+            raise SetupError(
+                f"decimal_separator must be '.', ',' or None (read it off the spelling), "
+                f"got {decimal_separator!r}"
+            )
         # attrs writes __attrs_init__ for init=False; mypy's attrs plugin knows it, pyright not.
         self.__attrs_init__(  # pyright: ignore[reportAttributeAccessIssue]
             schema=schema,
@@ -486,6 +675,7 @@ class OutputGuard(Generic[T]):
             rules=tuple(rules),
             normalise=normalise,
             currency_marks=marks,
+            decimal_separator=decimal_separator,
         )
 
     def check(
@@ -573,7 +763,9 @@ class OutputGuard(Generic[T]):
     ) -> tuple[Parsed[T] | Invalid, _Loaded | None]:
         parsed = _parse(text, repair=self.mode is GuardMode.AUTO_REPAIR)
         if isinstance(parsed, Diagnostic):
-            return Invalid(raw=text, diagnostics=(parsed,)), None
+            shape = _not_an_object(text)
+            problems = (parsed,) if shape is None else (parsed, shape)
+            return Invalid(raw=text, diagnostics=problems), None
         loaded, repairs = parsed
         surrogate = _find_surrogate(loaded.value)
         if surrogate is not None:
@@ -586,14 +778,18 @@ class OutputGuard(Generic[T]):
             invalid = Invalid(raw=text, diagnostics=(problem,), repairs=repairs)
             return invalid, None
         notes: list[str] = []
+        unread: list[Diagnostic] = []
         document = loaded.value
         try:
             if self.normalise:
-                leaf = _normaliser(today, self.currency_marks, notes)
+                marks, decimal = self.currency_marks, self.decimal_separator
+                leaf = _normaliser(today, marks, decimal, notes, unread)
                 document = _walk(self.schema, document, (), leaf=leaf)
             candidate = self.schema.model_validate(document)
         except ValidationError as error:
-            diagnostics = _type_diagnostics(error, document, self.schema)
+            said = {item.path for item in unread}
+            typed = _type_diagnostics(error, document, self.schema)
+            diagnostics = (*unread, *(item for item in typed if item.path not in said))
             invalid = Invalid(raw=text, diagnostics=diagnostics, repairs=repairs, document=document)
             return invalid, _Loaded(document)
         except (ArithmeticError, RecursionError) as error:
@@ -603,6 +799,11 @@ class OutputGuard(Generic[T]):
                 allowed_fixes=("send plain values of the declared types",),
             )
             return Invalid(raw=text, diagnostics=(problem,), repairs=repairs), None
+        if unread:  # Money read the text as a plain number; the model must say which
+            invalid = Invalid(
+                raw=text, diagnostics=tuple(unread), repairs=repairs, document=document
+            )
+            return invalid, _Loaded(document)
         shipped = self._round_trip(candidate)
         if isinstance(shipped, Diagnostic):
             invalid = Invalid(raw=text, diagnostics=(shipped,), repairs=repairs, document=document)
