@@ -35,8 +35,8 @@ clauses keep working, and related errors share a family (``RunError``, ``BudgetE
     ├── ModelResponseError (ValueError)    the model's server sent something that is not a reply
     └── CheckpointError (ValueError)       a checkpoint cannot be restored as it is
         ├── CheckpointMismatchError (ValueError) it does not fit this library or these agents
-        ├── CheckpointTamperedError (ValueError) altered, or read with the wrong key or context
         ├── CheckpointCorruptError (ValueError) it is truncated or is not a checkpoint
+        │   └── CheckpointTamperedError (ValueError) altered, moved, removed or rolled back
         └── CheckpointKeyError (LookupError)  it was sealed with a key id the configuration lacks
 
 Messages say what happened and what to do next. Errors carry the context that
@@ -490,15 +490,24 @@ class CheckpointMismatchError(CheckpointError):
     """A checkpoint that does not fit: another schema version, agent, phase class or tool."""
 
 
-class CheckpointTamperedError(CheckpointError):
-    """A checkpoint whose contents fail their own checks: altered, or the wrong key or context.
-
-    Raised instead of returning anything: no part of the checkpoint is trusted.
-    """
-
-
 class CheckpointCorruptError(CheckpointError):
     """Bytes or a document that are not a whole checkpoint: truncated, garbage, malformed."""
+
+
+class CheckpointTamperedError(CheckpointCorruptError):
+    """A checkpoint, or a run's chain of them, that fails its own checks: altered, moved,
+    removed, replayed or rolled back, or opened with the wrong key or context.
+
+    Raised instead of returning anything: no part of the checkpoint is trusted. ``.seq``
+    is the checkpoint the check failed at, when one can be named (the run's recorded
+    head when the chain as a whole does not end where the head says). It is a
+    :class:`CheckpointCorruptError`: whether bytes changed by accident or on purpose
+    cannot be told apart, and both are handled the same way.
+    """
+
+    def __init__(self, detail: str, *, run_id: str | None = None, seq: int | None = None) -> None:
+        self.seq = seq
+        super().__init__(detail, run_id=run_id)
 
 
 class CheckpointKeyError(CheckpointError, LookupError):

@@ -26,6 +26,7 @@ NOT_AT_IMPORT = (
     "statemachine.models._openai",
     "statemachine._patch",
     "statemachine.persist._postgres",
+    "statemachine.persist._postgres_sql",
     "statemachine._worker",
     "statemachine.cli",
     "argparse",

@@ -169,7 +169,9 @@ async def test_bytes_per_transition_stay_flat_and_load_reads_few(make_store: Fac
     assert snapshot_bytes < sum(entry.size for entry in history) - snapshot_bytes
     sealer.opened.clear()
     assert (await store.load("r1"))[0] == 920
-    assert sealer.opened == [f"r1:{seq}".encode() for seq in range(snapshots[-1], 921)]
+    # The head first (its tag, under the key), then the last snapshot and its deltas.
+    assert sealer.opened[0][:-64] == b"head:r1:920:"
+    assert sealer.opened[1:] == [f"r1:{seq}".encode() for seq in range(snapshots[-1], 921)]
 
 
 async def test_a_store_reopened_rebuilds_and_continues_with_deltas(make_store: Factory) -> None:
@@ -250,6 +252,9 @@ async def test_the_registry_row_follows_the_saves(make_store: Factory) -> None:
         "seq": 2,
         "stop_requested": False,
         "decision_pending": False,
+        "reason": "",
+        "failures": 0,
+        "retry_at": None,
     }
     assert [(e.seq, e.phase, e.at) for e in await store.history("r1")] == [
         (0, "Planning", START),
@@ -367,9 +372,14 @@ async def test_every_blob_goes_through_the_sealer_with_its_run_and_seq(
     sealer = ToySealer()
     store = make_store(sealer=sealer, snapshot_every=3)
     await save_run(store, "trip-9", 5)
-    assert sealer.sealed == [f"trip-9:{seq}".encode() for seq in range(5)]
+    # Each checkpoint, then the run's new head (its tag: see test_chain.py).
+    assert sealer.sealed[0::2] == [f"trip-9:{seq}".encode() for seq in range(5)]
+    assert [aad[:-64] for aad in sealer.sealed[1::2]] == [
+        f"head:trip-9:{seq}:".encode() for seq in range(5)
+    ]
     assert await store.load("trip-9") == (4, document(4))
-    assert sealer.opened == [b"trip-9:3", b"trip-9:4"]
+    assert sealer.opened[0][:-64] == b"head:trip-9:4:"
+    assert sealer.opened[1:] == [b"trip-9:3", b"trip-9:4"]
 
 
 async def test_the_aes_gcm_cipher_plugs_in(make_store: Factory) -> None:
@@ -431,7 +441,7 @@ async def corrupted_store(tmp_path: Path, damage: str) -> tuple[SQLiteCheckpoint
     [
         ("flip", "checkpoint 12 does not match its checksum (truncated or overwritten)"),
         ("truncate", "checkpoint 12 does not match its checksum (truncated or overwritten)"),
-        ("gap", "checkpoint 12 is missing"),
+        ("gap", "checkpoint 12 is missing (a row was removed)"),
     ],
 )
 async def test_a_damaged_checkpoint_is_refused_naming_the_run(

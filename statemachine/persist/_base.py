@@ -95,7 +95,16 @@ class _Store:
         """The run's row, read to save its next checkpoint (a store may know it already)."""
         return self._get_record(run_id)
 
-    def _put_record(self, record: RunRecord) -> None:
+    def _put_record(self, record: RunRecord, head: bytes | None = None) -> None:
+        """Write the run's row; ``head``, when given, is its chain's new head (a save)."""
+        raise NotImplementedError
+
+    def _get_head(self, run_id: str) -> bytes | None:
+        """The head of the run's chain as its row records it (``None``: none recorded)."""
+        raise NotImplementedError
+
+    def _all_rows(self, run_id: str) -> list[_Row]:
+        """Every checkpoint of the run, in seq order: the whole chain, to check it."""
         raise NotImplementedError
 
     def _put_row(self, run_id: str, row: _Row) -> None:
@@ -199,8 +208,10 @@ class _Store:
     async def load(self, run_id: str) -> tuple[int, Document]:
         """The run's latest checkpoint as ``(seq, document)``: one snapshot plus its deltas.
 
-        Raises ``UnknownRunError`` for a run never saved, and ``CheckpointCorruptError``
-        (naming the run) for a blob truncated or overwritten or a checkpoint missing.
+        Raises ``UnknownRunError`` for a run never saved, and ``CheckpointTamperedError``
+        (a ``CheckpointCorruptError``, naming the run and the checkpoint) for a chain that
+        is not the one saved: a blob changed, moved or cut, a row removed, a head rolled
+        back (see ``_chain``).
         """
         return await self._call(run_id, self._load, run_id)
 
@@ -508,7 +519,12 @@ class _Store:
                 stored = self._chain.stored(run_id, self._chain_rows(run_id), record)
                 prepared = self._chain.prepare(run_id, seq, record, document, change, stored)
                 assert prepared is not None
-            snapshot, blob, last = self._chain.checkpoint(run_id, seq, document, prepared, change)
+            previous = self._chain.previous_head(run_id, record)
+            if previous is None and record is not None:  # saved last by another store
+                previous = self._get_head(run_id)
+            snapshot, blob, last = self._chain.checkpoint(
+                run_id, seq, document, prepared, change, previous
+            )
             now = self._chain.now()
             saved = self._chain.saved_record(
                 record, run_id, seq, agent, status, phase, waiting_for, now
@@ -517,7 +533,7 @@ class _Store:
             vars(saved).update(retry_fields(record, status, now, saved=True))
             # Everything that can fail is done: the memory store has no rollback.
             self._put_row(run_id, _Row(seq, snapshot, phase, blob, now))
-            self._put_record(saved)
+            self._put_record(saved, last.head)
             if record is not None and record.decision_pending:
                 self._put_decision(run_id, None)
         self._chain.remember(run_id, last)
@@ -534,7 +550,9 @@ class _Store:
             return self._rebuild(run_id, self._known(run_id))
 
     def _rebuild(self, run_id: str, record: RunRecord) -> tuple[int, Document]:
-        return self._chain.replay(run_id, self._chain_rows(run_id), record)
+        rows = self._all_rows(run_id)
+        start = self._chain.verify(run_id, rows, record, self._get_head(run_id))
+        return self._chain.replay(run_id, rows[start:], record)
 
     def _history(self, run_id: str) -> list[CheckpointEntry]:
         with self._transaction(write=False):

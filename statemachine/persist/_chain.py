@@ -19,6 +19,23 @@ Each stored blob is ``sha256(sealed) + sealed``, where ``sealed`` is the encoded
 passed through the optional :class:`Sealer` (encryption at rest) with the
 associated data ``b"<run_id>:<seq>"``. The checksum catches a truncated or
 overwritten blob even without encryption; the sealer's own tag catches tampering.
+
+The checkpoints of a run form a chain, and the run's row records its head. Checkpoint
+``seq``'s link is ``sha256(domain, run id, seq, kind, the previous link, the blob's
+checksum)`` (the link before seq 0 is 32 zero bytes), and the head stored with the
+run's row is the last link - followed, when the store has a sealer, by a tag: the
+sealer's seal of nothing with the associated data ``b"head:<run_id>:<seq>:<link, hex>"``,
+which is a MAC under the store's key. A load checks the whole chain from seq 0 against
+the head (every row present and in order, every blob's checksum, every link), then the
+tag, before it replays a thing; any failure is :class:`CheckpointTamperedError` naming
+the run and the checkpoint, and other runs are untouched. So a truncated tail, a
+deleted row (a delta or a snapshot), a blob moved or copied from another run or
+another position, two rows swapped, an old blob put back, or a head rolled back to an
+earlier checkpoint is refused. With a key, none of it can be forged without the key.
+Without one the chain is a plain digest chain: it catches accidents, moves and a
+careless edit, not a forger who recomputes the links and the head (say, with this
+module); seal the store when that matters. Rolling the whole database back to an
+earlier copy is not detectable from inside it (keep backups and their dates apart).
 """
 
 from __future__ import annotations
@@ -27,13 +44,15 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from .._approval import waits_for_approval
 from .._errors import (
     CheckpointCorruptError,
     CheckpointError,
+    CheckpointKeyError,
     CheckpointOrderError,
+    CheckpointTamperedError,
     ConfigError,
     DecisionRefusedError,
 )
@@ -53,6 +72,7 @@ from ._rows import (
     _decision_aad,
     _effect_aad,
     _EffectRow,
+    _head_aad,
     _Last,
     _Row,
     _Since,
@@ -60,7 +80,17 @@ from ._rows import (
     _utc,
 )
 
-__all__ = ["_Chain", "_every"]
+__all__ = ["_NO_HEAD", "_Chain", "_every", "_link"]
+
+_DOMAIN: Final = b"statemachine checkpoint chain 1\0"
+_NO_HEAD: Final = bytes(_DIGEST)  # the link before checkpoint 0
+
+
+def _link(run_id: str, seq: int, snapshot: bool, previous: bytes, digest: bytes) -> bytes:
+    """Checkpoint ``seq``'s link: its place (run, seq, kind), the link before, its checksum."""
+    kind = b"f" if snapshot else b"d"
+    place = run_id.encode() + b"\0" + seq.to_bytes(8, "big") + kind
+    return hashlib.sha256(_DOMAIN + place + previous[:_DIGEST] + digest).digest()
 
 
 def _every(snapshot_every: int) -> int:
@@ -150,16 +180,133 @@ class _Chain:
         document: Mapping[str, Any],
         prepared: tuple[dict[str, Any], _Seen | None, _Since],
         change: _Change | None,
+        previous: bytes | None,
     ) -> tuple[bool, bytes, _Last]:
         """Whether checkpoint ``seq`` is a snapshot, its blob, and what to remember of it
-        once it is stored (every store)."""
+        once it is stored, with the run's new head (every store).
+
+        ``previous`` is the run's head before it (``None`` for a new run): see
+        :meth:`previous_head`.
+        """
         payload, seen, since = prepared
         blob, texts = self.blob(run_id, seq, payload, change)
         snapshot = payload["kind"] == "full"
+        head = self.head(run_id, seq, snapshot, blob[:_DIGEST], previous)
         return (
             snapshot,
             blob,
-            _Last(seq, document, seen, texts, since.after(seq, snapshot, len(blob))),
+            _Last(seq, document, seen, texts, since.after(seq, snapshot, len(blob)), head),
+        )
+
+    def previous_head(self, run_id: str, record: RunRecord | None) -> bytes | None:
+        """The run's head as this store remembers it, when it saved the run's latest
+        checkpoint itself; ``None`` otherwise (read it from the run's row then)."""
+        last = self.recent.get(run_id)
+        if record is None or last is None or last.seq != record.seq:
+            return None
+        return last.head
+
+    def head(
+        self, run_id: str, seq: int, snapshot: bool, digest: bytes, previous: bytes | None
+    ) -> bytes:
+        """The run's head once checkpoint ``seq`` (its checksum ``digest``) follows the head
+        ``previous``; ``CheckpointTamperedError`` when a later checkpoint has none to follow."""
+        if seq == 0:
+            before = _NO_HEAD
+        elif previous is None or len(previous) < _DIGEST:
+            raise self.tampered(
+                run_id,
+                "has no recorded head to add checkpoint {seq} to (the run's row was changed)",
+                seq=seq,
+            )
+        else:
+            before = previous
+        link = _link(run_id, seq, snapshot, before, digest)
+        if self.sealer is None:
+            return link
+        return link + self.sealer.seal(b"", aad=_head_aad(run_id, seq, link))
+
+    def verify(self, run_id: str, rows: list[_Row], record: RunRecord, head: bytes | None) -> int:
+        """Check a run's whole chain (``rows``, every checkpoint from seq 0) against its
+        head; the index of the last snapshot in ``rows``, where a replay starts.
+
+        ``CheckpointTamperedError`` names the first checkpoint found wrong: a missing or
+        extra row, a blob that fails its checksum, or - when every row is whole but the
+        chain does not end at the head, or the head's tag does not open - the head.
+        """
+        link = _NO_HEAD
+        start = 0
+        for expected, row in enumerate(rows):
+            if row.seq != expected:
+                raise self.tampered(run_id, "is missing (a row was removed)", seq=expected)
+            if expected > record.seq:
+                raise self.tampered(
+                    run_id,
+                    f"is stored after the run's recorded last checkpoint ({record.seq}): "
+                    "its row was rolled back",
+                    seq=expected,
+                )
+            digest, sealed = row.blob[:_DIGEST], row.blob[_DIGEST:]
+            if len(row.blob) <= _DIGEST or hashlib.sha256(sealed).digest() != digest:
+                raise self.tampered(
+                    run_id, "does not match its checksum (truncated or overwritten)", seq=row.seq
+                )
+            link = _link(run_id, row.seq, row.snapshot, link, digest)
+            if row.snapshot:
+                start = expected
+        if len(rows) != record.seq + 1:
+            raise self.tampered(run_id, "is missing (the chain ends early)", seq=len(rows))
+        self.check_head(run_id, record.seq, link, head)
+        return start
+
+    def check_head(self, run_id: str, seq: int, link: bytes, head: bytes | None) -> None:
+        """``head`` is the one the chain ending in ``link`` at ``seq`` was stored with."""
+        if head is None or head[:_DIGEST] != link:
+            what = "has no recorded head" if head is None else "does not match the recorded head"
+            raise self.tampered(
+                run_id,
+                f"{what}: the chain of checkpoints up to it is not the one that was saved "
+                "(a checkpoint was replaced, moved or removed, or the head rolled back)",
+                seq=seq,
+            )
+        if self.sealer is None:
+            return
+        tag = head[_DIGEST:]
+        try:
+            if not tag:
+                raise ValueError("the head carries no tag")
+            self.sealer.open(tag, aad=_head_aad(run_id, seq, link), run_id=run_id)
+        except CheckpointKeyError:
+            raise  # not a change: the key that recorded it is not configured
+        except Exception as exc:
+            raise self.tampered(
+                run_id, f"is not the head this store's key recorded ({exc})", seq=seq
+            ) from None
+
+    def migrated_head(self, run_id: str, rows: list[_Row]) -> bytes:
+        """The head of a run stored before heads were recorded, from its rows as they are."""
+        if self.sealer is None and any(row.blob[_DIGEST : _DIGEST + 1] != b"{" for row in rows):
+            raise ConfigError(
+                (
+                    f"run {run_id!r} in {self.where} has sealed checkpoints written before "
+                    "runs recorded their head; open the store once with its checkpoint keys "
+                    "(sealer=...) so that the heads are recorded under the key",
+                )
+            )
+        head: bytes | None = None
+        for row in rows:
+            head = self.head(run_id, row.seq, row.snapshot, row.blob[:_DIGEST], head)
+        if head is None:
+            raise self.tampered(run_id, "has no checkpoints", seq=0)
+        return head
+
+    def tampered(self, run_id: str, problem: str, *, seq: int) -> CheckpointTamperedError:
+        return CheckpointTamperedError(
+            f"checkpoint {seq} {problem.format(seq=seq)}. Nothing was loaded and nothing in "
+            f"{self.where} was changed; other runs are unaffected. Restore the store from a "
+            "backup to resume this run, or abort it and start it again.",
+            run_id=run_id,
+            seq=seq,
         )
 
     def saved_status(

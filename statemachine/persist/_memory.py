@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ._base import _Store
 from ._lifecycle import ENDINGS, RunStatus
@@ -38,6 +38,9 @@ class MemoryCheckpointer(_Store):
     lifecycle, purge); everything is lost with the process.
     """
 
+    # No other process can resume a run from it: a context class need not import by name.
+    _in_process: ClassVar[bool] = True
+
     def __init__(
         self,
         *,
@@ -53,6 +56,7 @@ class MemoryCheckpointer(_Store):
         )
         self._records: dict[str, RunRecord] = {}
         self._checkpoints: dict[str, list[_Row]] = {}
+        self._heads: dict[str, bytes] = {}
         self._effects: dict[str, _EffectRow] = {}
         self._claims: dict[str, tuple[str, datetime]] = {}
         self._decisions: dict[str, bytes] = {}
@@ -68,8 +72,16 @@ class MemoryCheckpointer(_Store):
     def _get_record(self, run_id: str) -> RunRecord | None:
         return self._records.get(run_id)
 
-    def _put_record(self, record: RunRecord) -> None:
+    def _put_record(self, record: RunRecord, head: bytes | None = None) -> None:
         self._records[record.run_id] = record
+        if head is not None:
+            self._heads[record.run_id] = head
+
+    def _get_head(self, run_id: str) -> bytes | None:
+        return self._heads.get(run_id)
+
+    def _all_rows(self, run_id: str) -> list[_Row]:
+        return list(self._checkpoints.get(run_id, []))
 
     def _put_row(self, run_id: str, row: _Row) -> None:
         self._checkpoints.setdefault(run_id, []).append(row)
@@ -105,6 +117,7 @@ class MemoryCheckpointer(_Store):
         for run_id in removed:
             del self._records[run_id]
             self._checkpoints.pop(run_id, None)
+            self._heads.pop(run_id, None)
             self._claims.pop(run_id, None)
             self._leases.pop(run_id, None)
             self._decisions.pop(run_id, None)

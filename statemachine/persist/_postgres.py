@@ -23,12 +23,11 @@ psycopg and psycopg-pool are the ``postgres`` extra: ``pip install 'statemachine
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 from collections.abc import AsyncGenerator, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Final, LiteralString
+from typing import TYPE_CHECKING, Any, ClassVar, LiteralString
 
 import anyio
 
@@ -41,6 +40,21 @@ from .._errors import (
 from .._ledger import EffectRecord
 from ._chain import _Chain, _every
 from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus, held_record, retry_fields
+from ._postgres_sql import (
+    _ADDED_COLUMNS,
+    _CONNECT_TIMEOUT,
+    _EFFECT_COLUMNS,
+    _INSTALL,
+    _RECORD_COLUMNS,
+    _RUN_COLUMNS,
+    _RUN_TABLES,
+    _SCHEMA,
+    _SCHEMA_LOCK,
+    _SCHEMA_OBJECTS,
+    _effect_row_of,
+    _record_of,
+    _redacted,
+)
 from ._protocol import (
     DEFAULT_RETENTION,
     CheckpointEntry,
@@ -62,160 +76,6 @@ if TYPE_CHECKING:
     _Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
 
 __all__ = ["PostgresCheckpointer"]
-
-_CONNECT_TIMEOUT: Final = 10  # seconds, unless the DSN sets connect_timeout
-# One advisory lock key for creating the tables: 64 bits of a hash of a fixed name.
-_SCHEMA_LOCK: Final = int.from_bytes(
-    hashlib.sha256(b"statemachine: create tables").digest()[:8], "big", signed=True
-)
-_SCHEMA: Final = (
-    """CREATE TABLE IF NOT EXISTS statemachine_runs (
-        run_id      TEXT COLLATE "C" PRIMARY KEY,  -- "C": run ids sort bytewise, as in SQLite
-        agent       TEXT NOT NULL,
-        status      TEXT NOT NULL,
-        phase       TEXT NOT NULL,
-        waiting_for TEXT NOT NULL,
-        updated_at  TIMESTAMPTZ NOT NULL,
-        seq         BIGINT NOT NULL,
-        stop_requested BOOLEAN NOT NULL DEFAULT false,
-        decision    BYTEA,  -- a person's sealed decision, waiting for a worker; NULL: none
-        reason      TEXT NOT NULL DEFAULT '',    -- why it is held for a person; '' when not
-        failures    INTEGER NOT NULL DEFAULT 0,  -- failed_resumable this many times in a row
-        retry_at    TIMESTAMPTZ  -- when a worker may retry it; NULL: at once
-    )""",
-    "CREATE INDEX IF NOT EXISTS statemachine_runs_by_status "
-    "ON statemachine_runs (status, updated_at)",
-    """CREATE TABLE IF NOT EXISTS statemachine_checkpoints (
-        run_id TEXT COLLATE "C" NOT NULL,
-        seq    BIGINT NOT NULL,
-        kind   TEXT NOT NULL CHECK (kind IN ('full', 'delta')),
-        phase  TEXT NOT NULL,
-        blob   BYTEA NOT NULL,
-        at     TIMESTAMPTZ NOT NULL,
-        PRIMARY KEY (run_id, seq)
-    )""",
-    "CREATE INDEX IF NOT EXISTS statemachine_snapshots "
-    "ON statemachine_checkpoints (run_id, seq) WHERE kind = 'full'",
-    """CREATE TABLE IF NOT EXISTS statemachine_claims (
-        run_id TEXT COLLATE "C" PRIMARY KEY,
-        owner  TEXT NOT NULL,
-        until  TIMESTAMPTZ NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS statemachine_leases (
-        id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        run_id      TEXT COLLATE "C" NOT NULL,
-        owner       TEXT NOT NULL,
-        claimed_at  TIMESTAMPTZ NOT NULL,
-        until       TIMESTAMPTZ NOT NULL,
-        released_at TIMESTAMPTZ  -- NULL: not released (still held, or lapsed at until)
-    )""",
-    "CREATE INDEX IF NOT EXISTS statemachine_leases_by_run ON statemachine_leases (run_id, id)",
-    """CREATE TABLE IF NOT EXISTS statemachine_effects (
-        key        TEXT PRIMARY KEY,  -- the idempotency key
-        run_id     TEXT COLLATE "C" NOT NULL,
-        tool       TEXT NOT NULL,
-        args_hash  TEXT NOT NULL,
-        status     TEXT NOT NULL CHECK (status IN ('intent', 'committed')),
-        result     BYTEA,             -- sealed like a checkpoint; NULL while only an intent
-        updated_at TIMESTAMPTZ NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS statemachine_effects_by_run ON statemachine_effects (run_id)",
-)
-_SCHEMA_OBJECTS: Final = (  # every table and index _SCHEMA creates
-    "statemachine_runs",
-    "statemachine_runs_by_status",
-    "statemachine_checkpoints",
-    "statemachine_snapshots",
-    "statemachine_claims",
-    "statemachine_leases",
-    "statemachine_leases_by_run",
-    "statemachine_effects",
-    "statemachine_effects_by_run",
-)
-# Columns added to a table since the first release, for databases created before them:
-# (table, column, the statement that adds it).
-_ADDED_COLUMNS: Final[tuple[tuple[str, str, LiteralString], ...]] = (
-    (
-        "statemachine_runs",
-        "reason",
-        "ALTER TABLE statemachine_runs ADD COLUMN IF NOT EXISTS reason TEXT NOT NULL DEFAULT ''",
-    ),
-    (
-        "statemachine_runs",
-        "failures",
-        "ALTER TABLE statemachine_runs ADD COLUMN IF NOT EXISTS failures INTEGER NOT NULL "
-        "DEFAULT 0",
-    ),
-    (
-        "statemachine_runs",
-        "retry_at",
-        "ALTER TABLE statemachine_runs ADD COLUMN IF NOT EXISTS retry_at TIMESTAMPTZ",
-    ),
-)
-_RECORD_COLUMNS: Final = (
-    "run_id, agent, status, phase, waiting_for, updated_at, seq, stop_requested, "
-    "decision IS NOT NULL, reason, failures, retry_at"
-)
-_RUN_COLUMNS: Final = (  # the same, of the runs table named r
-    "r.run_id, r.agent, r.status, r.phase, r.waiting_for, r.updated_at, r.seq, "
-    "r.stop_requested, r.decision IS NOT NULL, r.reason, r.failures, r.retry_at"
-)
-_RUN_TABLES: Final = (  # what a purged run leaves besides its row
-    "statemachine_checkpoints",
-    "statemachine_effects",
-    "statemachine_claims",
-    "statemachine_leases",
-)
-_EFFECT_COLUMNS: Final = "key, run_id, tool, args_hash, status, result, updated_at"
-_DSN_ORDER: Final = ("host", "hostaddr", "port", "dbname", "user")
-_INSTALL: Final = "install them with: pip install 'statemachine[postgres]'"
-
-
-def _record_of(row: tuple[Any, ...]) -> RunRecord:
-    run_id, agent, status, phase, waiting_for, updated_at, seq, stop, pending, *retry = row
-    reason, failures, retry_at = retry
-    return RunRecord(
-        run_id=run_id,
-        agent=agent,
-        status=RunStatus(status),
-        phase=phase,
-        waiting_for=waiting_for,
-        updated_at=updated_at.astimezone(UTC),
-        seq=seq,
-        stop_requested=stop,
-        decision_pending=pending,
-        reason=reason,
-        failures=failures,
-        retry_at=None if retry_at is None else retry_at.astimezone(UTC),
-    )
-
-
-def _effect_row_of(row: tuple[Any, ...]) -> _EffectRow:
-    key, run_id, tool, args_hash, status, result, updated_at = row
-    blob = None if result is None else bytes(result)
-    return _EffectRow(key, run_id, tool, args_hash, status, blob, updated_at.astimezone(UTC))
-
-
-def _redacted(dsn: str) -> str:
-    """The DSN without its password, to name the store in messages; a bad DSN is refused."""
-    from psycopg import ProgrammingError
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    try:
-        parts = conninfo_to_dict(dsn)
-    except ProgrammingError as exc:
-        reason = " ".join(str(exc).split())
-        raise ConfigError(
-            (
-                f"the PostgreSQL DSN {dsn!r} cannot be read ({reason}); write it as "
-                "'postgresql://user@host:5432/dbname' or 'host=... port=... dbname=... user=...'",
-            )
-        ) from None
-    parts.pop("password", None)
-    # Where, then who, then the rest as given: the same DSN written two ways reads the same.
-    first = [key for key in _DSN_ORDER if key in parts]
-    ordered = first + [key for key in parts if key not in first]
-    return make_conninfo(**{key: str(parts[key]) for key in ordered})
 
 
 class PostgresCheckpointer:
@@ -342,8 +202,7 @@ class PostgresCheckpointer:
         await pool.open(wait=True)
         return pool
 
-    @staticmethod
-    async def _create_tables(connection: _Connection) -> None:
+    async def _create_tables(self, connection: _Connection) -> None:
         """Create the tables and indexes that are missing, in one transaction.
 
         Only when one is missing: ``CREATE INDEX IF NOT EXISTS`` locks its table even
@@ -351,6 +210,14 @@ class PostgresCheckpointer:
         deadlock with it. The advisory lock lets one process at a time create them;
         the others then find them all there.
         """
+
+        async def has_heads() -> bool:
+            cursor = await connection.execute(
+                "SELECT count(*) FROM information_schema.columns WHERE table_schema = "
+                "current_schema() AND table_name = 'statemachine_runs' AND column_name = 'head'"
+            )
+            row = await cursor.fetchone()
+            return row is not None and row[0] == 1
 
         async def missing() -> bool:
             cursor = await connection.execute(
@@ -375,10 +242,28 @@ class PostgresCheckpointer:
         async with connection.transaction():
             await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             if await missing():
+                # Runs saved before runs recorded a head get one, once: when the column is
+                # added (a table made by _SCHEMA has it, and no runs).
+                heads_before = await has_heads()
                 for statement in _SCHEMA:
                     await connection.execute(statement)
                 for _, _, add in _ADDED_COLUMNS:  # to a database made before them
                     await connection.execute(add)
+                if not heads_before:
+                    await self._record_heads(connection)
+
+    async def _record_heads(self, connection: _Connection) -> None:
+        """Record each run's head from its rows as they are found (see ``_chain``)."""
+        cursor = await connection.execute(
+            "SELECT run_id FROM statemachine_runs WHERE head IS NULL ORDER BY run_id"
+        )
+        for (run_id,) in await cursor.fetchall():
+            rows = await self._fetch_all(connection, run_id)
+            if rows:
+                await connection.execute(
+                    "UPDATE statemachine_runs SET head = %s WHERE run_id = %s",
+                    (self._chain.migrated_head(run_id, rows), run_id),
+                )
 
     @asynccontextmanager
     async def _session(
@@ -445,18 +330,22 @@ class PostgresCheckpointer:
         return record
 
     @staticmethod
-    async def _store_record(connection: _Connection, record: RunRecord) -> None:
-        """Insert or overwrite the run's row; its decision is kept only while one is pending."""
+    async def _store_record(
+        connection: _Connection, record: RunRecord, head: bytes | None = None
+    ) -> None:
+        """Insert or overwrite the run's row; its decision is kept only while one is pending,
+        its head unless a new one is given (a save)."""
         await connection.execute(
             "INSERT INTO statemachine_runs (run_id, agent, status, phase, waiting_for, "
-            "updated_at, seq, stop_requested, reason, failures, retry_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "updated_at, seq, stop_requested, reason, failures, retry_at, head) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (run_id) DO UPDATE SET agent = EXCLUDED.agent, "
             "status = EXCLUDED.status, phase = EXCLUDED.phase, "
             "waiting_for = EXCLUDED.waiting_for, updated_at = EXCLUDED.updated_at, "
             "seq = EXCLUDED.seq, stop_requested = EXCLUDED.stop_requested, "
             "reason = EXCLUDED.reason, failures = EXCLUDED.failures, "
             "retry_at = EXCLUDED.retry_at, "
+            "head = coalesce(EXCLUDED.head, statemachine_runs.head), "
             "decision = CASE WHEN %s THEN statemachine_runs.decision END",
             (
                 record.run_id,
@@ -470,9 +359,31 @@ class PostgresCheckpointer:
                 record.reason,
                 record.failures,
                 record.retry_at,
+                head,
                 record.decision_pending,
             ),
         )
+
+    @staticmethod
+    async def _fetch_head(connection: _Connection, run_id: str) -> bytes | None:
+        cursor = await connection.execute(
+            "SELECT head FROM statemachine_runs WHERE run_id = %s", (run_id,)
+        )
+        row = await cursor.fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
+
+    @staticmethod
+    async def _fetch_all(connection: _Connection, run_id: str) -> list[_Row]:
+        """Every checkpoint of the run, in seq order: the whole chain, to check it."""
+        cursor = await connection.execute(
+            "SELECT seq, kind, phase, blob, at FROM statemachine_checkpoints "
+            "WHERE run_id = %s ORDER BY seq",
+            (run_id,),
+        )
+        return [
+            _Row(seq, kind == "full", phase, bytes(blob), at.astimezone(UTC))
+            for seq, kind, phase, blob, at in await cursor.fetchall()
+        ]
 
     async def _change_status(
         self, connection: _Connection, record: RunRecord, status: RunStatus, waiting_for: str
@@ -596,7 +507,12 @@ class PostgresCheckpointer:
                 )
                 prepared = self._chain.prepare(run_id, seq, record, document, change, stored)
                 assert prepared is not None
-            snapshot, blob, last = self._chain.checkpoint(run_id, seq, document, prepared, change)
+            previous = self._chain.previous_head(run_id, record)
+            if previous is None and record is not None:  # saved last by another store
+                previous = await self._fetch_head(connection, run_id)
+            snapshot, blob, last = self._chain.checkpoint(
+                run_id, seq, document, prepared, change, previous
+            )
             now = self._chain.now()
             saved = self._chain.saved_record(
                 record, run_id, seq, agent, target, phase, waiting_for, now
@@ -615,20 +531,24 @@ class PostgresCheckpointer:
                     now,
                 ),
             )
-            await self._store_record(connection, saved)
+            await self._store_record(connection, saved, last.head)
         self._chain.remember(run_id, last)
         return saved
 
     async def load(self, run_id: str) -> tuple[int, Document]:
         """The run's latest checkpoint as ``(seq, document)``: one snapshot plus its deltas.
 
-        Raises ``UnknownRunError`` for a run never saved, and ``CheckpointCorruptError``
-        (naming the run) for a blob truncated or overwritten or a checkpoint missing.
+        Raises ``UnknownRunError`` for a run never saved, and ``CheckpointTamperedError``
+        (a ``CheckpointCorruptError``, naming the run and the checkpoint) for a chain that
+        is not the one saved: a blob changed, moved or cut, a row removed, a head rolled
+        back (see ``_chain``).
         """
         async with self._session(read_only=True) as connection:
             record = await self._fetch_known(connection, run_id)
-            chain = await self._fetch_chain(connection, record)
-        return self._chain.replay(run_id, chain, record)
+            head = await self._fetch_head(connection, run_id)
+            rows = await self._fetch_all(connection, run_id)
+        start = self._chain.verify(run_id, rows, record, head)
+        return self._chain.replay(run_id, rows[start:], record)
 
     async def history(self, run_id: str) -> list[CheckpointEntry]:
         """Every stored checkpoint of the run, oldest first, without decoding any."""

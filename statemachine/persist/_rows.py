@@ -31,6 +31,7 @@ __all__ = [
     "_aad",
     "_decision_aad",
     "_effect_aad",
+    "_head_aad",
     "_since_of",
     "_statuses",
     "_system_clock",
@@ -91,6 +92,7 @@ class _Last(NamedTuple):
     seen: _Seen | None
     texts: Texts  # the JSON text of list items a snapshot wrote, to write the next one
     since: _Since  # the last snapshot and the deltas after it, for the next snapshot rule
+    head: bytes  # the run's head once this checkpoint was stored (see _chain)
 
 
 class _Row(NamedTuple):
@@ -146,3 +148,7 @@ def _effect_aad(row: _EffectRow) -> bytes:
 
 def _decision_aad(run_id: str) -> bytes:
     return f"decision:{run_id}".encode()
+
+
+def _head_aad(run_id: str, seq: int, link: bytes) -> bytes:
+    return f"head:{run_id}:{seq}:{link.hex()}".encode()

@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS runs (
     decision    BLOB,           -- a person's decision, sealed; NULL when none is pending
     reason      TEXT NOT NULL DEFAULT '',   -- why it is held for a person; '' when not
     failures    INTEGER NOT NULL DEFAULT 0, -- failed_resumable this many times in a row
-    retry_at    TEXT            -- when a worker may retry it; NULL: at once
+    retry_at    TEXT,           -- when a worker may retry it; NULL: at once
+    head        BLOB            -- the head of its chain of checkpoints (see _chain)
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_at);
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -96,6 +97,7 @@ _ADDED_COLUMNS: Final = (
     ("runs", "reason", "TEXT NOT NULL DEFAULT ''"),
     ("runs", "failures", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "retry_at", "TEXT"),
+    ("runs", "head", "BLOB"),
 )
 _LEASE_COLUMNS: Final = "run_id, owner, claimed_at, until, released_at"
 
@@ -134,12 +136,22 @@ def _lease_of(row: tuple[Any, ...]) -> LeaseRecord:
     )
 
 
-def _upgrade(connection: sqlite3.Connection) -> None:
-    """Add the columns a file written by an earlier version lacks."""
+def _upgrade(connection: sqlite3.Connection) -> set[tuple[str, str]]:
+    """Add the columns a file written by an earlier version lacks; the ones it added."""
+    added: set[tuple[str, str]] = set()
     for table, column, declaration in _ADDED_COLUMNS:
         present = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
         if column not in present:
             connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            added.add((table, column))
+    return added
+
+
+def _all_rows(connection: sqlite3.Connection, run_id: str) -> list[_Row]:
+    rows = connection.execute(
+        "SELECT seq, kind, phase, blob FROM checkpoints WHERE run_id = ? ORDER BY seq", (run_id,)
+    ).fetchall()
+    return [_Row(seq, kind == "full", phase, bytes(blob)) for seq, kind, phase, blob in rows]
 
 
 class _SQLiteTransaction:
@@ -377,7 +389,8 @@ class SQLiteCheckpointer(_Store):
                 # One transaction: one commit, and one process creates or upgrades at a time.
                 connection.executescript("BEGIN IMMEDIATE;\n" + _SCHEMA)
                 try:
-                    _upgrade(connection)
+                    if ("runs", "head") in _upgrade(connection):
+                        self._record_heads(connection)
                 except BaseException:
                     connection.execute("ROLLBACK")
                     raise
@@ -388,6 +401,20 @@ class SQLiteCheckpointer(_Store):
             self._connection = connection
             self._busy_ms = _BUSY_MS
         return self._connection
+
+    def _record_heads(self, connection: sqlite3.Connection) -> None:
+        """Record each run's head, in a file written before runs recorded one (once: when
+        the column is added).
+
+        Computed from the rows as they are found (a file changed before this cannot be
+        told apart); a run with no checkpoints is left without one, and refused on load.
+        """
+        runs = connection.execute("SELECT run_id FROM runs WHERE head IS NULL").fetchall()
+        for (run_id,) in runs:
+            rows = _all_rows(connection, run_id)
+            if rows:
+                head = self._chain.migrated_head(run_id, rows)
+                connection.execute("UPDATE runs SET head = ? WHERE run_id = ?", (head, run_id))
 
     def _transaction(self, *, write: bool, durable: bool = False) -> _SQLiteTransaction:
         return _SQLiteTransaction(self, write, durable)
@@ -441,16 +468,18 @@ class SQLiteCheckpointer(_Store):
         record = self._written.get(run_id)
         return self._get_record(run_id) if record is None else record
 
-    def _put_record(self, record: RunRecord) -> None:
-        # An upsert, not a replace: the row's decision is written by _put_decision only.
+    def _put_record(self, record: RunRecord, head: bytes | None = None) -> None:
+        # An upsert, not a replace: the row's decision is written by _put_decision only,
+        # its head by a save only.
         self._db.execute(
             "INSERT INTO runs (run_id, agent, status, phase, waiting_for, updated_at, seq, "
-            "stop_requested, reason, failures, retry_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (run_id) DO UPDATE "
+            "stop_requested, reason, failures, retry_at, head) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE "
             "SET agent = excluded.agent, status = excluded.status, phase = excluded.phase, "
             "waiting_for = excluded.waiting_for, updated_at = excluded.updated_at, "
             "seq = excluded.seq, stop_requested = excluded.stop_requested, "
-            "reason = excluded.reason, failures = excluded.failures, retry_at = excluded.retry_at",
+            "reason = excluded.reason, failures = excluded.failures, retry_at = excluded.retry_at,"
+            " head = coalesce(excluded.head, runs.head)",
             (
                 record.run_id,
                 record.agent,
@@ -463,9 +492,17 @@ class SQLiteCheckpointer(_Store):
                 record.reason,
                 record.failures,
                 None if record.retry_at is None else _stamp(record.retry_at),
+                head,
             ),
         )
         self._written[record.run_id] = record
+
+    def _get_head(self, run_id: str) -> bytes | None:
+        row = self._db.execute("SELECT head FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
+
+    def _all_rows(self, run_id: str) -> list[_Row]:
+        return _all_rows(self._db, run_id)
 
     def _put_row(self, run_id: str, row: _Row) -> None:
         self._tx_pages += len(row.blob) >> 12
