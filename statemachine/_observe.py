@@ -9,7 +9,11 @@ start with ``statemachine.``):
 - ``statemachine.retries`` (counter): ``agent``, ``tool``
 - ``statemachine.suppressions`` (counter): ``agent``, ``tier``
 - ``statemachine.validation.fallbacks`` (counter): ``schema``, ``stop``
-- ``statemachine.approvals.waiting`` (up-down counter): ``agent``, ``tool``
+- ``statemachine.approvals.waiting`` (gauge): ``agent``, ``tool``: the runs waiting for a
+  person's approval. With a checkpointer it is read from the store (at the end of
+  every drive, and by a worker when it is idle), so it counts every process's runs
+  once and falls when a run is aborted or decided anywhere; without one, it counts
+  this process's runs as they begin and stop waiting.
 - ``statemachine.phase.duration`` (histogram, seconds): ``agent``, ``phase``
 """
 
@@ -18,6 +22,8 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TextIO, final
 
@@ -62,7 +68,15 @@ class Instruments:
     ``transition`` is called once per transition, ``failed`` when a phase raises.
     """
 
-    __slots__ = ("fallbacks", "phase_time", "retries", "suppressions", "transitions", "waiting")
+    __slots__ = (
+        "_waiting",
+        "fallbacks",
+        "phase_time",
+        "retries",
+        "suppressions",
+        "transitions",
+        "waiting",
+    )
 
     def __init__(self, meter: metrics.Meter) -> None:
         self.transitions = meter.create_counter(
@@ -79,15 +93,27 @@ class Instruments:
             unit="1",
             description="validation loops that ended without a valid reply",
         )
-        self.waiting = meter.create_up_down_counter(
-            APPROVALS_WAITING, unit="1", description="runs waiting for a person's approval"
+        # The runs waiting, by where they were counted (a store, or None: this process's
+        # own runs without one) and by (agent, tool); a key once seen stays, at 0.
+        self._waiting: dict[str | None, Counter[tuple[str, str]]] = {}
+        self.waiting = meter.create_observable_gauge(
+            APPROVALS_WAITING,
+            callbacks=[self._observe_waiting],
+            unit="1",
+            description="runs waiting for a person's approval",
         )
         self.phase_time = meter.create_histogram(
             PHASE_DURATION, unit="s", description="time a phase took to advance"
         )
 
-    def transition(self, before: Phase[Any], after: Phase[Any], seconds: float) -> None:
-        """Record one transition that took ``seconds`` in ``before``."""
+    def transition(
+        self, before: Phase[Any], after: Phase[Any], seconds: float, *, count_waits: bool = True
+    ) -> None:
+        """Record one transition that took ``seconds`` in ``before``.
+
+        ``count_waits``: the approvals waiting are counted here (a runner without a
+        store); with one they are read from it (:meth:`waiting_in`).
+        """
         agent = before.agent.name
         self.phase_time.record(seconds, {_AGENT: agent, "statemachine.phase": before.kind})
         self.transitions.add(
@@ -101,10 +127,37 @@ class Instruments:
             for record in after.loop.verdicts[len(before.loop.verdicts) :]:
                 if record.verdict is Verdict.SUPPRESS:
                     self.suppressions.add(1, {_AGENT: agent, "statemachine.tier": record.check})
+        if not count_waits:
+            return
         if isinstance(before, AwaitApproval) and before.waiting:
-            self.waiting.add(-1, {_AGENT: agent, "statemachine.tool": before.call.name})
+            self._wait(None, agent, before.call.name, -1)
         if isinstance(after, AwaitApproval) and after.waiting:
-            self.waiting.add(1, {_AGENT: agent, "statemachine.tool": after.call.name})
+            self._wait(None, agent, after.call.name, 1)
+
+    def _wait(self, source: str | None, agent: str, tool: str, change: int) -> None:
+        counts = self._waiting.setdefault(source, Counter())
+        counts[agent, tool] = max(0, counts[agent, tool] + change)
+
+    def waiting_in(self, source: str, waiting: Mapping[tuple[str, str], int]) -> None:
+        """The runs waiting for an approval in the store ``source`` names, by (agent, tool),
+        as just read from it: they replace what was read from it before."""
+        before = self._waiting.get(source, Counter())
+        self._waiting[source] = Counter(
+            {key: waiting.get(key, 0) for key in before.keys() | waiting.keys()}
+        )
+
+    def _observe_waiting(self, options: Any) -> Iterable[Any]:
+        from opentelemetry.metrics import Observation
+
+        total: Counter[tuple[str, str]] = Counter()
+        keys: set[tuple[str, str]] = set()
+        for counts in list(self._waiting.values()):
+            total.update(counts)
+            keys.update(counts)
+        return [
+            Observation(total[key], {_AGENT: key[0], "statemachine.tool": key[1]})
+            for key in sorted(keys)
+        ]
 
     def failed(self, before: Phase[Any], seconds: float) -> None:
         """Record the time a phase spent before it raised."""

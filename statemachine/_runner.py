@@ -7,6 +7,7 @@ import random
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import date, timedelta
 from decimal import Decimal
@@ -17,6 +18,7 @@ import anyio
 import attrs
 
 from ._approval import (
+    APPROVAL_OF,
     ApprovalGate,
     ApprovalRequest,
     Approve,
@@ -25,6 +27,7 @@ from ._approval import (
     Pending,
     _ApprovalBook,
     load_decision,
+    waits_for_approval,
 )
 from ._budget import Spend
 from ._errors import (
@@ -54,7 +57,7 @@ from ._phases import (
 )
 from ._saving import _Saver, _status, _stop_asked, _Went
 from ._watch import Watch, check_start
-from .persist._codec import dump_phase, load_phase
+from .persist._codec import check_resumable, dump_phase, load_phase
 from .persist._lifecycle import RunStatus
 from .persist._protocol import Checkpointer, RunRecord
 
@@ -254,6 +257,7 @@ class Runner(Generic[C]):
         lease, so the next worker that calls ``claim_next`` on the store takes it.
         """
         checkpointer = self._require_checkpointer("submit")
+        check_resumable(ctx, checkpointer)
         state = self._agent.start(ctx, text)
         run_id = run_id or uuid.uuid4().hex
         status, waiting = _status(state)
@@ -288,10 +292,21 @@ class Runner(Generic[C]):
 
         A stop request found in the store at a checkpoint (``request_stop``, or the
         run's record cancelled from elsewhere) stops the run there, as :meth:`stop`
-        does. A new run driven here holds no lease (a run that is resumed does): in a
-        store that workers share, start runs with :meth:`submit` instead.
+        does. With a checkpointer the new run is held under a lease from before its
+        first checkpoint to its end, renewed as a resumed run's is, so that a worker
+        sharing the store never takes it while it runs here (:class:`RunClaimedError`
+        when another holds ``run_id``). A store that outlives the process also needs
+        a context class that another process can import by name: one defined in the
+        script being run (``__main__``) or inside a function is refused with
+        ``SetupError`` before anything is saved (move it into a module of its own).
         """
-        return await self._drive_from(state, run_id=run_id, gate=gate)
+        checkpointer = self._checkpointer
+        if checkpointer is None:
+            return await self._drive_from(state, run_id=run_id, gate=gate)
+        check_resumable(state.ctx, checkpointer)
+        run_id = run_id or uuid.uuid4().hex
+        go = partial(self._drive_from, state, run_id=run_id, gate=gate)
+        return await self._leases.hold(checkpointer, run_id, None, None, go)
 
     def _runtime(self, run_id: str, gate: ApprovalGate | None, elapsed: float) -> Runtime:
         """The runtime of one drive, with an approval book of the runner's own."""
@@ -366,6 +381,28 @@ class Runner(Generic[C]):
         finally:
             run_span.end()
             self._leases.forget(rt.run_id, driving)
+            with anyio.CancelScope(shield=True):
+                await self.count_waiting()
+
+    async def count_waiting(self) -> None:
+        """Read the runs waiting for an approval from the store into the
+        ``statemachine.approvals.waiting`` gauge (done at the end of every drive; a worker
+        also does it when it is idle). Nothing without a store; a store that cannot be
+        read now leaves the last reading as it was."""
+        store = self._checkpointer
+        if store is None:
+            return
+        try:
+            records = await store.registry(status=RunStatus.INTERRUPTED)
+        except Exception as error:  # the gauge waits for the next reading
+            _log().warning("approvals waiting not read", error=repr(error))
+            return
+        waiting = Counter(
+            (record.agent, record.waiting_for.removeprefix(APPROVAL_OF))
+            for record in records
+            if waits_for_approval(record.waiting_for)
+        )
+        self._metrics.waiting_in(str(getattr(store, "_where", id(store))), waiting)
 
     async def _steps(
         self,
@@ -468,7 +505,7 @@ class Runner(Generic[C]):
                     otel_context.detach(token)
                 span.end()
             took = rt.clock() - entered
-        self._metrics.transition(before, after, took)
+        self._metrics.transition(before, after, took, count_waits=self._checkpointer is None)
         if _events_wanted():
             log.info(
                 "transition", **(_transition_keys(rt, before, after) if keys is None else keys)

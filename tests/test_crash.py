@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
@@ -239,6 +240,9 @@ def test_two_processes_resuming_one_run_at_once_let_exactly_one_proceed(
     store = _store_args(request, backend)
     killed = _run(tmp_path, "start", "approve", "--kill-at", "3", *store)
     assert killed.returncode == -signal.SIGKILL
+    # The killed process held the new run under a lease (crash_support.START_LEASE, 1 s):
+    # both resumes start once it has lapsed, and race for the run.
+    time.sleep(1.5)
     env = {**os.environ, "PYTHONPATH": str(SCRIPT.parent.parent)}
     command = [sys.executable, str(SCRIPT), "resume", str(tmp_path), "approve", "--slow", *store]
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

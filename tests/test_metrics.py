@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from support import FakeClock
+from support import FakeClock, FlightArgs
 
 from agents.travel import FakeProvider, travel_agent
 from agents.travel._scenarios import ASK, FLIGHT, TRIP
@@ -19,6 +19,8 @@ from statemachine import (
     ModelRequest,
     Pending,
     Runner,
+    SQLiteCheckpointer,
+    write_tool,
 )
 from statemachine.testing import AutoDenyGate, ScriptedGate, ScriptedModel, reply, tool_call
 
@@ -259,3 +261,41 @@ async def test_instruments_are_created_once_per_runner_not_per_transition() -> N
         "statemachine.transitions",
         "statemachine.validation.fallbacks",
     ]
+
+
+@write_tool
+async def book(args: FlightArgs) -> dict[str, str]:
+    """Book a flight."""
+    return {"booked": args.flight}
+
+
+async def test_the_approvals_waiting_gauge_is_read_from_the_store(tmp_path: Any) -> None:
+    """Two runners (as two processes would) on one store count a waiting run once, and an
+    abort made elsewhere lowers the gauge at the next reading (issue 18)."""
+    agent = Agent[None](name="desk", tools=[book])
+    first, second = Metrics(), Metrics()
+    key = {"statemachine.agent": "desk", "statemachine.tool": "book"}
+    path = tmp_path / "runs.db"
+    async with SQLiteCheckpointer(path) as one, SQLiteCheckpointer(path) as other:
+        asks = tool_call("book", {"flight": "TP123", "price": "100.00"})
+        waiting = Runner(
+            agent, model=ScriptedModel([asks]), gate=DeskGate(), checkpointer=one, meter=first.meter
+        )
+        paused = await waiting.run(None, "Book it", run_id="w1")
+        assert paused.status == "paused"
+        assert first.points("statemachine.approvals.waiting") == [(key, 1)]
+        elsewhere = Runner(
+            agent,
+            model=ScriptedModel([reply("Hello.")]),
+            gate=DeskGate(),
+            checkpointer=other,
+            meter=second.meter,
+        )
+        await elsewhere.run(None, "Hi", run_id="r2")
+        assert second.points("statemachine.approvals.waiting") == [(key, 1)]
+        # Twice in one process: still one run waiting.
+        await waiting.count_waiting()
+        assert first.points("statemachine.approvals.waiting") == [(key, 1)]
+        await other.set_status("w1", "aborted")  # an operator, from anywhere
+        await waiting.count_waiting()
+        assert first.points("statemachine.approvals.waiting") == [(key, 0)]

@@ -66,7 +66,7 @@ from .._schema import Diagnostic
 from .._seal import _UNSAVED, _Ticket
 from .._tools import ReadCall, ReadTool, WriteCall, WriteTool
 
-__all__ = ["DOCUMENT_VERSION", "dump_phase", "load_phase"]
+__all__ = ["check_resumable", "DOCUMENT_VERSION", "dump_phase", "load_phase"]
 
 C = TypeVar("C")
 
@@ -129,6 +129,34 @@ def _importable(cls: type[Any], what: str) -> str:
             "to it. Define the class at module level"
         )
     return path
+
+
+def check_resumable(ctx: object, store: object) -> None:
+    """Refuse, before a durable run starts, a context that no other process could restore.
+
+    A checkpoint names the context's class by its module and qualified name; a worker,
+    or ``runs resume`` in another process, imports it by that name. A class defined in
+    the script being run (module ``__main__``: ``python file.py`` or ``python -m
+    module``) or inside a function cannot be imported so, and such a run could never be
+    resumed elsewhere: ``SetupError``, saying how to fix it. A store that lives in this
+    process only (``MemoryCheckpointer``) is not checked: nothing else can resume from it.
+    """
+    if ctx is None or getattr(store, "_in_process", False):
+        return
+    cls = type(ctx)
+    module, name = cls.__module__, cls.__qualname__
+    if module == "__main__":
+        where = "in the script being run (module __main__)"
+    elif "<locals>" in name.split("."):
+        where = f"inside a function ({module}:{name})"
+    else:
+        return
+    raise SetupError(
+        f"the context class {cls.__name__} is defined {where}, so another process (a "
+        "worker, or `runs resume`) could not import it by name to resume this run; "
+        "nothing was saved. Define the context class at module level in a module of "
+        "its own (for example myagent/context.py) and import it from your script"
+    )
 
 
 def _keeps(value: Decimal) -> bool:
@@ -626,6 +654,14 @@ class _Loader:
             found = _import(path)
         except (ImportError, AttributeError):
             found = None
+        if path.startswith("__main__:") and found is None:
+            raise CheckpointMismatchError(
+                f"the {what} class {path} was defined in the script that started the run "
+                "(module __main__), which this process is not; only that script can "
+                "resume it. Run it again to resume the run there, or abort the run; define "
+                "such classes in a module of their own so that any process can resume",
+                run_id=self.run_id,
+            )
         if not (isinstance(found, type) and (issubclass(found, BaseModel) or attrs.has(found))):
             raise CheckpointMismatchError(
                 f"the {what} class {path} cannot be imported (or is not a pydantic model or "
