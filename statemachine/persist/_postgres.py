@@ -41,19 +41,17 @@ from .._ledger import EffectRecord
 from ._chain import _Chain, _every
 from ._lifecycle import ATTENTION, ENDINGS, RunLifecycle, RunStatus, held_record, retry_fields
 from ._postgres_sql import (
-    _ADDED_COLUMNS,
     _CONNECT_TIMEOUT,
     _EFFECT_COLUMNS,
     _INSTALL,
     _RECORD_COLUMNS,
     _RUN_COLUMNS,
     _RUN_TABLES,
-    _SCHEMA,
-    _SCHEMA_LOCK,
-    _SCHEMA_OBJECTS,
     _effect_row_of,
     _record_of,
     _redacted,
+    _store_row,
+    create_tables,
 )
 from ._protocol import (
     DEFAULT_RETENTION,
@@ -203,54 +201,9 @@ class PostgresCheckpointer:
         return pool
 
     async def _create_tables(self, connection: _Connection) -> None:
-        """Create the tables and indexes that are missing, in one transaction.
-
-        Only when one is missing: ``CREATE INDEX IF NOT EXISTS`` locks its table even
-        when the index exists, and that lock, held while another process saves, can
-        deadlock with it. The advisory lock lets one process at a time create them;
-        the others then find them all there.
-        """
-
-        async def has_heads() -> bool:
-            cursor = await connection.execute(
-                "SELECT count(*) FROM information_schema.columns WHERE table_schema = "
-                "current_schema() AND table_name = 'statemachine_runs' AND column_name = 'head'"
-            )
-            row = await cursor.fetchone()
-            return row is not None and row[0] == 1
-
-        async def missing() -> bool:
-            cursor = await connection.execute(
-                "SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace"
-                " AND relname = ANY(%s)",
-                (list(_SCHEMA_OBJECTS),),
-            )
-            row = await cursor.fetchone()
-            if row is None or row[0] != len(_SCHEMA_OBJECTS):
-                return True
-            cursor = await connection.execute(
-                "SELECT count(*) FROM information_schema.columns WHERE table_schema = "
-                "current_schema() AND (table_name, column_name) IN "
-                "(SELECT * FROM unnest(%s::text[], %s::text[]))",
-                ([t for t, _, _ in _ADDED_COLUMNS], [c for _, c, _ in _ADDED_COLUMNS]),
-            )
-            row = await cursor.fetchone()
-            return row is None or row[0] != len(_ADDED_COLUMNS)
-
-        if not await missing():
-            return
-        async with connection.transaction():
-            await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            if await missing():
-                # Runs saved before runs recorded a head get one, once: when the column is
-                # added (a table made by _SCHEMA has it, and no runs).
-                heads_before = await has_heads()
-                for statement in _SCHEMA:
-                    await connection.execute(statement)
-                for _, _, add in _ADDED_COLUMNS:  # to a database made before them
-                    await connection.execute(add)
-                if not heads_before:
-                    await self._record_heads(connection)
+        """Create the tables, indexes and columns that are missing (see ``create_tables``);
+        when the head column is added, record the heads of the runs saved before it."""
+        await create_tables(connection, self._record_heads)
 
     async def _record_heads(self, connection: _Connection) -> None:
         """Record each run's head from its rows as they are found (see ``_chain``)."""
@@ -519,18 +472,7 @@ class PostgresCheckpointer:
             )
             # The retry state, which saved_record leaves out: a checkpoint saved is progress.
             vars(saved).update(retry_fields(record, target, now, saved=True))
-            await connection.execute(
-                "INSERT INTO statemachine_checkpoints (run_id, seq, kind, phase, blob, at) "
-                "VALUES (%s, %s, %s, %s, %s, %s)",
-                (
-                    run_id,
-                    seq,
-                    "full" if snapshot else "delta",
-                    phase,
-                    blob,
-                    now,
-                ),
-            )
+            await _store_row(connection, run_id, _Row(seq, snapshot, phase, blob, now))
             await self._store_record(connection, saved, last.head)
         self._chain.remember(run_id, last)
         return saved

@@ -9,15 +9,24 @@ later releases added, the column lists, and the functions that turn a row into a
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable
 from datetime import UTC
-from typing import Any, Final, LiteralString
+from typing import TYPE_CHECKING, Any, Final, LiteralString
 
 from .._errors import ConfigError
 from ._lifecycle import RunStatus
 from ._protocol import RunRecord
-from ._rows import _EffectRow
+from ._rows import _EffectRow, _Row
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg.rows import TupleRow
+
+    _Connection = AsyncConnection[TupleRow]
 
 __all__ = [
+    "_store_row",
+    "create_tables",
     "_ADDED_COLUMNS",
     "_CONNECT_TIMEOUT",
     "_DSN_ORDER",
@@ -193,3 +202,67 @@ def _redacted(dsn: str) -> str:
     first = [key for key in _DSN_ORDER if key in parts]
     ordered = first + [key for key in parts if key not in first]
     return make_conninfo(**{key: str(parts[key]) for key in ordered})
+
+
+async def create_tables(
+    connection: _Connection, record_heads: Callable[[_Connection], Awaitable[None]]
+) -> None:
+    """Create the tables and indexes that are missing, and add missing columns, in one
+    transaction; ``record_heads`` when the head column is added to a table of runs.
+
+    Only when one is missing: ``CREATE INDEX IF NOT EXISTS`` locks its table even when
+    the index exists, and that lock, held while another process saves, can deadlock
+    with it. The advisory lock lets one process at a time create them; the others then
+    find them all there. Runs saved before runs recorded a head get one once, when the
+    column is added (a table made by ``_SCHEMA`` has it, and no runs).
+    """
+    if not await _missing(connection):
+        return
+    async with connection.transaction():
+        await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        if await _missing(connection):
+            heads_before = await _has_heads(connection)
+            for statement in _SCHEMA:
+                await connection.execute(statement)
+            for _, _, add in _ADDED_COLUMNS:  # to a database made before them
+                await connection.execute(add)
+            if not heads_before:
+                await record_heads(connection)
+
+
+async def _has_heads(connection: _Connection) -> bool:
+    cursor = await connection.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_schema = "
+        "current_schema() AND table_name = 'statemachine_runs' AND column_name = 'head'"
+    )
+    row = await cursor.fetchone()
+    return row is not None and row[0] == 1
+
+
+async def _missing(connection: _Connection) -> bool:
+    """Whether a table, an index or an added column of the schema is missing."""
+    cursor = await connection.execute(
+        "SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace"
+        " AND relname = ANY(%s)",
+        (list(_SCHEMA_OBJECTS),),
+    )
+    row = await cursor.fetchone()
+    if row is None or row[0] != len(_SCHEMA_OBJECTS):
+        return True
+    cursor = await connection.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_schema = "
+        "current_schema() AND (table_name, column_name) IN "
+        "(SELECT * FROM unnest(%s::text[], %s::text[]))",
+        ([t for t, _, _ in _ADDED_COLUMNS], [c for _, c, _ in _ADDED_COLUMNS]),
+    )
+    row = await cursor.fetchone()
+    return row is None or row[0] != len(_ADDED_COLUMNS)
+
+
+async def _store_row(connection: _Connection, run_id: str, row: _Row) -> None:
+    """Insert checkpoint ``row`` of the run."""
+    await connection.execute(
+        "INSERT INTO statemachine_checkpoints (run_id, seq, kind, phase, blob, at) "
+        "VALUES (%s, %s, %s, %s, %s, %s)",
+        (run_id, row.seq, "full" if row.snapshot else "delta", row.phase, row.blob, row.at),
+    )
