@@ -1,10 +1,22 @@
 """Workers: processes that take runnable runs from a shared store and drive them.
 
 A :class:`Worker` loops: ``claim_next`` (a run no live lease holds: submitted, whose
-worker died, failed_resumable, or approved by a person), resume it with the runner of
-its agent (which renews the lease while it drives), release the lease; when nothing
-is runnable it waits ``poll`` and asks again. Any number of workers, in any number of
-processes, may share one store: each run is held by one at a time.
+worker died, failed_resumable and due for a retry, or approved by a person), resume it
+with the runner of its agent (which renews the lease while it drives), release the
+lease; when nothing is runnable it waits ``poll`` and asks again. Any number of
+workers, in any number of processes, may share one store: each run is held by one at a
+time.
+
+A worker never spins on a run it cannot go on with. A run whose checkpoint cannot be
+loaded (corrupt, sealed with a key this worker lacks, written by code this worker does
+not have, of an agent it has no runner for) is *held* for a person at once
+(``hold``: the reason is in its registry row, ``runs show`` and ``runs list`` show it),
+logged once, and never taken again until a person resumes it. A run whose phase raises
+is ``failed_resumable``; the store counts its failures in a row and keeps it from every
+worker until its retry time (at once, then 1s, 2s, 4s ... at most 5 minutes); after
+``max_failures`` failures in a row the worker holds it too. With ``exit_when_idle`` a
+worker stops the first time nothing is runnable, which is also when only held runs, or
+failed ones waiting for their retry time, are left.
 
 On SIGTERM or SIGINT (:meth:`Worker.run` with ``handle_signals=True``, as the
 command does) a worker finishes the phase under way, saves it, releases its lease
@@ -26,19 +38,30 @@ import socket
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any, Final, cast
+from typing import Any, Final, Protocol, cast
 
 import anyio
 import structlog
 
-from ._errors import ConfigError
+from ._errors import CheckpointError, ConfigError, SetupError
 from ._runner import Runner
-from .persist._protocol import Leases
+from .persist._lifecycle import RunStatus
+from .persist._protocol import Leases, Registry, RunRecord
 
 __all__ = ["Worker"]
 
 DEFAULT_LEASE: Final = timedelta(seconds=30)
 DEFAULT_POLL: Final = timedelta(milliseconds=200)
+DEFAULT_MAX_FAILURES: Final = 5
+# What a resume raises when the run cannot be loaded here, or when going on with it
+# needs a person (code or keys to deploy, a damaged store to repair): retrying it is no
+# use. A checkpoint that is not what this code reads, a key missing, code missing.
+_NEEDS_A_PERSON: Final = (CheckpointError, SetupError, ImportError)
+
+
+class _Store(Leases, Registry, Protocol):
+    """What a worker uses of a store: leases, and the registry to hold a run."""
+
 
 _log = structlog.wrap_logger(logging.getLogger("statemachine.worker"))
 
@@ -51,12 +74,15 @@ class Worker:
     names this worker in the lease history (default ``host:pid``); ``lease`` is how
     long a run stays held without a renewal (renewed every third of it); ``poll`` how
     long to wait when nothing is runnable. ``max_runs`` stops the worker after that many
-    runs; ``exit_when_idle`` stops it the first time nothing is runnable.
+    runs; ``exit_when_idle`` stops it the first time nothing is runnable (held runs,
+    and failed runs before their retry time, are not). ``max_failures`` is how many
+    failures in a row of one run the worker retries before it holds the run for a
+    person.
     """
 
     def __init__(
         self,
-        checkpointer: Leases,
+        checkpointer: _Store,
         runners: Mapping[str, Runner[Any]] | Iterable[Runner[Any]],
         *,
         owner: str | None = None,
@@ -64,6 +90,7 @@ class Worker:
         poll: timedelta = DEFAULT_POLL,
         max_runs: int | None = None,
         exit_when_idle: bool = False,
+        max_failures: int = DEFAULT_MAX_FAILURES,
     ) -> None:
         chosen: dict[str, Runner[Any]] = (
             dict(cast("Mapping[str, Runner[Any]]", runners))
@@ -82,6 +109,8 @@ class Worker:
             problems.append(f"poll must not be negative, got {poll!r}")
         if max_runs is not None and max_runs < 1:
             problems.append(f"max_runs must be a positive int, got {max_runs!r}")
+        if max_failures < 1:
+            problems.append(f"max_failures must be a positive int, got {max_failures!r}")
         if problems:
             raise ConfigError(tuple(problems))
         self.checkpointer = checkpointer
@@ -91,6 +120,7 @@ class Worker:
         self.poll = poll
         self.max_runs = max_runs
         self.exit_when_idle = exit_when_idle
+        self.max_failures = max_failures
         self.outcomes: Counter[str] = Counter()
         self._stopping = anyio.Event()
 
@@ -107,8 +137,9 @@ class Worker:
         """Process runs until stopped, ``max_runs`` is reached, or (``exit_when_idle``) idle.
 
         Returns how the runs it took went, by outcome: ``done``, ``failed``, ``paused``
-        (waiting for a person), ``stopped`` (stopped, or given back at shutdown) and
-        ``error`` (a phase or the store raised; the run is left as the runner marked it).
+        (waiting for a person), ``stopped`` (stopped, or given back at shutdown),
+        ``error`` (a phase or the store raised; the run is left as the runner marked it,
+        to be retried) and ``held`` (the run cannot go on without a person: held).
         With ``handle_signals`` SIGTERM and SIGINT stop the worker as :meth:`stop` does.
         """
         async with anyio.create_task_group() as group:
@@ -149,24 +180,13 @@ class Worker:
                     return
                 await self._pause()
                 continue
-            await self._process(record.run_id, record.agent)
+            await self._process(record)
 
-    async def _process(self, run_id: str, agent: str) -> None:
-        runner = self.runners[agent]
-        log = _log.bind(owner=self.owner, run_id=run_id, agent=agent)
+    async def _process(self, record: RunRecord) -> None:
+        run_id = record.run_id
+        log = _log.bind(owner=self.owner, run_id=run_id, agent=record.agent)
         try:
-            result = await runner.resume(
-                run_id, owner=self.owner, hand_back=self._stopping, lease=self.lease
-            )
-        except Exception as error:
-            # The runner has recorded what it could (failed_resumable, or interrupted for
-            # a person); a pause keeps a run that fails at once from spinning the loop.
-            self.outcomes["error"] += 1
-            log.warning("run raised", error=repr(error))
-            await self._pause()
-        else:
-            self.outcomes[result.status] += 1
-            log.info("run processed", status=result.status, phase=result.final.kind)
+            await self._drive(record, log)
         finally:
             with anyio.CancelScope(shield=True):
                 try:
@@ -174,6 +194,81 @@ class Worker:
                 except Exception as error:  # it lapses on its own
                     log.warning("release failed", error=repr(error))
 
+    async def _drive(self, record: RunRecord, log: Any) -> None:
+        """Resume the claimed run; hold it instead when it cannot go on without a person."""
+        run_id = record.run_id
+        runner = self.runners.get(record.agent)
+        if runner is None:  # claim_next was told this worker's agents: a store that ignored it
+            await self._hold(record, f"no runner for its agent {record.agent!r}", log)
+            return
+        if record.status is RunStatus.FAILED_RESUMABLE and record.failures >= self.max_failures:
+            # Counted by another worker, or one that stopped before it could hold it.
+            await self._hold(record, self._too_many(record.failures, None), log)
+            return
+        try:
+            result = await runner.resume(
+                run_id, owner=self.owner, hand_back=self._stopping, lease=self.lease
+            )
+        except Exception as raised:
+            error = _unwrapped(raised)
+            if isinstance(error, _NEEDS_A_PERSON):
+                said = f"a worker cannot go on with it: {type(error).__name__}: {error}"
+                await self._hold(record, said, log)
+                return
+            # The runner has recorded what it could (failed_resumable, or interrupted for
+            # a person); a pause keeps a run that fails at once from spinning the loop.
+            self.outcomes["error"] += 1
+            log.warning("run raised", error=repr(error))
+            await self._hold_if_failing(run_id, error, log)
+            await self._pause()
+        else:
+            self.outcomes[result.status] += 1
+            log.info("run processed", status=result.status, phase=result.final.kind)
+
+    def _too_many(self, failures: int, error: BaseException | None) -> str:
+        last = "" if error is None else f", the last time with {type(error).__name__}: {error}"
+        return f"failed {failures} times in a row{last} (this worker retries {self.max_failures})"
+
+    async def _hold_if_failing(self, run_id: str, error: BaseException, log: Any) -> None:
+        """Hold the run when this failure was its ``max_failures``-th in a row."""
+        try:
+            record = await self.checkpointer.record(run_id)
+        except Exception as unread:  # the store is briefly unreachable: the next claim checks
+            log.warning("record unread", error=repr(unread))
+            return
+        if record.status is RunStatus.FAILED_RESUMABLE and record.failures >= self.max_failures:
+            await self._hold(record, self._too_many(record.failures, error), log, count=False)
+
+    async def _hold(self, record: RunRecord, reason: str, log: Any, *, count: bool = True) -> None:
+        """Hold the run for a person with ``reason``, and say so once."""
+        if count:
+            self.outcomes["held"] += 1
+        held: RunRecord | None = None
+        with anyio.CancelScope(shield=True):  # a stop does not leave the run to spin
+            try:
+                held = await self.checkpointer.hold(record.run_id, reason)
+            except Exception as error:  # not held: the next claim finds it again, and retries
+                log.warning("hold failed", reason=reason, error=repr(error))
+        if held is None:
+            await self._pause()
+            return
+        if not held.held:  # stopped by a person meanwhile: theirs already
+            log.info("run not held", status=held.status.value)
+            return
+        log.warning(
+            "run held for a person",
+            reason=held.reason,
+            status=held.status.value,
+            resume=f"statemachine runs resume {record.run_id}",
+        )
+
     async def _pause(self) -> None:
         with anyio.move_on_after(self.poll.total_seconds()):
             await self._stopping.wait()
+
+
+def _unwrapped(error: BaseException) -> BaseException:
+    """The one error inside task groups' exception groups (the runner drives in one)."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error

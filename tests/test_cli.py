@@ -208,6 +208,10 @@ def test_list_shows_every_run_aligned_and_as_json(db: Path) -> None:
         "seq": 9,
         "stop_requested": False,
         "decision_pending": False,
+        "held": False,
+        "reason": "",
+        "failures": 0,
+        "retry_at": None,
     }
 
 
@@ -461,9 +465,10 @@ def test_refusals_are_one_line_and_a_nonzero_exit(made: Path, db: Path, tmp_path
         "there, or was purged; statemachine runs list shows the runs there are"
     )
     missing = tmp_path / "missing.db"
-    assert refused(cli("stats", "--db", str(missing))) == (
-        f"statemachine: no database at {str(missing)!r}; give the runs' SQLite file with "
-        "--db PATH (or $STATEMACHINE_DB), or a PostgreSQL store with --dsn"
+    assert refused(cli("stats", "--db", str(missing)), code=2) == (
+        f"statemachine: no runs store at {str(missing)!r}: there is no such file; check the "
+        "path (--db PATH or $STATEMACHINE_DB; --dsn DSN for PostgreSQL), or make a new store "
+        f"there with statemachine init --db {missing} (a worker: --create)"
     )
     assert not missing.exists()  # looking did not create it
     assert refused(cli("runs", "purge", "--older-than", "30 days", "--db", str(db)), code=2) == (
@@ -489,10 +494,13 @@ def test_refusals_are_one_line_and_a_nonzero_exit(made: Path, db: Path, tmp_path
     wrong = tmp_path / "wrong.key"
     wrong.write_text(f"k1:{base64.b64encode(generate_key()).decode()}\n")
     assert refused(cli("runs", "show", "secret", "--key-file", str(wrong), "--db", sealed)) == (
-        "statemachine: checkpoint of run 'secret': the sealed checkpoint (key 'k1') failed "
+        "statemachine: checkpoint of run 'secret': checkpoint 9 is not the head this store's "
+        "key recorded (checkpoint of run 'secret': the sealed checkpoint (key 'k1') failed "
         "authentication: it was altered, its key is not the one that sealed it, or it is "
         "being opened for another run or position (aad) than it was sealed for. Nothing was "
-        "decrypted; restore it from a trusted copy"
+        "decrypted; restore it from a trusted copy). Nothing was loaded and nothing in the "
+        f"checkpoint store {sealed!r} was changed; other runs are unaffected. Restore the "
+        "store from a backup to resume this run, or abort it and start it again."
     )
     keys = {"STATEMACHINE_CHECKPOINT_KEYS": f"k1:{base64.b64encode(KEY).decode()}"}
     shown = as_json(cli("runs", "show", "secret", "--json", "--db", sealed, env=keys))
@@ -536,8 +544,7 @@ def test_the_console_script_runs_the_same_dispatcher(
         scripts = tomllib.load(file)["project"]["scripts"]
     assert scripts == {"statemachine": "statemachine.__main__:main"}
     missing = tmp_path / "none.db"
-    assert main(["stats", "--db", str(missing)]) == 1
-    assert capsys.readouterr().err == (
-        f"statemachine: no database at {str(missing)!r}; give the runs' SQLite file with "
-        "--db PATH (or $STATEMACHINE_DB), or a PostgreSQL store with --dsn\n"
+    assert main(["stats", "--db", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"statemachine: no runs store at {str(missing)!r}: there is no such file;"
     )

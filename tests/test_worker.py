@@ -347,7 +347,8 @@ def test_the_command_refuses_an_agent_module_without_a_factory(
     )
     sys.path.insert(0, str(TESTS))
     try:
-        assert main(["worker", "--agent", "worker_support:not_a_runner", "--db", db]) == 1
+        argv = ["worker", "--agent", "worker_support:not_a_runner", "--db", db, "--create"]
+        assert main(argv) == 1
     finally:
         sys.path.remove(str(TESTS))
     assert "returned str, not a Runner" in capsys.readouterr().err
@@ -356,11 +357,12 @@ def test_the_command_refuses_an_agent_module_without_a_factory(
 def test_the_command_refuses_a_store_it_cannot_open(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A store that cannot be opened is one line and exit 1 at start, not a retry loop."""
+    """A store that cannot be made is one line and exit 1 at start, not a retry loop."""
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")
     db = str(blocked / "runs.sqlite3")
-    assert main(["worker", "--agent", "agents.support", "--db", db, "--exit-when-idle"]) == 1
+    argv = ["worker", "--agent", "agents.support", "--db", db, "--exit-when-idle", "--create"]
+    assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.startswith("statemachine worker: cannot open the store (")
     assert err.count("\n") == 1

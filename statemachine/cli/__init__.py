@@ -2,15 +2,18 @@
 
 One argparse tree (``_tree``) with the options every command shares (``_options``):
 ``runs`` (list, show, approve, deny, stop, resume, abort, purge), ``stats``,
-``diagram`` and ``worker``. Each command's code is in a module of its own, imported
-only when that command runs: ``diagram`` does not pay for the worker's imports.
+``diagram``, ``worker`` and ``init`` (the one command that makes a new store). Each
+command's code is in a module of its own, imported only when that command runs:
+``diagram`` does not pay for the worker's imports.
 
 Every command prints aligned text for a person, or one JSON document with ``--json``.
 Exit codes: 0 done; 1 refused (an unknown run, a run not in a state where the command
-applies, a wrong key, a missing database), with one line on stderr and never a
-traceback; 2 a command line that cannot be read (one line on stderr: :func:`main`
-raises ``SystemExit(2)``, as argparse does, and ``SystemExit(0)`` after ``--help``);
-130 interrupted. ``diagram`` also answers 2 for a target that names no agent.
+applies, a wrong key, a store that cannot be reached), with one line on stderr and
+never a traceback; 2 a command line that cannot be read (one line on stderr:
+:func:`main` raises ``SystemExit(2)``, as argparse does, and ``SystemExit(0)`` after
+``--help``), or a store option that names no runs store (no file there, an empty file,
+another application's database; ``_options.open_store``); 130 interrupted.
+``diagram`` also answers 2 for a target that names no agent.
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ from ._tree import tree
 __all__ = ["main"]
 
 # How each command's refusals begin (as they always have).
-_SAYS: Final = {"runs": PROG, "stats": PROG, "diagram": "diagram", "worker": f"{PROG} worker"}
+_SAYS: Final = {
+    "runs": PROG,
+    "stats": PROG,
+    "diagram": "diagram",
+    "worker": f"{PROG} worker",
+    "init": f"{PROG} init",
+}
 
 
 def main(argv: Sequence[str]) -> int:
@@ -64,6 +73,10 @@ def _run(args: argparse.Namespace) -> int:
             from . import _worker
 
             return _worker.run(args)
+        case "init":
+            from . import _init
+
+            return _init.run(args)
     raise AssertionError(f"no module runs the command {args.command!r}")
 
 

@@ -103,4 +103,8 @@ def record_json(record: RunRecord) -> dict[str, Any]:
         "seq": record.seq,
         "stop_requested": record.stop_requested,
         "decision_pending": record.decision_pending,
+        "held": record.held,
+        "reason": record.reason,
+        "failures": record.failures,
+        "retry_at": None if record.retry_at is None else record.retry_at.isoformat(),
     }

@@ -4,7 +4,9 @@
 (``submit_decision``), from any machine; ``stop`` asks the store to stop the run
 (``request_stop``). ``resume ID`` leaves the run to the workers (runnable again), or
 with ``--agent MODULE[:FUNCTION]`` drives it in this process with the runner that the
-worker command's factory (``worker_runner(checkpointer)``) builds.
+worker command's factory (``worker_runner(checkpointer)``) builds. A run a worker held
+for a person (its ``reason`` is in ``list`` and ``show``) is resumed either way: the
+hold is lifted and its count of failures in a row starts over.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ def _waits_for_approval(record: RunRecord) -> bool:
 
 
 def _waiting_for(record: RunRecord) -> str:
+    if record.held:
+        return f"a person: {record.reason}"
+    if record.status == RunStatus.FAILED_RESUMABLE and record.retry_at is not None:
+        return f"a retry at {when(record.retry_at)} (failed {record.failures} times in a row)"
     if record.stop_requested:
         return "stop requested: the worker driving it stops at its next checkpoint"
     if record.decision_pending:
@@ -212,7 +218,7 @@ def _check_resumable(record: RunRecord, *, here: bool) -> None:
             f"run {run_id!r} waits for approval of a call; approve or deny it first "
             f"({PROG} runs approve {run_id} --by NAME)"
         )
-    if not here:
+    if not here and not record.held:
         raise Refusal(
             f"run {run_id!r} waits for a person ({record.waiting_for}); resume it here "
             "with --agent MODULE --note 'who lets it go on, and why'"
@@ -222,6 +228,10 @@ def _check_resumable(record: RunRecord, *, here: bool) -> None:
 async def _mark_runnable(store: Checkpointer, record: RunRecord) -> tuple[RunRecord, str]:
     """Leave the run to the workers: (its row, what happens next)."""
     _check_resumable(record, here=False)
+    if record.held:
+        reason = record.reason
+        record = await store.set_status(record.run_id, RunStatus.RUNNING)
+        return record, f"its hold ({reason}) is lifted: the next free worker picks it up"
     if record.status == RunStatus.RUNNING:
         lease = await _live_lease(store, record.run_id)
         if lease is not None:
@@ -229,6 +239,10 @@ async def _mark_runnable(store: Checkpointer, record: RunRecord) -> tuple[RunRec
         return record, "it is already runnable: the next free worker picks it up"
     if record.status == RunStatus.INTERRUPTED:
         return record, "its decision is recorded: the next free worker goes on with it"
+    if record.status == RunStatus.FAILED_RESUMABLE and record.failures:
+        # A person's resume starts the count of failures in a row over: a retry by a
+        # worker keeps it, and leaving a hold clears it, so hold it first.
+        await store.hold(record.run_id, "resumed by a person")
     record = await store.set_status(record.run_id, RunStatus.RUNNING)
     return record, "it is runnable: the next free worker picks it up"
 

@@ -2,7 +2,9 @@
 
 A checkpoint is read here as a document, defensively (a field that is missing or of
 another shape reads as empty), without loading the run's phase: the command line
-does not need the agent's code to show a run.
+does not need the agent's code to show a run. A run held for a person is shown with
+its reason, and, when its checkpoint cannot be read (the reason it is held, often),
+from its registry row alone.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, cast
 
-from .. import CheckpointEntry, Checkpointer, canonical
+from .. import CheckpointEntry, Checkpointer, CheckpointError, canonical
 from ..persist._codec import _decode
 from ..persist._lifecycle import ENDINGS
 from ._options import PROG
@@ -86,7 +88,13 @@ def _timeline(entries: Sequence[CheckpointEntry], *, ended: bool) -> list[dict[s
 async def _details(store: Checkpointer, run_id: str) -> dict[str, Any]:
     record = await store.record(run_id)
     entries = await store.history(run_id)
-    _, document = await store.load(run_id)
+    unreadable = None
+    try:
+        _, document = await store.load(run_id)
+    except CheckpointError as error:
+        if not record.held:
+            raise
+        document, unreadable = {}, str(error)  # show what the registry knows, and why
     kind = str(document.get("kind", record.phase))
     saved = fields(document)
     verdicts = _object(saved.get("loop")).get("verdicts")
@@ -102,6 +110,7 @@ async def _details(store: Checkpointer, run_id: str) -> dict[str, Any]:
         else [],
         "pending_approval": pending(kind, saved),
         "decision": await store.decision(run_id) if record.decision_pending else None,
+        "unreadable": unreadable,
     }
     if kind == "Done":
         details["answer"] = saved.get("answer", "")
@@ -135,6 +144,16 @@ def _head(details: Mapping[str, Any]) -> str:
         head.append(("answer", str(details["answer"])))
     if "reason" in details:
         head.append(("failed", str(details["reason"])))
+    if run["held"]:
+        head.append(("held", f"{run['reason']}; {PROG} runs resume {run['run_id']} lifts it"))
+    if run["failures"]:
+        said = f"{run['failures']} in a row"
+        if run["retry_at"] and not run["held"]:
+            retry = datetime.fromisoformat(run["retry_at"])
+            said += f"; a worker retries it from {when(retry)} UTC"
+        head.append(("failures", said))
+    if details["unreadable"] is not None:
+        head.append(("checkpoint", f"cannot be read: {details['unreadable']}"))
     return pairs(head)
 
 

@@ -10,7 +10,7 @@ import argparse
 from typing import Final
 
 from .. import RunStatus
-from ._options import FACTORY, PROG, Parser, duration, json_option, store_options
+from ._options import FACTORY, PROG, Parser, count, duration, json_option, store_options
 
 __all__ = ["tree"]
 
@@ -42,6 +42,17 @@ def tree() -> Parser:
     stats.add_argument("--agent", metavar="NAME", help="only runs of this agent")
     _diagram(commands)
     _worker(commands, [store])
+    commands.add_parser(
+        "init",
+        parents=[store],
+        help="make a new, empty runs store (SQLite file or PostgreSQL tables)",
+        description=(
+            "Make a new, empty runs store where --db or --dsn says: a SQLite file that does "
+            "not exist yet (or is empty), or the tables in a PostgreSQL database's current "
+            "schema. No other command makes one. A store there already is left as it is; "
+            "another application's database is refused."
+        ),
+    )
     return top
 
 
@@ -146,16 +157,6 @@ def _diagram(commands: argparse._SubParsersAction[Parser]) -> None:
     )
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return value
-
-
 def _worker(commands: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
     worker = commands.add_parser(
         "worker",
@@ -180,8 +181,22 @@ def _worker(commands: argparse._SubParsersAction[Parser], parents: list[Parser])
     worker.add_argument(
         "--poll", type=_SPAN, metavar="DURATION", help="the wait when idle (default 200ms)"
     )
-    worker.add_argument("--max-runs", type=_positive, metavar="N", help="stop after N runs")
+    worker.add_argument("--max-runs", type=count, metavar="N", help="stop after N runs")
     worker.add_argument(
-        "--exit-when-idle", action="store_true", help="stop when no run is left to take"
+        "--max-failures",
+        type=count,
+        metavar="N",
+        help="hold a run for a person after it failed N times in a row (default 5)",
+    )
+    worker.add_argument(
+        "--exit-when-idle",
+        action="store_true",
+        help="stop when no run is left to take (held runs, and failed ones waiting to be "
+        "retried, are not)",
+    )
+    worker.add_argument(
+        "--create",
+        action="store_true",
+        help="make the store if there is none yet (as init does); else a missing one is refused",
     )
     worker.add_argument("--owner", help="this worker's name in the lease history (host:pid)")

@@ -6,9 +6,16 @@ finish the phase under way and give the run back; a second one ends the process 
 once. At the end one line says how many runs the worker took, by outcome.
 
 The store is opened, and checked to answer, before the runners are built: a store
-that cannot be reached is refused now (exit 1), not retried forever. A SQLite file
-that does not exist yet is created: the worker may start before the first run is
-submitted.
+that cannot be reached is refused now (exit 1), not retried forever. A store option
+that names no runs store (no file there, an empty file, another application's
+database) is refused with exit 2, as by every command; ``--create`` makes the store
+when there is none yet (as ``statemachine init`` does), for a worker started before
+the first run is submitted.
+
+A run the worker cannot go on with (its checkpoint cannot be loaded, or it failed
+``--max-failures`` times in a row) is held for a person once, with the reason in its
+registry row, and logged once; ``--exit-when-idle`` stops the worker when only such
+runs, or failed ones waiting for their retry time, are left.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from typing import Any
 import anyio
 
 from .. import Checkpointer, Runner
-from .._worker import DEFAULT_LEASE, DEFAULT_POLL, Worker, _log
+from .._worker import DEFAULT_LEASE, DEFAULT_MAX_FAILURES, DEFAULT_POLL, Worker, _log
 from ._options import Refusal, close_store, open_store, runner_factory
 
 __all__ = ["run"]
@@ -44,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, factories: Sequence[_Factory]) -> Counter[str]:
-    store = open_store(args, create=True)  # a worker may start before the first run
+    store = await open_store(args, create=args.create)
     try:
         try:
             await store.registry(status=())
@@ -56,6 +63,7 @@ async def _serve(args: argparse.Namespace, factories: Sequence[_Factory]) -> Cou
             owner=args.owner,
             max_runs=args.max_runs,
             exit_when_idle=args.exit_when_idle,
+            max_failures=DEFAULT_MAX_FAILURES if args.max_failures is None else args.max_failures,
             # Not given: the Worker's own defaults, which the tree's help repeats.
             lease=DEFAULT_LEASE if args.lease is None else args.lease,
             poll=DEFAULT_POLL if args.poll is None else args.poll,
