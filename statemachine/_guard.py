@@ -39,18 +39,17 @@ and exhaustion as a result with a status (never an exception) that also adds one
 the OpenTelemetry counter ``statemachine.validation.fallbacks``.
 
 :class:`Diagnostic`, the JSON paths, the schema walker and the type diagnostics are
-in ``_schema``, with the agent's configuration (:func:`validate_config`).
+in ``_schema``, with the agent's configuration (:func:`validate_config`). Reading the
+text as JSON and the repairs (:class:`Repair`) are in ``_repair``; the normalisation
+of money text and relative dates is in ``_normalise``.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import json
-import re
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import date, timedelta
-from decimal import Decimal
+from datetime import date
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeAlias, TypeVar, final
 
@@ -60,17 +59,15 @@ from pydantic import BaseModel, StringConstraints, ValidationError
 from . import _json
 from ._errors import ConfigError, OutputRejectedError, OutputTamperedError, SetupError
 from ._model import Message, Model, ModelReply, ModelRequest
+from ._normalise import DecimalSeparator, _normaliser
+from ._repair import _REPAIR_WORDS, Repair, _Loaded, _not_an_object, _parse
 from ._schema import (
     Diagnostic,
-    Leaf,
-    _clip,
-    _evidence,
     _find_surrogate,
     _is_model,
     _leaves,
     _models_in,
     _parse_path,
-    _Path,
     _related,
     _render,
     _type_diagnostics,
@@ -138,21 +135,6 @@ def _sha256(data: bytes) -> str:
 def _ship_bytes(value: BaseModel) -> bytes:
     """The JSON bytes of a validated value: exact numbers, field aliases, schema order."""
     return _json.dumps(value.model_dump(mode="python", by_alias=True)).encode()
-
-
-class Repair(StrEnum):
-    """A mechanical fix ``auto_repair`` may apply; it deletes only characters outside values."""
-
-    STRIP_FENCE = "strip_fence"
-    CUT_TO_BRACES = "cut_to_braces"
-    DROP_TRAILING_COMMA = "drop_trailing_comma"
-
-
-_REPAIR_WORDS = {
-    Repair.STRIP_FENCE: "a Markdown code fence was stripped",
-    Repair.CUT_TO_BRACES: "text outside the outermost braces was cut",
-    Repair.DROP_TRAILING_COMMA: "trailing commas were dropped",
-}
 
 
 @final
@@ -226,364 +208,6 @@ class Invalid:
 
 GuardOutcome: TypeAlias = Parsed[T] | Refusal | Truncated | Invalid
 """Every model reply is exactly one of these; ``match`` on all four."""
-
-
-# --- repair ----------------------------------------------------------------------------
-
-_LANGUAGE_TAG = re.compile(r"[\w.+-]*")
-# A whole JSON string (skipped unchanged), or a comma that only whitespace separates
-# from a closing brace or bracket. JSON strings hold no raw newlines, so '.' suffices.
-_STRING_OR_TRAILING_COMMA = re.compile(r'"(?:[^"\\]|\\.)*"|,(?=[ \t\r\n]*[}\]])')
-
-
-def _strip_fence(text: str) -> str | None:
-    """The body of the one fenced block in ``text``; ``None`` unless there is exactly one.
-
-    Lines are split on ``\\n`` only: JSON strings may hold U+2028 or U+0085 raw, and
-    they must come back unchanged. No JSON line starts with a backtick.
-    """
-    lines = text.split("\n")
-    fences = [index for index, line in enumerate(lines) if line.lstrip().startswith("```")]
-    if len(fences) != 2:
-        return None
-    opening, closing = fences
-    tag = lines[opening].strip()[3:].strip()
-    if lines[closing].strip() != "```" or not _LANGUAGE_TAG.fullmatch(tag):
-        return None
-    return "\n".join(lines[opening + 1 : closing])
-
-
-def _cut_to_braces(text: str) -> str | None:
-    """``text`` from its first ``{`` to its last ``}``; ``None`` if that changes nothing.
-
-    Also ``None`` when the first ``{`` is inside a string, or inside a ``[`` still open
-    there: the braces are then a string's text (``Note: "use {}"``) or an array's
-    element (``Here: [{...}, {...}``), and cutting to them would change the value's
-    type.
-    """
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end < start or (start == 0 and end == len(text) - 1):
-        return None
-    open_brackets, in_string, escaped = 0, False, False
-    for char in text[:start]:
-        if in_string:
-            in_string, escaped = escaped or char != '"', not escaped and char == "\\"
-        elif char == '"':
-            in_string = True
-        elif char == "[":
-            open_brackets += 1
-        elif char == "]" and open_brackets:
-            open_brackets -= 1
-    if in_string or open_brackets:
-        return None
-    return text[start : end + 1]
-
-
-def _drop_trailing_commas(text: str) -> str | None:
-    """``text`` without commas before ``}`` or ``]`` outside strings; ``None`` if none."""
-    dropped = False
-
-    def keep_strings(match: re.Match[str]) -> str:
-        nonlocal dropped
-        if match[0] == ",":
-            dropped = True
-            return ""
-        return match[0]
-
-    result = _STRING_OR_TRAILING_COMMA.sub(keep_strings, text)
-    return result if dropped else None
-
-
-_FIXES: dict[Repair, Callable[[str], str | None]] = {
-    Repair.STRIP_FENCE: _strip_fence,
-    Repair.CUT_TO_BRACES: _cut_to_braces,
-    Repair.DROP_TRAILING_COMMA: _drop_trailing_commas,
-}
-# Fewest fixes first, the least invasive first; within a pair, in the order applied.
-_REPAIR_PLANS: tuple[tuple[Repair, ...], ...] = (
-    (Repair.STRIP_FENCE,),
-    (Repair.DROP_TRAILING_COMMA,),
-    (Repair.CUT_TO_BRACES,),
-    (Repair.STRIP_FENCE, Repair.DROP_TRAILING_COMMA),
-    (Repair.STRIP_FENCE, Repair.CUT_TO_BRACES),
-    (Repair.CUT_TO_BRACES, Repair.DROP_TRAILING_COMMA),
-)
-
-
-# The JSON value a text begins with, by its first character (or literal): what a
-# repair must not change. Text that begins otherwise is prose around a value.
-_VALUE_START = re.compile(
-    r'(?P<object>\{)|(?P<array>\[)|(?P<string>")|(?P<number>-?[0-9])'
-    r"|(?P<boolean>(?:true|false)\b)|(?P<null>null\b)"
-)
-
-
-def _begins(text: str) -> str | None:
-    """The JSON type of the value ``text`` begins with (``"array"``...); ``None`` for prose."""
-    match = _VALUE_START.match(text.lstrip())
-    return None if match is None else match.lastgroup
-
-
-def _json_type(value: Any) -> str:
-    """The JSON type of a value read by ``_json.loads``, named as :func:`_begins` names it."""
-    match value:
-        case dict():
-            return "object"
-        case list():
-            return "array"
-        case str():
-            return "string"
-        case bool():
-            return "boolean"
-        case None:
-            return "null"
-        case _:
-            return "number"
-
-
-@attrs.frozen
-class _Loaded:
-    """A parsed JSON document (which may itself be ``null``)."""
-
-    value: Any
-
-
-def _load(text: str) -> _Loaded | Diagnostic:
-    if not text.strip():
-        return Diagnostic(
-            code="json.empty",
-            message="the reply is empty",
-            evidence=_evidence(text),
-            allowed_fixes=("send the JSON object",),
-        )
-    try:
-        return _Loaded(_json.loads(text, bounded=True))
-    except json.JSONDecodeError as error:
-        start = max(0, error.pos - 20)
-        return Diagnostic(
-            code="json.syntax",
-            message=f"the reply is not valid JSON: {error.msg} at line {error.lineno} "
-            f"column {error.colno}",
-            evidence=_evidence(text[start : error.pos + 20]),
-            allowed_fixes=(
-                "send one JSON object and nothing else: no Markdown, no text around it",
-            ),
-        )
-    except ValueError as error:
-        return Diagnostic(
-            code="json.number",
-            message=str(error),
-            allowed_fixes=("write every number with at most 400 digits",),
-        )
-    except RecursionError:
-        return Diagnostic(
-            code="json.too_deep",
-            message="the reply is nested too deeply to read",
-            allowed_fixes=("send the object the schema describes, without extra nesting",),
-        )
-
-
-def _parse(text: str, *, repair: bool) -> tuple[_Loaded, tuple[Repair, ...]] | Diagnostic:
-    """Read ``text`` as JSON, with at most two mechanical fixes when ``repair`` is set.
-
-    A repaired value has the JSON type of the value the text began with, before and
-    after each fix (prose and a fence line begin no value): text that begins an array
-    is never repaired into an object, nor a string into a number.
-    """
-    first = _load(text)
-    if isinstance(first, _Loaded) or not repair:
-        return (first, ()) if isinstance(first, _Loaded) else first
-    for plan in _REPAIR_PLANS:
-        fixed: str | None = text
-        begun = {_begins(text)}
-        for fix in plan:
-            assert fixed is not None
-            fixed = _FIXES[fix](fixed)
-            if fixed is None:  # this fix does not apply: the plan is not tried
-                break
-            begun.add(_begins(fixed))
-        if fixed is not None:
-            loaded = _load(fixed)
-            if isinstance(loaded, _Loaded) and begun - {None} <= {_json_type(loaded.value)}:
-                return loaded, plan
-    return first
-
-
-def _not_an_object(text: str) -> Diagnostic | None:
-    """A diagnostic when unreadable ``text`` begins a JSON value other than an object.
-
-    The body of its one fenced block, if it has one, is what counts. The schema is a
-    model, so it always wants one object.
-    """
-    kind = _begins(_strip_fence(text) or text)
-    if kind is None or kind == "object":
-        return None
-    named = "JSON null" if kind == "null" else f"a JSON {kind}"
-    return Diagnostic(
-        code="json.not_object",
-        message=f"the reply begins with {named}, but the schema wants one JSON object",
-        allowed_fixes=(f"send one JSON object instead of {named}",),
-    )
-
-
-# --- normalise -------------------------------------------------------------------------
-
-_RELATIVE_DAYS = {"today": 0, "tomorrow": 1, "yesterday": -1}
-_MONEY_CHARS = 400  # the bound _json.loads(bounded=True) puts on a model's numbers
-
-
-@functools.lru_cache(maxsize=32)
-def _money_pattern(marks: tuple[str, ...]) -> re.Pattern[str]:
-    alternatives = "|".join(re.escape(mark) for mark in sorted(marks, key=len, reverse=True))
-    mark = f"(?:{alternatives})" if alternatives else "(?!)"
-    return re.compile(
-        rf"(?P<sign>[-+]?) ?(?:(?P<prefix>{mark}) ?)?(?P<sign2>[-+]?)"
-        r"(?P<number>\d[\d.,]*\d|\d|[.,]\d+)"
-        rf"(?: ?(?P<suffix>{mark}))?"
-    )
-
-
-DecimalSeparator: TypeAlias = Literal[".", ","]
-# A group that may lead a number written with thousands separators: "1", "12", "123".
-_LEADING_GROUP = re.compile(r"(?!0)\d{1,3}")
-_GROUP = re.compile(r"\d{3}")
-
-
-def _decimal_separator(number: str) -> DecimalSeparator | None:
-    """The separator that marks decimals in ``number``, read off its spelling.
-
-    ``None`` when the spelling does not say: one separator with exactly three digits
-    after it and a group of one to three digits (not starting with 0) before it, as in
-    ``1.000`` or ``2,500``, is a thousands separator in some countries and a decimal
-    point in others. Every other spelling says: both separators (the last one written
-    marks decimals: ``1,000.50``, ``1.000,50``), one separator written twice or more
-    (grouping: ``1,000,000``), or one separator that cannot group thousands (``1.5``,
-    ``1,50``, ``0.001``, ``1234.567``).
-    """
-    written = [char for char in number if char in ".,"]
-    last: DecimalSeparator = "," if written and written[-1] == "," else "."
-    if len(set(written)) == 2:
-        return last
-    if len(written) > 1:
-        return "." if last == "," else ","
-    whole, _, fraction = number.partition(last)
-    if _GROUP.fullmatch(fraction) and _LEADING_GROUP.fullmatch(whole):
-        return None
-    return last
-
-
-def _plain_digits(number: str, decimal: DecimalSeparator) -> str | None:
-    """``number`` without grouping and with ``.`` for decimals; ``None`` if malformed.
-
-    The other separator may only group the whole part in threes (``1,000,000``).
-    """
-    grouping = "," if decimal == "." else "."
-    whole, point, fraction = number.partition(decimal)
-    if (point and not fraction) or any(char in ".," for char in fraction):
-        return None
-    if grouping in whole:
-        leading, *groups = whole.split(grouping)
-        if not (_LEADING_GROUP.fullmatch(leading) and all(map(_GROUP.fullmatch, groups))):
-            return None
-        whole = leading + "".join(groups)
-    return f"{whole}.{fraction}" if point else whole
-
-
-@attrs.frozen
-class _Unread:
-    """Money text the guard will not read, and why: a diagnostic's code and message."""
-
-    code: str
-    message: str
-
-
-def _money(
-    text: str, marks: tuple[str, ...], decimal: DecimalSeparator | None
-) -> Decimal | _Unread | None:
-    """An amount written as text, exactly; :class:`_Unread` when its spelling is unclear.
-
-    Accepted: a plain number, one currency mark before or after it, and thousands
-    separators grouped in threes. With ``decimal`` configured, it marks decimals and
-    the other separator groups thousands; text against that is unread
-    (``money.separator``). Without it, the spelling must say which is which
-    (:func:`_decimal_separator`): ``"1,200"``, ``"1.200"``, ``"$1.000"`` and
-    ``"$1,000"`` are unread (``money.ambiguous``), with or without a mark. ``None``
-    for text that is not money, and, like a JSON number from a model, for text of
-    more than 400 characters.
-    """
-    if len(text) > _MONEY_CHARS:
-        return None
-    match = _money_pattern(marks).fullmatch(text.strip())
-    if match is None or (match["sign"] and match["sign2"]) or (match["prefix"] and match["suffix"]):
-        return None
-    sign, number = match["sign"] or match["sign2"], match["number"]
-    separator = decimal if decimal is not None else _decimal_separator(number)
-    if separator is None:  # one separator, three digits after it: drop it, or read a point
-        written = "," if "," in number else "."
-        grouped, pointed = number.replace(written, ""), number.replace(written, ".")
-        return _Unread(
-            "money.ambiguous",
-            f"the amount {_evidence(text)} is ambiguous: it may mean "
-            f"{Decimal(sign + grouped)} or {Decimal(sign + pointed)}",
-        )
-    digits = _plain_digits(number, separator)
-    if digits is not None:
-        return Decimal(sign + digits)
-    if decimal is None:  # malformed: Money refuses it too ("12,34,567")
-        return None
-    return _Unread(
-        "money.separator",
-        f"the amount {_evidence(text)} is not written with {decimal!r} as its decimal "
-        "separator, as configured",
-    )
-
-
-def _normaliser(
-    today: date | None,
-    marks: tuple[str, ...],
-    decimal: DecimalSeparator | None,
-    notes: list[str],
-    unread: list[Diagnostic],
-) -> Leaf:
-    """Converts money text and relative dates; notes each conversion and each refusal.
-
-    Money text it will not read is left unchanged and reported in ``unread``: the
-    caller reports it instead of the type-check, as ``Money`` itself would read
-    ``"1.000"`` as the number 1.000.
-    """
-
-    def normalise(annotation: Any, value: Any, path: _Path) -> Any:
-        if not isinstance(value, str):
-            return value
-        result: Decimal | date | None = None
-        if annotation is Decimal:
-            read = _money(value, marks, decimal)
-            if isinstance(read, _Unread):
-                unread.append(
-                    Diagnostic(
-                        code=read.code,
-                        message=read.message,
-                        path=_render(path),
-                        evidence=_evidence(value),
-                        allowed_fixes=("write the amount as a JSON number, e.g. 1200.50",),
-                    )
-                )
-                return value
-            result = read
-        elif annotation is date and today is not None:
-            days = _RELATIVE_DAYS.get(value.strip().lower())
-            if days is not None:
-                try:
-                    result = today + timedelta(days=days)
-                except OverflowError:
-                    result = None
-        if result is None:
-            return value
-        shown = _clip(result.isoformat() if isinstance(result, date) else str(result))
-        notes.append(f"{_render(path)}: {_evidence(value)} -> {shown}")
-        return result
-
-    return normalise
 
 
 # --- the guard -------------------------------------------------------------------------
@@ -804,16 +428,32 @@ class OutputGuard(Generic[T]):
                 raw=text, diagnostics=tuple(unread), repairs=repairs, document=document
             )
             return invalid, _Loaded(document)
+        ruled = self._ruled(text, candidate, deps, repairs=repairs, notes=notes, document=document)
+        return ruled, _Loaded(document)
+
+    def _ruled(
+        self,
+        text: str,
+        candidate: T,
+        deps: Any,
+        *,
+        repairs: tuple[Repair, ...],
+        notes: list[str],
+        document: Any,
+    ) -> Parsed[T] | Invalid:
+        """The outcome of a value that passed the type-check.
+
+        The value is rebuilt from its own JSON bytes (:meth:`_round_trip`), then the
+        cross-field rules run; ``Parsed`` when both pass.
+        """
         shipped = self._round_trip(candidate)
         if isinstance(shipped, Diagnostic):
-            invalid = Invalid(raw=text, diagnostics=(shipped,), repairs=repairs, document=document)
-            return invalid, _Loaded(document)
+            return Invalid(raw=text, diagnostics=(shipped,), repairs=repairs, document=document)
         value, data = shipped
         found = tuple(item for rule in self.rules for item in rule(value, deps))
         if any(item.severity == "error" for item in found):
-            invalid = Invalid(raw=text, diagnostics=found, repairs=repairs, document=document)
-            return invalid, _Loaded(document)
-        outcome = Parsed(
+            return Invalid(raw=text, diagnostics=found, repairs=repairs, document=document)
+        return Parsed(
             value=value,
             data=data,
             sha256=_sha256(data),
@@ -821,7 +461,6 @@ class OutputGuard(Generic[T]):
             normalised=tuple(notes),
             warnings=found,
         )
-        return outcome, _Loaded(document)
 
     def _round_trip(self, candidate: T) -> tuple[T, bytes] | Diagnostic:
         """The value rebuilt from its own JSON bytes: what is shipped is what was checked."""
