@@ -74,11 +74,11 @@ from ._errors import (
 )
 from ._fast._attrs import _BUILDERS, _COPIERS, _built
 from ._fast._messages import _appended, _asking, _result_text, _system, _told
-from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState, Verdict
+from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState
 from ._graph import _check_phase_class, _edges, _successors_of
 from ._guard import CustomerResponse, OutputGuard, Parsed
 from ._model import Message, ToolRequest
-from ._planning import _ask, _finalize, _route
+from ._planning import _plan
 from ._retry import RetryPolicy
 from ._runtime import Runtime
 from ._schema import Diagnostic, _type_diagnostics, validate_config
@@ -423,42 +423,11 @@ class Planning(Active[C]):
     ) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | Failed[C]:
         """Ask the governor, ask the model, ask the governor again, then route.
 
-        Every verdict is routed here, in one place: abort goes to ``Failed``, pause
-        waits for a person, finalize asks the model for its answer with no tools,
+        Every verdict is routed in one place, ``_planning``: abort goes to ``Failed``,
+        pause waits for a person, finalize asks the model for its answer with no tools,
         suppress tells the model what it already got and plans again.
         """
-        agent = self.agent
-        decision = agent.governor.begin_step(
-            self.loop,
-            ctx=self.ctx,
-            spent=self.spent,
-            budget=agent.budget,
-            elapsed=rt.elapsed(),
-            max_steps=agent.max_steps,
-            max_tool_iterations=agent.max_tool_iterations,
-        )
-        match decision.verdict:
-            case Verdict.ABORT:
-                self._leave("advance")
-                return self._ruled("begin_step", decision).fail(decision.reason)
-            case Verdict.PAUSE:
-                self._leave("advance")
-                return self._ruled("begin_step", decision).pause(decision.reason)
-            case Verdict.FINALIZE:
-                self._leave("advance")
-                # A finalize reached after the last action is in the history already.
-                carried = decision.reason == self.loop.finalize
-                ruled = self._copy() if carried else self._ruled("begin_step", decision)
-                return await _finalize(ruled, rt, decision.reason)
-            case Verdict.CONTINUE | Verdict.SUPPRESS:
-                pass
-            case _:
-                assert_never(decision.verdict)
-        self._leave("advance")
-        reply, heard = await _ask(self, rt, tools=agent.tools.schemas())
-        if isinstance(reply, str):
-            return heard.fail(reply)
-        return await _route(heard, rt, reply)
+        return await _plan(self, rt)
 
 
 @attrs.frozen(kw_only=True)

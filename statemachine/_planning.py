@@ -1,7 +1,8 @@
 """What ``Planning`` does with the model, as functions the phase calls.
 
-The model call under the run's deadline (``_ask``), the routing of its reply
-(``_route``; a valid tool call goes on once the governor has ruled on it:
+What ``Planning.advance`` does (``_plan``: the governor's verdict before the step,
+then the model), the model call under the run's deadline (``_ask``), the routing of
+its reply (``_route``; a valid tool call goes on once the governor has ruled on it:
 ``_checked_call``), and the answer: asked for at the end
 of a run (``_finalize``) and put through the output guard (``_answer``, and
 ``_text_answer`` when the agent has no guard of its own). Each takes the
@@ -40,12 +41,50 @@ from ._tools import InvalidCall, ReadCall, WriteCall
 if TYPE_CHECKING:
     from ._phases import AwaitApproval, Failed, Planning, Responding, ToolCalling
 
-__all__ = ["_answer", "_ask", "_checked_call", "_finalize", "_route", "_text_answer"]
+__all__ = ["_answer", "_ask", "_checked_call", "_finalize", "_plan", "_route", "_text_answer"]
 
 C = TypeVar("C")
 
 _TEXT_ANSWER = OutputGuard(CustomerResponse)
 _TEXT_FALLBACK = {"statemachine.schema": "CustomerResponse"}
+
+
+async def _plan(
+    planning: Planning[C], rt: Runtime
+) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | Failed[C]:
+    """What ``Planning.advance`` does (its docstring says what)."""
+    agent = planning.agent
+    decision = agent.governor.begin_step(
+        planning.loop,
+        ctx=planning.ctx,
+        spent=planning.spent,
+        budget=agent.budget,
+        elapsed=rt.elapsed(),
+        max_steps=agent.max_steps,
+        max_tool_iterations=agent.max_tool_iterations,
+    )
+    match decision.verdict:
+        case Verdict.ABORT:
+            planning._leave("advance")
+            return planning._ruled("begin_step", decision).fail(decision.reason)
+        case Verdict.PAUSE:
+            planning._leave("advance")
+            return planning._ruled("begin_step", decision).pause(decision.reason)
+        case Verdict.FINALIZE:
+            planning._leave("advance")
+            # A finalize reached after the last action is in the history already.
+            carried = decision.reason == planning.loop.finalize
+            ruled = planning._copy() if carried else planning._ruled("begin_step", decision)
+            return await _finalize(ruled, rt, decision.reason)
+        case Verdict.CONTINUE | Verdict.SUPPRESS:
+            pass
+        case _:
+            assert_never(decision.verdict)
+    planning._leave("advance")
+    reply, heard = await _ask(planning, rt, tools=agent.tools.schemas())
+    if isinstance(reply, str):
+        return heard.fail(reply)
+    return await _route(heard, rt, reply)
 
 
 async def _route(

@@ -346,7 +346,7 @@ class Runner(Generic[C]):
         rt = self._runtime(run_id or uuid.uuid4().hex, gate, elapsed)
         if restored is not None:
             restored(rt)
-        # The run's tools run with this runtime only (see ToolCalling._checked).
+        # The run's tools run with this runtime only (see _calling._checked).
         state._ticket.runtime = rt
         saver = _Saver(self._checkpointer, rt, self._agent.name, seq)
         run_span = self._tracer.start_span(
