@@ -122,6 +122,9 @@ class Worker:
         self.exit_when_idle = exit_when_idle
         self.max_failures = max_failures
         self.outcomes: Counter[str] = Counter()
+        # Runs whose resume raised before anything was recorded (the store counts no
+        # failure for them), by how many times in a row, so that they are held too.
+        self._unrecorded: Counter[str] = Counter()
         self._stopping = anyio.Event()
 
     @property
@@ -219,25 +222,40 @@ class Worker:
             # a person); a pause keeps a run that fails at once from spinning the loop.
             self.outcomes["error"] += 1
             log.warning("run raised", error=repr(error))
-            await self._hold_if_failing(run_id, error, log)
+            await self._hold_if_failing(record, error, log)
             await self._pause()
         else:
+            self._unrecorded.pop(run_id, None)
             self.outcomes[result.status] += 1
             log.info("run processed", status=result.status, phase=result.final.kind)
 
     def _too_many(self, failures: int, error: BaseException | None) -> str:
         last = "" if error is None else f", the last time with {type(error).__name__}: {error}"
-        return f"failed {failures} times in a row{last} (this worker retries {self.max_failures})"
+        times = "1 time" if failures == 1 else f"{failures} times"
+        return f"failed {times} in a row{last} (this worker retries {self.max_failures})"
 
-    async def _hold_if_failing(self, run_id: str, error: BaseException, log: Any) -> None:
-        """Hold the run when this failure was its ``max_failures``-th in a row."""
+    async def _hold_if_failing(self, claimed: RunRecord, error: BaseException, log: Any) -> None:
+        """Hold the run when this failure was its ``max_failures``-th in a row.
+
+        The store counts a failure the runner marked (``failed_resumable``); one raised
+        before the runner recorded anything (the run is as it was claimed) is counted
+        here, by this worker, so that it cannot be taken again and again either.
+        """
+        run_id = claimed.run_id
         try:
             record = await self.checkpointer.record(run_id)
         except Exception as unread:  # the store is briefly unreachable: the next claim checks
             log.warning("record unread", error=repr(unread))
             return
-        if record.status is RunStatus.FAILED_RESUMABLE and record.failures >= self.max_failures:
-            await self._hold(record, self._too_many(record.failures, error), log, count=False)
+        failures = 0
+        if record.status is RunStatus.FAILED_RESUMABLE:
+            failures = record.failures
+        elif (record.status, record.seq) == (claimed.status, claimed.seq) and not record.held:
+            self._unrecorded[run_id] += 1
+            failures = self._unrecorded[run_id]
+        if failures >= self.max_failures:
+            self._unrecorded.pop(run_id, None)
+            await self._hold(record, self._too_many(failures, error), log, count=False)
 
     async def _hold(self, record: RunRecord, reason: str, log: Any, *, count: bool = True) -> None:
         """Hold the run for a person with ``reason``, and say so once."""

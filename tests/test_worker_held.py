@@ -22,7 +22,14 @@ from structlog.testing import capture_logs
 
 from agents.support import PaymentsService, SupportContext, worker_runner
 from agents.travel import FakeProvider, TripContext, travel_agent
-from statemachine import Checkpointer, Runner, RunStatus, SQLiteCheckpointer, dump_phase
+from statemachine import (
+    Checkpointer,
+    MemoryCheckpointer,
+    Runner,
+    RunStatus,
+    SQLiteCheckpointer,
+    dump_phase,
+)
 from statemachine._worker import Worker
 from statemachine.testing import ScriptedGate, ScriptedModel
 
@@ -153,7 +160,7 @@ async def test_a_run_counted_to_the_cap_elsewhere_is_held_without_a_resume(
     record = await store.record("broken")
     assert (record.seq, record.reason) == (
         seq,
-        "failed 1 times in a row (this worker retries 1)",
+        "failed 1 time in a row (this worker retries 1)",
     )
 
 
@@ -244,4 +251,34 @@ async def test_a_person_resuming_a_failed_run_starts_its_count_over(
         0,
         None,
         "",
+    )
+
+
+class LoadFails:
+    """A store whose ``load`` raises what no store check names: nothing gets recorded."""
+
+    def __init__(self, store: Checkpointer) -> None:
+        self._store = store
+
+    async def load(self, run_id: str) -> Any:
+        raise RuntimeError("the disk went away")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+async def test_a_run_whose_resume_raises_before_anything_is_recorded_is_held_too(
+    payments: PaymentsService,
+) -> None:
+    """The store counts no failure then; the worker counts them, and holds the run at the cap."""
+    store = MemoryCheckpointer()
+    await worker_runner(store, payments=payments).submit(ADA, QUESTION, run_id="r1")
+    runner = worker_runner(LoadFails(store), payments=payments)  # type: ignore[arg-type]
+    worker = Worker(store, [runner], exit_when_idle=True, max_failures=3, poll=FAST)
+    assert dict(await worker.run()) == {"error": 3}
+    record = await store.record("r1")
+    assert (record.status, record.reason) == (
+        RunStatus.INTERRUPTED,
+        "failed 3 times in a row, the last time with RuntimeError: the disk went away "
+        "(this worker retries 3)",
     )
