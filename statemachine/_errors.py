@@ -32,7 +32,7 @@ clauses keep working, and related errors share a family (``RunError``, ``BudgetE
     ├── OutputTamperedError (RuntimeError) a validated reply changed before it was shipped
     ├── ModelUnavailableError (RuntimeError) the model's server is busy or down (429, 5xx)
     ├── ModelRequestError (ValueError)     the model's server refused the request (4xx): fix it
-    ├── ModelResponseError (ValueError)    the model's server sent something that is not a reply
+    ├── ModelResponseError (ValueError)    the model (or its server) answered something not a reply
     └── CheckpointError (ValueError)       a checkpoint cannot be restored as it is
         ├── CheckpointMismatchError (ValueError) it does not fit this library or these agents
         ├── CheckpointCorruptError (ValueError) it is truncated or is not a checkpoint
@@ -453,22 +453,50 @@ class ModelRequestError(StatemachineError, ValueError):
 
 
 class ModelResponseError(StatemachineError, ValueError):
-    """The model's server answered, but not with a chat completion the adapter can read.
+    """The model answered, but not with anything a run can use as its reply.
 
-    ``.detail`` says what was wrong; ``.excerpt`` is the start of the body received.
+    From an HTTP adapter: the server's body is not a chat completion; ``.url`` is the
+    endpoint. From a model in this process (:meth:`in_process`): its ``complete()``
+    returned something other than a ``ModelReply``; ``.url`` is then the model's class,
+    ``module.QualifiedName``. ``.detail`` says what was wrong; ``.excerpt`` is the start
+    of what was received.
     """
 
     retryable = False
 
-    def __init__(self, detail: str, *, url: str, excerpt: str = "") -> None:
+    def __init__(
+        self, detail: str, *, url: str, excerpt: str = "", message: str | None = None
+    ) -> None:
         self.detail = detail
         self.url = url
         self.excerpt = excerpt
-        shown = f" (the body starts {excerpt!r})" if excerpt else ""
-        super().__init__(
-            f"the server at {url} did not answer with a chat completion: {detail}{shown}. "
-            "Check that base_url points at an OpenAI-compatible API (POST "
-            "<base_url>/chat/completions) and that the server supports what was asked."
+        if message is None:  # an HTTP adapter's: say what to check about the server
+            shown = f" (the body starts {excerpt!r})" if excerpt else ""
+            message = (
+                f"the server at {url} did not answer with a chat completion: {detail}{shown}. "
+                "Check that base_url points at an OpenAI-compatible API (POST "
+                "<base_url>/chat/completions) and that the server supports what was asked."
+            )
+        super().__init__(message)
+
+    @classmethod
+    def in_process(cls, model: str, *, came: str, excerpt: str = "") -> ModelResponseError:
+        """The error for the model ``model`` in this process, whose ``complete()``
+        returned ``came`` (``"None"``, ``"a str"``) instead of a ``ModelReply``.
+
+        ``excerpt`` is the start of the ``repr`` of what came. The message says what
+        ``complete()`` must return: such a model has no server or base_url to check.
+        """
+        shown = f" ({excerpt})" if excerpt else ""
+        return cls(
+            f"complete() returned {came}, not a ModelReply",
+            url=model,
+            excerpt=excerpt,
+            message=(
+                f"the model {model} answered {came}{shown} where a ModelReply was expected: "
+                "its complete() must return a statemachine.ModelReply (text or tool calls, "
+                "and usage), e.g. ModelReply(text=...)"
+            ),
         )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from ._errors import ModelResponseError
 from ._money import Money
@@ -53,6 +53,16 @@ class Usage(BaseModel, frozen=True, extra="forbid", defer_build=True):
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
     cost: Money = Decimal(0)
+
+    @field_validator("cost")
+    @classmethod
+    def _cost_not_negative(cls, cost: Decimal) -> Decimal:
+        if cost < 0:
+            raise ValueError(
+                f"a model call's cost must not be negative, got {cost}, or calls would give "
+                "budget back; report Decimal(0) for a free call"
+            )
+        return cost
 
     @property
     def tokens(self) -> int:
@@ -101,17 +111,7 @@ def _checked_reply(model: object, reply: object) -> ModelReply:
     name = f"{type(model).__module__}.{type(model).__qualname__}"
     came = "None" if reply is None else f"a {type(reply).__qualname__}"
     excerpt = "" if reply is None else _shortened(repr(reply))
-    shown = f" ({excerpt})" if excerpt else ""
-    error = ModelResponseError(f"complete() returned {came}, not a ModelReply", url=name)
-    error.excerpt = excerpt
-    # The error's own message speaks of an HTTP server and its base_url, which a model in
-    # this process has not: it is told what its complete() must return instead.
-    error.args = (
-        f"the model {name} answered {came}{shown} where a ModelReply was expected: its "
-        "complete() must return a statemachine.ModelReply (text or tool calls, and usage), "
-        "e.g. ModelReply(text=...)",
-    )
-    raise error
+    raise ModelResponseError.in_process(name, came=came, excerpt=excerpt)
 
 
 def _shortened(text: str, limit: int = 80) -> str:

@@ -147,17 +147,16 @@ class FunctionModel:
         self.requests: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelReply:
-        """What ``reply_to`` answers for ``request`` (awaited if it is a coroutine)."""
+        """What ``reply_to`` answers for ``request`` (awaited if it is awaitable).
+
+        Whatever else it answers is passed on as it is, so that a run turns it into a
+        :class:`ModelResponseError` naming this model, as for any model.
+        """
         self.requests.append(request)
         answer = self.reply_to(request)
-        if isinstance(answer, ModelReply):
-            return answer
-        if not inspect.isawaitable(answer):
-            raise TypeError(
-                f"FunctionModel's function returned {answer!r}; return a ModelReply "
-                "(or await to one)"
-            )
-        return await answer
+        if inspect.isawaitable(answer):
+            return await answer
+        return answer
 
 
 @final
