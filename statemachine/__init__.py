@@ -87,7 +87,7 @@ from ._json import canonical, canonical_hash, dumps, loads
 from ._lazy import lazy_names
 from ._ledger import EffectLedger, EffectRecord
 from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, Usage
-from ._money import Money, to_money
+from ._money import Money, money_difference, money_sum, to_money
 from ._observe import ProgressLine, configure_logging
 from ._phases import (
     Active,
@@ -275,6 +275,8 @@ __all__ = (
     "load_decision",
     "load_phase",
     "loads",
+    "money_difference",
+    "money_sum",
     "read_tool",
     "to_money",
     "trigram_similarity",

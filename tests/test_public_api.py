@@ -146,6 +146,8 @@ PUBLIC = {
     "load_decision",
     "load_phase",
     "loads",
+    "money_difference",
+    "money_sum",
     "read_tool",
     "to_money",
     "trigram_similarity",

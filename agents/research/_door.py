@@ -33,7 +33,16 @@ from typing import Literal, final
 import attrs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from statemachine import Message, Model, ModelReply, ModelRequest, ToolRegistry, Usage, loads
+from statemachine import (
+    Message,
+    Model,
+    ModelReply,
+    ModelRequest,
+    ToolRegistry,
+    Usage,
+    loads,
+    money_sum,
+)
 
 from ._agent import returned_documents
 
@@ -88,7 +97,7 @@ def _sum(first: Usage, second: Usage) -> Usage:
     return Usage(
         input_tokens=first.input_tokens + second.input_tokens,
         output_tokens=first.output_tokens + second.output_tokens,
-        cost=first.cost + second.cost,
+        cost=money_sum(first.cost, second.cost),
     )
 
 

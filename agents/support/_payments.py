@@ -17,6 +17,8 @@ from types import TracebackType
 
 import attrs
 
+from statemachine import money_difference, money_sum
+
 __all__ = ["IdempotencyConflictError", "PaymentsService", "Receipt", "RefundRefusedError"]
 
 _SCHEMA = """
@@ -107,7 +109,7 @@ class PaymentsService:
         try:
             recorded = self._find(key)
             if recorded is None:
-                left = None if limit is None else limit - self.refunded(order_id)
+                left = None if limit is None else money_difference(limit, self.refunded(order_id))
                 if left is not None and amount > left:
                     raise RefundRefusedError(order_id, amount=amount, left=left)
                 self._db.execute(
@@ -151,7 +153,7 @@ class PaymentsService:
     def refunded(self, order_id: int) -> Decimal:
         """Everything refunded on ``order_id`` so far."""
         rows = self._db.execute("SELECT amount FROM refunds WHERE order_id = ?", (order_id,))
-        return sum((Decimal(amount) for (amount,) in rows), Decimal(0))
+        return money_sum(*(Decimal(amount) for (amount,) in rows))
 
     def count(self) -> int:
         """How many refunds were made (not how many were asked for)."""
@@ -161,7 +163,7 @@ class PaymentsService:
     def total(self) -> Decimal:
         """The sum of every refund made, exactly."""
         rows = self._db.execute("SELECT amount FROM refunds")
-        return sum((Decimal(amount) for (amount,) in rows), Decimal(0))
+        return money_sum(*(Decimal(amount) for (amount,) in rows))
 
     def close(self) -> None:
         """Close the database connection."""

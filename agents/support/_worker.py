@@ -40,6 +40,7 @@ from statemachine import (
     Runner,
     SQLiteCheckpointer,
     loads,
+    money_difference,
 )
 from statemachine.testing import reply, tool_call
 
@@ -122,7 +123,8 @@ class DeskModel:
             return reply("I could not verify you with that code, so I cannot refund the order.")
         refunds = _answers(messages, "refund")
         if not refunds:
-            amount = Decimal(str(order.get("paid"))) - Decimal(str(order.get("refunded") or 0))
+            paid = Decimal(str(order.get("paid")))
+            amount = money_difference(paid, Decimal(str(order.get("refunded") or 0)))
             if amount <= 0:
                 return reply(f"Order {order_id} has been refunded in full already.")
             arguments = {"order_id": order_id, "amount": amount, "reason": "customer request"}

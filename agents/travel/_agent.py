@@ -19,6 +19,7 @@ from statemachine import (
     Planning,
     RetryPolicy,
     ToolError,
+    money_sum,
     read_tool,
     write_tool,
 )
@@ -94,7 +95,7 @@ class FakeProvider:
     @property
     def total(self) -> Decimal:
         """Everything charged so far."""
-        return sum((charge.amount for charge in self.charges), Decimal(0))
+        return money_sum(*(charge.amount for charge in self.charges))
 
 
 class WeatherArgs(BaseModel):
