@@ -52,6 +52,7 @@ __all__ = ["Worker"]
 
 DEFAULT_LEASE: Final = timedelta(seconds=30)
 DEFAULT_POLL: Final = timedelta(milliseconds=200)
+_COUNT_EVERY: Final = 10.0  # seconds between idle readings of the approvals gauge
 DEFAULT_MAX_FAILURES: Final = 5
 # What a resume raises when the run cannot be loaded here, or when going on with it
 # needs a person (code or keys to deploy, a damaged store to repair): retrying it is no
@@ -126,6 +127,7 @@ class Worker:
         # failure for them), by how many times in a row, so that they are held too.
         self._unrecorded: Counter[str] = Counter()
         self._stopping = anyio.Event()
+        self._counted_at: float | None = None  # when the approvals gauge was last read
 
     @property
     def processed(self) -> int:
@@ -181,9 +183,21 @@ class Worker:
             if record is None:
                 if self.exit_when_idle:
                     return
+                await self._count_waiting()
                 await self._pause()
                 continue
             await self._process(record)
+
+    async def _count_waiting(self) -> None:
+        """While idle, read the runs waiting for an approval into the gauge (each runner
+        reads at the end of its drives), at most every ``_COUNT_EVERY`` seconds: a
+        decision or an abort made elsewhere shows without a run going by."""
+        now = anyio.current_time()
+        if self._counted_at is not None and now - self._counted_at < _COUNT_EVERY:
+            return
+        self._counted_at = now
+        for runner in self.runners.values():
+            await runner.count_waiting()
 
     async def _process(self, record: RunRecord) -> None:
         run_id = record.run_id

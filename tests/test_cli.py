@@ -495,7 +495,8 @@ def test_refusals_are_one_line_and_a_nonzero_exit(made: Path, db: Path, tmp_path
     wrong.write_text(f"k1:{base64.b64encode(generate_key()).decode()}\n")
     assert refused(cli("runs", "show", "secret", "--key-file", str(wrong), "--db", sealed)) == (
         "statemachine: checkpoint of run 'secret': checkpoint 9 is not the head this store's "
-        "key recorded (checkpoint of run 'secret': the sealed checkpoint (key 'k1') failed "
+        "key recorded (the key is not the one that saved the run, or the head was changed: "
+        "the sealed checkpoint (key 'k1') failed "
         "authentication: it was altered, its key is not the one that sealed it, or it is "
         "being opened for another run or position (aad) than it was sealed for. Nothing was "
         "decrypted; restore it from a trusted copy). Nothing was loaded and nothing in the "

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -299,3 +301,41 @@ async def test_the_approvals_waiting_gauge_is_read_from_the_store(tmp_path: Any)
         await other.set_status("w1", "aborted")  # an operator, from anywhere
         await waiting.count_waiting()
         assert first.points("statemachine.approvals.waiting") == [(key, 0)]
+
+
+async def _until(holds: Any) -> None:
+    """Wait (at most 10 s) until ``holds()``: the worker polls every 10 ms."""
+    for _ in range(1000):
+        if holds():
+            return
+        await anyio.sleep(0.01)
+    raise AssertionError("not within 10 s")
+
+
+async def test_an_idle_worker_reads_the_approvals_waiting_gauge_from_the_store(
+    tmp_path: Any,
+) -> None:
+    """A decision or an abort made elsewhere shows in an idle worker's gauge (issue 18)."""
+    from statemachine._worker import Worker
+
+    agent = Agent[None](name="desk", tools=[book])
+    seen = Metrics()
+    key = {"statemachine.agent": "desk", "statemachine.tool": "book"}
+    async with SQLiteCheckpointer(tmp_path / "runs.db") as store:
+        asks = tool_call("book", {"flight": "TP123", "price": "100.00"})
+        starting = Runner(agent, model=ScriptedModel([asks]), gate=DeskGate(), checkpointer=store)
+        assert (await starting.run(None, "Book it", run_id="w1")).status == "paused"
+        serving = Runner(
+            agent, model=ScriptedModel([]), gate=DeskGate(), checkpointer=store, meter=seen.meter
+        )
+        worker = Worker(store, [serving], exit_when_idle=False, poll=timedelta(milliseconds=10))
+        async with anyio.create_task_group() as group:
+            group.start_soon(worker.run)
+            await _until(lambda: seen.points("statemachine.approvals.waiting") == [(key, 1)])
+            worker.stop()
+        await store.set_status("w1", "aborted")
+        again = Worker(store, [serving], poll=timedelta(milliseconds=10))
+        async with anyio.create_task_group() as group:
+            group.start_soon(again.run)
+            await _until(lambda: seen.points("statemachine.approvals.waiting") == [(key, 0)])
+            again.stop()

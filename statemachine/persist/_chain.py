@@ -279,8 +279,12 @@ class _Chain:
         except CheckpointKeyError:
             raise  # not a change: the key that recorded it is not configured
         except Exception as exc:
+            why = exc.detail if isinstance(exc, CheckpointError) else str(exc)
             raise self.tampered(
-                run_id, f"is not the head this store's key recorded ({exc})", seq=seq
+                run_id,
+                f"is not the head this store's key recorded (the key is not the one that "
+                f"saved the run, or the head was changed: {why})",
+                seq=seq,
             ) from None
 
     def migrated_head(self, run_id: str, rows: list[_Row]) -> bytes:

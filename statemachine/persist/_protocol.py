@@ -270,5 +270,5 @@ class Checkpointer(RunStore, Registry, Leases, Decisions, EffectLedger, Protocol
     (:class:`Registry`), leases (:class:`Leases`), decisions and stops
     (:class:`Decisions`), and the side-effect ledger (:class:`EffectLedger`, the part
     the core uses). A consumer that needs fewer roles asks for those (the worker,
-    :class:`Leases`).
+    :class:`Leases` and :class:`Registry`, to hold a run it cannot go on with).
     """
