@@ -13,10 +13,16 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 
 install: $(STAMP)
 
+# An editable install finds the packages through an import hook, which mypy and pyright
+# cannot follow; a path entry (a .pth file naming the checkout) they do follow, so a
+# user's file outside the checkout type-checks against it. The distribution was called
+# `statemachine` before it was renamed: drop that one.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip uninstall --quiet --yes statemachine 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "statemachine_agents_checkout.pth").write_text("$(CURDIR)\n")'
 	touch $(STAMP)
 
 # The local model adapter: the `local` extra (a ~9 minute build; pip caches the wheel)

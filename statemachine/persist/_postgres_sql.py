@@ -154,7 +154,7 @@ _RUN_TABLES: Final = (  # what a purged run leaves besides its row
 )
 _EFFECT_COLUMNS: Final = "key, run_id, tool, args_hash, status, result, updated_at"
 _DSN_ORDER: Final = ("host", "hostaddr", "port", "dbname", "user")
-_INSTALL: Final = "install them with: pip install 'statemachine[postgres]'"
+_INSTALL: Final = "install them with: pip install 'statemachine-agents[postgres]'"
 
 
 def _record_of(row: tuple[Any, ...]) -> RunRecord:
