@@ -1,6 +1,7 @@
-"""The demos' shared output flags: ``--trace`` prints every span, ``--log`` every transition.
+"""What the demos share: output flags (``--trace`` prints every span, ``--log`` every
+transition) and the wording of counts and money.
 
-``python -m agents.travel``, ``agents.support`` and ``agents.research`` all take them.
+``python -m agents.travel``, ``agents.support`` and ``agents.research`` all take the flags.
 """
 
 from __future__ import annotations
@@ -8,8 +9,41 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from decimal import Decimal
 
-from statemachine import configure_logging
+from statemachine import Spend, configure_logging, money_difference, money_sum
+
+
+def count(number: int, noun: str) -> str:
+    """``number`` and ``noun``, plural unless the number is 1: ``1 tool call``, ``2 tool calls``."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def dollars(amount: Decimal) -> str:
+    """``amount`` in dollars, exactly, with at least two decimal places.
+
+    ``$800.00``, ``$0.00``; an amount with more places (a model's sub-cent cost, or a
+    total that holds one) keeps them all: ``$0.0030``, ``$800.0030``. Never rounded.
+    """
+    exponent = amount.as_tuple().exponent
+    if amount == 0 or (isinstance(exponent, int) and exponent >= -2):
+        return f"${amount:.2f}"  # only adds zeros: the amount has at most two places
+    return f"${amount:f}"
+
+
+def spent_line(spend: Spend, tools: list[Decimal]) -> str:
+    """What a run spent: its tool calls, and its cost split into the tools' and the model's.
+
+    A run's cost adds each tool call's price (``cost=`` on the tool; in the demos, what
+    the service charged: ``tools``) and each model call's reported cost. ``Spend`` keeps
+    only the sum, so the model's part is the rest.
+    """
+    tool_cost = money_sum(*tools)
+    model_cost = money_difference(spend.cost, tool_cost)
+    return (
+        f"{count(spend.tool_calls, 'tool call')}, {dollars(spend.cost)} "
+        f"(tools {dollars(tool_cost)}, model {dollars(model_cost)})"
+    )
 
 
 def add_output_flags(parser: argparse.ArgumentParser) -> None:

@@ -94,3 +94,23 @@ def test_the_research_demo_logs_readable_lines_and_prints_the_same_scenarios() -
     plain = demo("research")
     assert done.stdout == plain.stdout
     assert plain.stderr == ""
+
+
+def test_the_demos_write_money_with_cents_exactly_and_counts_in_the_singular_for_one() -> None:
+    """Every amount has at least two decimal places and is never rounded; 1 is singular."""
+    from decimal import Decimal
+
+    from agents._demo import count, dollars, spent_line
+    from statemachine import Spend
+
+    shown = [dollars(Decimal(text)) for text in ("800", "800.00", "0", "0E-6", "0.0030", "137.32")]
+    assert shown == ["$800.00", "$800.00", "$0.00", "$0.00", "$0.0030", "$137.32"]
+    assert [count(n, "tool call") for n in (0, 1, 2)] == [
+        "0 tool calls",
+        "1 tool call",
+        "2 tool calls",
+    ]
+    spend = Spend(cost=Decimal("800.0030"), tool_calls=1)
+    assert spent_line(spend, [Decimal("800.00")]) == (
+        "1 tool call, $800.0030 (tools $800.00, model $0.0030)"
+    )

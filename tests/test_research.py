@@ -661,3 +661,7 @@ def test_demo_prints_states_verdicts_answers_and_sources(
     assert "after_action: finalize (plateau)" in out
     assert "before_action: suppress (canonical)" in out
     assert "[d04] Local management of reefs" in out
+    assert "spent:     2 model calls, 600 tokens, 1 tool call\n" in out
+    assert "(1 point)" in out
+    assert "1 tool calls" not in out
+    assert "(1 points)" not in out

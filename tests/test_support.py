@@ -300,3 +300,18 @@ async def test_more_than_was_paid_is_refused_before_any_money_moves(tmp_path: Pa
         assert isinstance(result.final, Failed)
         assert "only 137.32 is left to refund" in result.final.reason
         assert payments.count() == 0
+
+
+async def test_the_demo_splits_the_cost_and_counts_in_words(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`python -m agents.support` says what its cost is made of, in cents, in plain counts."""
+    from agents.support.__main__ import main
+
+    await main()
+    out = capsys.readouterr().out
+    assert out.count("spent:     3 tool calls, $137.32 (tools $137.32, model $0.00)") == 3
+    assert "spent:     3 tool calls, $0.00 (tools $0.00, model $0.00)" in out
+    assert out.count("verified:  the verification service was asked 1 time\n") == 3
+    assert "verified:  the verification service was asked 2 times\n" in out
+    assert "(s)" not in out

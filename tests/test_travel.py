@@ -157,6 +157,11 @@ def test_demo_prints_every_scenario(capsys: Any) -> None:
     assert out.count("states:") == 5
     assert "charged:   nothing" in out
     assert "charged:   $800.00" in out
+    assert "charged:    $800.00" in out  # the handoff's $800 flight, with its cents
+    # The cost is split into the tool's price and the model's calls; 1 is singular.
+    assert out.count("spent:     1 tool call, $800.0030 (tools $800.00, model $0.0030)") == 2
+    assert "spent:     0 tool calls, $0.0030 (tools $0.00, model $0.0030)" in out
+    assert "1 tool calls" not in out
 
 
 @attrs.frozen(kw_only=True)

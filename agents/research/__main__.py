@@ -12,7 +12,7 @@ import anyio
 
 from statemachine import Done, Failed
 
-from .._demo import add_output_flags, apply_output_flags
+from .._demo import add_output_flags, apply_output_flags, count
 from ._agent import missing_points
 from ._corpus import CORPUS
 from ._scenarios import (
@@ -37,9 +37,10 @@ def _show(number: int, outcome: Outcome) -> None:
     roles = " -> ".join(f"{c.role}{'' if c.ok else ' (refused)'}" for c in outcome.door.calls)
     print(f"   roles:     {roles}")
     print(f"   searched:  {'; '.join(outcome.backend.queries) or 'nothing'}")
+    spend = final.spent
     print(
-        f"   spent:     {final.spent.model_calls} model calls, {final.spent.tokens} tokens, "
-        f"{final.spent.tool_calls} tool calls"
+        f"   spent:     {count(spend.model_calls, 'model call')}, {count(spend.tokens, 'token')}, "
+        f"{count(spend.tool_calls, 'tool call')}"
     )
     missing = missing_points(final.loop, outcome.contract.contract.rubric)
     if missing:

@@ -296,7 +296,8 @@ def rubric_covered(loop: LoopState, ctx: Any) -> str | None:
     rubric: tuple[str, ...] = ctx.contract.contract.rubric
     if missing_points(loop, rubric):
         return None
-    return f"every rubric point is covered by the documents found ({len(rubric)} points)"
+    points = "1 point" if len(rubric) == 1 else f"{len(rubric)} points"
+    return f"every rubric point is covered by the documents found ({points})"
 
 
 def _same_contract(approved: ApprovedContract) -> Check:

@@ -27,7 +27,7 @@ from statemachine import (
     SQLiteCheckpointer,
 )
 
-from .._demo import add_output_flags, apply_output_flags
+from .._demo import add_output_flags, apply_output_flags, count, dollars, spent_line
 from ._payments import PaymentsService
 from ._scenarios import (
     Outcome,
@@ -44,12 +44,13 @@ def _show(number: int, outcome: Outcome) -> None:
     for index, result in enumerate(outcome.results):
         label = "states:" if index == 0 else "resumed:"
         print(f"   {label:<10} {result.trace()}")
-    refunded = ", ".join(f"${amount}" for amount in outcome.refunded) or "nothing"
+    refunded = ", ".join(dollars(amount) for amount in outcome.refunded) or "nothing"
     print(f"   refunded:  {refunded}")
     print(f"   approvals: {outcome.approvals_asked} asked")
-    print(f"   verified:  the verification service was asked {outcome.verifications_asked} time(s)")
+    asked = count(outcome.verifications_asked, "time")
+    print(f"   verified:  the verification service was asked {asked}")
     final = outcome.result.final
-    print(f"   spent:     {final.spent.tool_calls} tool calls, ${final.spent.cost}")
+    print(f"   spent:     {spent_line(final.spent, outcome.refunded)}")
     match final:
         case Done(answer=answer):
             print(f"   answer:    {answer}")

@@ -15,7 +15,7 @@ import anyio
 
 from statemachine import Done, Failed, ProgressLine
 
-from .._demo import add_output_flags, apply_output_flags
+from .._demo import add_output_flags, apply_output_flags, dollars, spent_line
 from ._handoff import HandoffAccepted, HandoffRejected
 from ._local import local_demo
 from ._scenarios import (
@@ -34,10 +34,10 @@ def _show(number: str, outcome: Outcome) -> None:
     result = outcome.result
     print(f"\n{number}. {outcome.title}")
     print(f"   states:    {result.trace()}")
-    charged = ", ".join(f"${amount}" for amount in outcome.charged) or "nothing"
+    charged = ", ".join(dollars(amount) for amount in outcome.charged) or "nothing"
     print(f"   charged:   {charged}")
     print(f"   approvals: {outcome.approvals_asked} asked")
-    print(f"   spent:     {result.final.spent.tool_calls} tool calls, ${result.final.spent.cost}")
+    print(f"   spent:     {spent_line(result.final.spent, outcome.charged)}")
     match result.final:
         case Done(answer=answer):
             print(f"   answer:    {answer}")
@@ -59,7 +59,7 @@ def _show_handoff(number: str, outcome: HandoffOutcome) -> None:
             print(f"   rejected:   {reason}")
             print(f"   paths:      {', '.join(paths)}")
             print("   booker:     never ran")
-    charged = ", ".join(f"${amount}" for amount in outcome.charged) or "nothing"
+    charged = ", ".join(dollars(amount) for amount in outcome.charged) or "nothing"
     print(f"   charged:    {charged}")
     print(f"   approvals:  {outcome.approvals_asked} asked")
 
@@ -83,7 +83,7 @@ def cli(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--local",
         action="store_true",
-        help="run the agent on SmolLM2-135M through llama.cpp (needs statemachine[local])",
+        help="run the agent on SmolLM2-135M through llama.cpp (needs statemachine-agents[local])",
     )
     parser.add_argument(
         "--unconstrained",

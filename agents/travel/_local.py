@@ -24,6 +24,7 @@ from statemachine import (
 )
 from statemachine.testing import AutoDenyGate
 
+from .._demo import count, dollars
 from ._agent import FakeProvider, TripContext, travel_agent
 
 __all__ = ["LOCAL_PROMPTS", "local_demo"]
@@ -55,7 +56,7 @@ class _Narrated:
             said = f"call {call.name}({call.arguments})"
         else:
             said = f"answer {reply.text!r} [{reply.finish_reason}]"
-        print(f"   model:     {said} ({reply.usage.output_tokens} tokens, {took:.1f}s)")
+        print(f"   model:     {said} ({count(reply.usage.output_tokens, 'token')}, {took:.1f}s)")
         return reply
 
 
@@ -73,7 +74,7 @@ async def local_demo(*, constrained: bool = True, max_steps: int = 4) -> None:
         print(f"\n{number}. {prompt}")
         result = await Runner(agent, model=_Narrated(model), gate=gate, seed=7).run(TRIP, prompt)
         print(f"   states:    {result.trace()}")
-        charged = ", ".join(f"${charge.amount}" for charge in provider.charges) or "nothing"
+        charged = ", ".join(dollars(charge.amount) for charge in provider.charges) or "nothing"
         print(f"   charged:   {charged}")
         print(f"   approvals: {len(gate.requests)} asked, all denied")
         match result.final:
