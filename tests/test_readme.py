@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,3 +39,20 @@ def test_readme_set_up_commands_exist_in_the_makefile() -> None:
     for target in ("demo", "test"):
         assert f"make {target}" in readme
         assert re.search(rf"^{target}:", makefile, re.MULTILINE)
+
+
+def test_readme_reference_section_runs_as_one_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reference section's code blocks, run in order, budget, pause, resume and buy."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Reference: the pieces you write against", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    program = "\n".join(re.findall(r"```python\n(.*?)```", section, re.DOTALL))
+    monkeypatch.chdir(tmp_path)  # where the program's runs.sqlite3 goes
+    exec(compile(program, "README.md (reference)", "exec"), {"__name__": "readme_reference"})
+    assert capsys.readouterr().out.splitlines() == [
+        "done 39.9504",
+        "paused - approval of buy_book",
+        "done 39.9504",
+    ]
