@@ -86,7 +86,7 @@ from ._guard import (
 from ._json import canonical, canonical_hash, dumps, loads
 from ._lazy import lazy_names
 from ._ledger import EffectLedger, EffectRecord
-from ._model import Message, Model, ModelReply, ModelRequest, ToolRequest, Usage
+from ._model import Message, Model, ModelReply, ModelRequest, ModelSettings, ToolRequest, Usage
 from ._money import Money, money_difference, money_sum, to_money
 from ._observe import ProgressLine, configure_logging
 from ._phases import (
@@ -199,6 +199,7 @@ __all__ = (
     "ModelRequest",
     "ModelRequestError",
     "ModelResponseError",
+    "ModelSettings",
     "ModelUnavailableError",
     "Money",
     "Observing",

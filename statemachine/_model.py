@@ -4,6 +4,10 @@ A :class:`Model` is one async call. It receives the conversation, the tools'
 schemas and the time it has left, and returns a :class:`ModelReply`: text or
 tool calls, a finish reason, and usage (tokens and cost as ``Decimal``). Anything
 else it returns is a :class:`ModelResponseError` (``_checked_reply``).
+
+How the model should answer (temperature, length, tool use, ...) travels in the
+request as :class:`ModelSettings`; each adapter maps them to its provider's wire
+format, and refuses one its provider cannot honour rather than dropping it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, Field, field_validator
 
+from . import _json
 from ._errors import ModelResponseError
 from ._money import Money
 
@@ -21,6 +26,7 @@ __all__ = [
     "Model",
     "ModelReply",
     "ModelRequest",
+    "ModelSettings",
     "ToolRequest",
     "Usage",
     "_checked_reply",
@@ -70,11 +76,74 @@ class Usage(BaseModel, frozen=True, extra="forbid", defer_build=True):
         return self.input_tokens + self.output_tokens
 
 
+TOOL_CHOICE_MODES = ("auto", "required", "none")
+"""The ``tool_choice`` values that are modes; any other value names a tool."""
+
+
+class ModelSettings(BaseModel, frozen=True, extra="forbid", defer_build=True):
+    """How a model should answer; a setting left ``None`` keeps the backend's default.
+
+    ``tool_choice`` is ``"auto"``, ``"required"`` (some tool must be called),
+    ``"none"``, or the name of the one tool the model must call; like
+    ``parallel_tool_calls`` (``False``: at most one call a reply) it applies only
+    to a request that offers tools. ``stop`` holds stop sequences. ``extra`` is
+    added to the provider's request body as it is, for an option that has no field
+    here; a key the adapter writes itself is refused (:class:`SetupError`).
+    Combine an agent's settings with a call's with :meth:`merged`.
+    """
+
+    temperature: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    max_tokens: int | None = Field(default=None, ge=1)
+    seed: int | None = None
+    tool_choice: str | None = Field(default=None, min_length=1)
+    parallel_tool_calls: bool | None = None
+    stop: tuple[str, ...] | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("stop")
+    @classmethod
+    def _stops_not_empty(cls, stop: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if stop is not None and not all(stop):
+            raise ValueError(f"a stop sequence must not be empty, got {stop!r}")
+        return stop
+
+    @field_validator("extra")
+    @classmethod
+    def _extra_is_json(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        try:
+            _json.dumps(extra)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"extra must hold JSON values (str, int, Decimal, bool, None, lists and "
+                f"objects of them), as it is sent as it is: {error}"
+            ) from None
+        return extra
+
+    def merged(self, override: ModelSettings) -> ModelSettings:
+        """These settings, with every one ``override`` sets (not ``None``) in its place.
+
+        ``extra`` is merged key by key, ``override``'s winning.
+        """
+        changes = {name: value for name, value in override if value is not None}
+        del changes["extra"]
+        if override.extra:
+            changes["extra"] = {**self.extra, **override.extra}
+        return self.model_copy(update=changes) if changes else self
+
+
+# Constructed, not validated: validating at import would build the model's schema and
+# load pydantic's plugins, which ``import statemachine`` leaves for first use.
+NO_SETTINGS = ModelSettings.model_construct()
+"""Every setting left to the backend."""
+
+
 class ModelRequest(BaseModel, frozen=True, extra="forbid", defer_build=True):
-    """What a model is asked: the conversation, the tools, and the time left.
+    """What a model is asked: the conversation, the tools, the time left and the settings.
 
     ``output_schema``, when set, is the JSON schema the reply must match, for a
     backend that enforces it while decoding (a guard in ``constrained`` mode sets it).
+    ``settings`` say how to answer; an adapter merges them over its own defaults
+    (its ``settings=``), so that the request's win.
     """
 
     messages: tuple[Message, ...]
@@ -83,6 +152,7 @@ class ModelRequest(BaseModel, frozen=True, extra="forbid", defer_build=True):
     output_schema: dict[str, Any] | None = Field(
         default=None, description="JSON schema a constrained decoder must enforce"
     )
+    settings: ModelSettings = NO_SETTINGS
 
 
 class ModelReply(BaseModel, frozen=True, extra="forbid", defer_build=True):

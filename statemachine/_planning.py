@@ -34,7 +34,7 @@ from ._guard import (
     _fallbacks,
     validate_with_retries,
 )
-from ._model import Message, Model, ModelReply, ModelRequest, _checked_reply
+from ._model import NO_SETTINGS, Message, Model, ModelReply, ModelRequest, _checked_reply
 from ._runtime import Runtime
 from ._tools import InvalidCall, ReadCall, WriteCall
 
@@ -166,10 +166,16 @@ async def _ask(
     if answering and guard is not None and guard.mode is GuardMode.CONSTRAINED:
         schema = guard.output_schema
     # The messages are validated already; constructing skips validating them again
-    # (as ModelRequest.model_construct(...) with these four fields would).
+    # (as ModelRequest.model_construct(...) with these five fields would).
     request = _trusted(
         ModelRequest,
-        {"messages": messages, "tools": tools, "timeout": remaining, "output_schema": schema},
+        {
+            "messages": messages,
+            "tools": tools,
+            "timeout": remaining,
+            "output_schema": schema,
+            "settings": NO_SETTINGS,
+        },
         set(_REQUEST_FIELDS),
     )
     loop = planning.agent.governor.flag(planning.loop, planning.step)

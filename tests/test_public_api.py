@@ -70,6 +70,7 @@ PUBLIC = {
     "ModelRequest",
     "ModelRequestError",
     "ModelResponseError",
+    "ModelSettings",
     "ModelUnavailableError",
     "Money",
     "Observing",
