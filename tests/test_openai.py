@@ -32,6 +32,7 @@ from statemachine import (
     ModelRequest,
     ModelRequestError,
     ModelResponseError,
+    ModelSettings,
     ModelUnavailableError,
     Money,
     OpenAICompatibleModel,
@@ -343,7 +344,7 @@ async def test_the_request_body_maps_messages_and_tools() -> None:
         {"role": "user", "content": "Book AF1."},
         {
             "role": "assistant",
-            "content": None,
+            "content": "",
             "tool_calls": [
                 {
                     "id": "call-1",
@@ -399,6 +400,108 @@ def test_a_constrained_guard_refuses_an_unconstrained_adapter_at_start_up() -> N
     )
     with pytest.raises(SetupError, match=exactly(message)):
         model.body(ModelRequest(messages=USER, output_schema=Ticket.model_json_schema()))
+
+
+async def test_a_server_that_refuses_json_schema_is_asked_again_with_json_object() -> None:
+    """A 500 naming response_format (llama-cpp-python's server): one more request, with
+    json_object and the schema; the model remembers, so the next call sends json_object."""
+    guard = OutputGuard(Ticket, mode="constrained")
+    refused = error(500, "Unsupported response_format type: 'json_schema'")
+    answer = text('{"subject": "Refund", "amount": 12.50}')
+    async with chat_server(refused, answer, answer) as server:
+        model = adapter(server, constrained=True)
+        first = model.structured_output
+        for _ in range(2):
+            result = await validate_with_retries(
+                guard, guard.ask_model(model, ModelRequest(messages=USER))
+            )
+            assert result.value == Ticket(subject="Refund", amount=Decimal("12.50"))
+    assert (first, model.structured_output) == ("json_schema", "json_object")
+    formats = [request.json()["response_format"] for request in server.requests]
+    assert [sent["type"] for sent in formats] == ["json_schema", "json_object", "json_object"]
+    assert formats[1] == {"type": "json_object", "schema": Ticket.model_json_schema()}
+
+
+@pytest.mark.parametrize(
+    ("status", "said", "raised"),
+    [
+        (503, "The server is overloaded.", ModelUnavailableError),
+        (400, "Unsupported response_format type: 'json_schema'", ModelRequestError),
+    ],
+)
+async def test_only_a_json_schema_refusal_is_asked_again_and_only_once(
+    status: int, said: str, raised: type[Exception]
+) -> None:
+    """Another failure is not retried; a refusal of json_object too is raised, not retried."""
+    refusal = error(status, said)
+    async with chat_server(refusal, refusal, text("never")) as server:
+        model = adapter(server, constrained=True)
+        request = ModelRequest(messages=USER, output_schema=Ticket.model_json_schema())
+        with pytest.raises(raised, match=said):
+            await model.complete(request)
+    assert len(server.requests) == (1 if status == 503 else 2)
+
+
+# --- settings --------------------------------------------------------------------------
+
+
+async def test_settings_go_out_under_the_protocols_names() -> None:
+    """The model's settings with the request's over them; extra is added as it is."""
+    model_settings = ModelSettings(temperature=0.7, max_tokens=256, extra={"top_k": 40})
+    call = ModelSettings(
+        temperature=0.0,
+        seed=7,
+        stop=("END",),
+        tool_choice="required",
+        parallel_tool_calls=False,
+        extra={"min_p": Decimal("0.05")},
+    )
+    request = ModelRequest(messages=USER, tools=ToolRegistry([lookup]).schemas(), settings=call)
+    async with chat_server(text("ok")) as server:
+        await adapter(server, settings=model_settings).complete(request)
+    body = server.requests[0].json()
+    assert {key: value for key, value in body.items() if key not in ("messages", "tools")} == {
+        "model": "gpt-4.1",
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "temperature": Decimal("0.0"),
+        "max_tokens": 256,
+        "seed": 7,
+        "stop": ["END"],
+        "top_k": 40,
+        "min_p": Decimal("0.05"),
+    }
+
+
+async def test_tool_settings_go_only_with_tools_and_a_tool_name_forces_that_tool() -> None:
+    """Without tools, tool_choice and parallel_tool_calls are left out (servers refuse them)."""
+    settings = ModelSettings(tool_choice="lookup", parallel_tool_calls=True)
+    model = OpenAICompatibleModel("http://127.0.0.1:9/v1", "gpt-4.1", settings=settings)
+    tools = ToolRegistry([lookup, book]).schemas()
+    with_tools = model.body(ModelRequest(messages=USER, tools=tools))
+    assert with_tools["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
+    assert with_tools["parallel_tool_calls"] is True
+    alone = model.body(ModelRequest(messages=USER))
+    assert "tool_choice" not in alone
+    assert "parallel_tool_calls" not in alone
+
+
+def test_settings_the_adapter_cannot_send_are_refused_before_sending() -> None:
+    """A tool_choice naming a tool not offered, or an extra key the adapter writes itself."""
+    model = OpenAICompatibleModel("http://127.0.0.1:9/v1", "gpt-4.1")
+    tools = ToolRegistry([lookup]).schemas()
+    unknown = ModelRequest(
+        messages=USER, tools=tools, settings=ModelSettings(tool_choice="book")
+    )
+    with pytest.raises(SetupError) as raised:
+        model.body(unknown)
+    assert str(raised.value) == (
+        "tool_choice names the tool 'book', which this request does not offer (it offers "
+        "'lookup'); name one of those, or use one of 'auto', 'required', 'none'"
+    )
+    clash = ModelRequest(messages=USER, settings=ModelSettings(extra={"model": "other"}))
+    with pytest.raises(SetupError, match="the settings' extra would replace 'model'"):
+        model.body(clash)
 
 
 # --- refusal and truncation ------------------------------------------------------------

@@ -8,7 +8,18 @@ else:
 - messages go out as the protocol's ``system``/``user``/``assistant`` (with
   ``tool_calls``)/``tool`` (with ``tool_call_id``) messages, the tools' schemas as
   ``{"type": "function", "function": {...}}``, and, for a ``constrained`` model, the
-  request's output schema as a strict ``response_format``;
+  request's output schema as a strict ``response_format`` (an assistant message that
+  only calls tools has ``"content": ""``, which every such server accepts, not
+  ``null``, which llama-cpp-python's server refuses);
+- a server that refuses ``json_schema`` (a 4xx or 5xx whose message names
+  ``response_format`` or ``json_schema``) is asked again at once, once, with
+  ``{"type": "json_object", "schema": ...}``, which llama-cpp-python's and llama.cpp's
+  servers enforce with a grammar; the model remembers it (``structured_output``) and
+  logs it, so later calls go straight to ``json_object``;
+- :class:`ModelSettings` (the adapter's own, with the request's over them) become the
+  body's ``temperature``, ``max_tokens``, ``seed``, ``stop``, ``tool_choice`` and
+  ``parallel_tool_calls`` (these two only when tools are offered), and ``extra`` is
+  added as it is;
 - a tool call's arguments come back as the exact text the server sent: the agent's
   tool registry validates them, and malformed JSON becomes feedback to the model
   there; nothing here parses or repairs them;
@@ -30,6 +41,7 @@ other 4xx) raises :class:`ModelRequestError`, a body that is not a chat completi
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 import re
@@ -38,6 +50,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, final
 
 import anyio
+import structlog
 from pydantic import BaseModel, ValidationInfo, field_validator, model_validator
 
 from .. import _json
@@ -47,7 +60,16 @@ from .._errors import (
     ModelUnavailableError,
     SetupError,
 )
-from .._model import Message, ModelReply, ModelRequest, ToolRequest, Usage
+from .._model import (
+    NO_SETTINGS,
+    TOOL_CHOICE_MODES,
+    Message,
+    ModelReply,
+    ModelRequest,
+    ModelSettings,
+    ToolRequest,
+    Usage,
+)
 from .._money import EXACT, MONEY_PLACES, Money, money_sum, to_money
 
 if TYPE_CHECKING:
@@ -72,6 +94,9 @@ _FINISH_REASONS: dict[str, _FinishReason] = {
     "function_call": "tool_calls",  # the protocol's older name for a tool call
 }
 _SCHEMA_NAME = re.compile(r"[^A-Za-z0-9_-]")
+# Words in a refusal that show the server does not take response_format's json_schema.
+_STRUCTURED_WORDS = re.compile(r"response_format|json_schema", re.IGNORECASE)
+_log = structlog.wrap_logger(logging.getLogger("statemachine.models"))
 _EXCERPT_CHARS = 300
 
 
@@ -157,7 +182,8 @@ class OpenAICompatibleModel:
     ``constrained=True`` declares that the server enforces a strict JSON schema
     (``response_format``), so that an output guard in ``constrained`` mode accepts
     this model. ``timeout`` bounds every call, in seconds. ``prices`` turns usage
-    into cost.
+    into cost. ``settings`` are this model's defaults (an agent's, when each agent
+    has its model); a request's settings replace them one by one.
 
     ``client`` is an ``httpx.AsyncClient`` to send with (tests pass one with a mock
     transport); its owner closes it, and should build it with
@@ -174,6 +200,8 @@ class OpenAICompatibleModel:
         "_model",
         "_owned",
         "_prices",
+        "_settings",
+        "_structured",
         "_timeout",
         "_url",
     )
@@ -187,6 +215,7 @@ class OpenAICompatibleModel:
         constrained: bool = False,
         timeout: float = 60.0,
         prices: TokenPrices | None = None,
+        settings: ModelSettings | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         url = base_url.rstrip("/")
@@ -206,6 +235,8 @@ class OpenAICompatibleModel:
         self._constrained = constrained
         self._timeout = float(timeout)
         self._prices = TokenPrices() if prices is None else prices
+        self._settings = NO_SETTINGS if settings is None else settings
+        self._structured: Literal["json_schema", "json_object"] = "json_schema"
         self._client = client
         self._owned: httpx.AsyncClient | None = None
 
@@ -234,6 +265,20 @@ class OpenAICompatibleModel:
     def timeout(self) -> float:
         """The most seconds one call may take, whatever the run has left."""
         return self._timeout
+
+    @property
+    def settings(self) -> ModelSettings:
+        """This model's default settings, under each request's."""
+        return self._settings
+
+    @property
+    def structured_output(self) -> Literal["json_schema", "json_object"]:
+        """The ``response_format`` type an output schema is sent as.
+
+        ``json_schema`` until the server refuses it, then ``json_object`` (with the
+        schema) for the rest of this object's life.
+        """
+        return self._structured
 
     @property
     def prices(self) -> TokenPrices:
@@ -266,12 +311,14 @@ class OpenAICompatibleModel:
         not ``constrained``: the schema would not be enforced, and saying so beats
         validating after the fact without anyone knowing.
         """
+        settings = self._settings.merged(request.settings)
         body: dict[str, Any] = {
             "model": self._model,
             "messages": [_message(message) for message in request.messages],
         }
         if request.tools:
             body["tools"] = [_tool(schema) for schema in request.tools]
+            body.update(_tool_settings(settings, request.tools))
         if request.output_schema is not None:
             if not self._constrained:
                 raise SetupError(
@@ -279,15 +326,9 @@ class OpenAICompatibleModel:
                     "constrained; pass constrained=True if the server supports strict "
                     "response_format, or use guard mode 'auto_repair' or 'reject'"
                 )
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": _schema_name(request.output_schema),
-                    "schema": request.output_schema,
-                    "strict": True,
-                },
-            }
-        return body
+            body["response_format"] = _response_format(request.output_schema, self._structured)
+        body.update(_sampling(settings))
+        return _with_extra(body, settings.extra)
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """Send ``request`` and read the reply, within the adapter's and the run's time.
@@ -296,19 +337,43 @@ class OpenAICompatibleModel:
         :class:`ModelUnavailableError`, :class:`ModelRequestError` or
         :class:`ModelResponseError`.
         """
-        content = _json.dumps(self.body(request)).encode("utf-8", "backslashreplace")
         limit = self._timeout if request.timeout is None else min(self._timeout, request.timeout)
+        content = self._content(request)
         if limit <= 0:
             raise TimeoutError(f"no time was left to ask the model at {self._url}")
         try:
             with anyio.fail_after(limit):
                 response = await self._send(content, limit)
+                if self._refuses_json_schema(request, response):
+                    self._structured = "json_object"
+                    _log.warning(
+                        "the server refused response_format json_schema; "
+                        "asking again, and from now on, with json_object",
+                        url=self._url,
+                        status=response.status_code,
+                        detail=_server_message(response),
+                    )
+                    response = await self._send(self._content(request), limit)
         except TimeoutError:
             raise TimeoutError(
                 f"the model at {self._url} did not answer within {limit:.2f}s; "
                 "the request was cancelled"
             ) from None
         return self._read(response)
+
+    def _content(self, request: ModelRequest) -> bytes:
+        return _json.dumps(self.body(request)).encode("utf-8", "backslashreplace")
+
+    def _refuses_json_schema(self, request: ModelRequest, response: httpx.Response) -> bool:
+        """Whether ``response`` refuses the json_schema ``response_format`` just sent."""
+        status = response.status_code
+        return (
+            request.output_schema is not None
+            and self._structured == "json_schema"
+            and status >= 400
+            and status not in (401, 403, 404, 429)
+            and _STRUCTURED_WORDS.search(_server_message(response)) is not None
+        )
 
     async def _send(self, content: bytes, limit: float) -> httpx.Response:
         import httpx
@@ -422,7 +487,6 @@ def _message(message: Message) -> dict[str, Any]:
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
     out: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
-        out["content"] = message.content or None
         out["tool_calls"] = [
             {
                 "id": call.id,
@@ -441,6 +505,66 @@ def _tool(schema: dict[str, Any]) -> dict[str, Any]:
     if schema.get("type") == "function":
         return schema
     return {"type": "function", "function": schema}
+
+
+def _tool_name(schema: dict[str, Any]) -> str:
+    function = schema.get("function") if schema.get("type") == "function" else schema
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+def _tool_settings(settings: ModelSettings, tools: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """``tool_choice`` and ``parallel_tool_calls``, for a request that offers ``tools``."""
+    out: dict[str, Any] = {}
+    choice = settings.tool_choice
+    if choice in TOOL_CHOICE_MODES:
+        out["tool_choice"] = choice
+    elif choice is not None:
+        offered = [_tool_name(schema) for schema in tools]
+        if choice not in offered:
+            raise SetupError(
+                f"tool_choice names the tool {choice!r}, which this request does not offer "
+                f"(it offers {', '.join(map(repr, offered))}); name one of those, or use "
+                f"one of {', '.join(map(repr, TOOL_CHOICE_MODES))}"
+            )
+        out["tool_choice"] = {"type": "function", "function": {"name": choice}}
+    if settings.parallel_tool_calls is not None:
+        out["parallel_tool_calls"] = settings.parallel_tool_calls
+    return out
+
+
+def _sampling(settings: ModelSettings) -> dict[str, Any]:
+    """The settings that apply to every request, under the protocol's names."""
+    given = {
+        "temperature": settings.temperature,
+        "max_tokens": settings.max_tokens,
+        "seed": settings.seed,
+        "stop": None if settings.stop is None else list(settings.stop),
+    }
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def _with_extra(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with ``extra`` added; :class:`SetupError` for a key the body has already."""
+    taken = sorted(set(body) & set(extra))
+    if taken:
+        raise SetupError(
+            f"the settings' extra would replace {', '.join(map(repr, taken))}, which this "
+            "adapter writes itself from the request and its settings; set the ModelSettings "
+            "field or the request's part instead"
+        )
+    return {**body, **extra}
+
+
+def _response_format(
+    schema: dict[str, Any], kind: Literal["json_schema", "json_object"]
+) -> dict[str, Any]:
+    if kind == "json_object":  # llama-cpp-python's and llama.cpp's servers read "schema"
+        return {"type": "json_object", "schema": schema}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": _schema_name(schema), "schema": schema, "strict": True},
+    }
 
 
 def _schema_name(schema: dict[str, Any]) -> str:
