@@ -6,11 +6,16 @@ Apart from ``_phases``, so that ``import statemachine`` does not build these mod
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from ._budget import Budget
+from ._retry import MODEL_RETRY, RetryPolicy
+from ._schema import validate_config
 
-__all__ = ["AgentConfig", "RetrySettings"]
+__all__ = ["AgentConfig", "ModelRetrySettings", "RetrySettings", "_settings"]
 
 
 class RetrySettings(BaseModel, frozen=True, extra="forbid", defer_build=True):
@@ -23,6 +28,16 @@ class RetrySettings(BaseModel, frozen=True, extra="forbid", defer_build=True):
     jitter: float = Field(default=0.5, ge=0, le=1)
 
 
+class ModelRetrySettings(BaseModel, frozen=True, extra="forbid", defer_build=True):
+    """``Agent.model_retry`` as configuration (its defaults are ``MODEL_RETRY``'s)."""
+
+    max_attempts: int = Field(default=MODEL_RETRY.max_attempts, ge=1)
+    base_delay: float = Field(default=MODEL_RETRY.base_delay, ge=0)
+    multiplier: float = Field(default=MODEL_RETRY.multiplier, ge=1)
+    max_delay: float = Field(default=MODEL_RETRY.max_delay, ge=0)
+    jitter: float = Field(default=MODEL_RETRY.jitter, ge=0, le=1)
+
+
 class AgentConfig(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """An agent's settings as they come from a file or the environment.
 
@@ -33,7 +48,24 @@ class AgentConfig(BaseModel, frozen=True, extra="forbid", defer_build=True):
     instructions: str = ""
     budget: Budget = Budget.model_construct()
     retry: RetrySettings = RetrySettings.model_construct()
+    model_retry: ModelRetrySettings = ModelRetrySettings.model_construct()
     max_steps: int = Field(default=50, ge=1)
     max_tool_iterations: int | None = Field(default=None, ge=0)
     max_invalid_calls: int = Field(default=3, ge=1)
     answer_attempts: int = Field(default=3, ge=1)
+
+
+def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``Agent`` arguments that ``config`` sets, once it is valid (else ``ConfigError``)."""
+    settings = validate_config(AgentConfig, config)
+    model_retry = settings.model_retry.model_dump()
+    return {
+        "instructions": settings.instructions,
+        "budget": settings.budget,
+        "retry": RetryPolicy(**settings.retry.model_dump()),
+        "model_retry": RetryPolicy(**model_retry, retry_on=MODEL_RETRY.retry_on),
+        "max_steps": settings.max_steps,
+        "max_tool_iterations": settings.max_tool_iterations,
+        "max_invalid_calls": settings.max_invalid_calls,
+        "answer_attempts": settings.answer_attempts,
+    }

@@ -30,7 +30,8 @@ class AgentGraph:
     ``phases`` pairs each active phase's name (its ``kind``, as in a run's trace) with
     the class the agent runs for it; ``edges`` are ``(from, to)`` names, ordered as
     the phases are (Idle, Planning, AwaitApproval, ToolCalling, Observing, Retrying,
-    Responding, Failed, Done). ``Failed`` and ``Done`` are terminal: no edge leaves them.
+    ModelRetrying, Responding, Failed, Done). ``Failed`` and ``Done`` are terminal: no
+    edge leaves them.
     """
 
     phases: tuple[tuple[str, type[Active[Any]]], ...]

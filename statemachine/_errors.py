@@ -31,6 +31,7 @@ clauses keep working, and related errors share a family (``RunError``, ``BudgetE
     ├── OutputRejectedError (ValueError)   guard mode 'reject' met an invalid model reply
     ├── OutputTamperedError (RuntimeError) a validated reply changed before it was shipped
     ├── ModelUnavailableError (RuntimeError) the model's server is busy or down (429, 5xx)
+    │   └── ModelRetriesExhaustedError (RuntimeError) still so after every retry: resume later
     ├── ModelRequestError (ValueError)     the model's server refused the request (4xx): fix it
     ├── ModelResponseError (ValueError)    the model (or its server) answered something not a reply
     └── CheckpointError (ValueError)       a checkpoint cannot be restored as it is
@@ -70,6 +71,7 @@ __all__ = [
     "IllegalTransitionError",
     "ModelRequestError",
     "ModelResponseError",
+    "ModelRetriesExhaustedError",
     "ModelUnavailableError",
     "OutputRejectedError",
     "OutputTamperedError",
@@ -422,6 +424,40 @@ class ModelUnavailableError(StatemachineError, RuntimeError):
             if retry_after is not None:
                 what += f" (the server asked to wait {retry_after:g}s)"
         super().__init__(what)
+
+
+class ModelRetriesExhaustedError(ModelUnavailableError):
+    """A model call still failed after the retries ``ModelRetrying`` allowed; the run waits.
+
+    Raised by ``ModelRetrying.advance``, so the run is not over: its last checkpoint is
+    the ``ModelRetrying`` phase and the runner leaves it ``failed_resumable``. ``.error``
+    is the service's words on the last attempt, ``.attempts`` the attempts made, ``.cap``
+    the policy's ``max_attempts``; ``.asked`` the seconds the service asked to wait when
+    that was more than the policy waits (``None``: the attempts ran out).
+    """
+
+    def __init__(self, error: str, *, attempts: int, cap: int, asked: float | None = None) -> None:
+        self.error = error
+        self.attempts = attempts
+        self.cap = cap
+        self.asked = asked
+        self.detail = error
+        self.url = ""
+        self.status = None
+        self.retry_after = asked
+        if asked is None:
+            what = f"the model could not be asked in {attempts} attempt(s), the cap is {cap}"
+        else:
+            what = (
+                f"the model's service asked to wait {asked:g}s, longer than the retry "
+                f"policy waits (after {attempts} attempt(s))"
+            )
+        RuntimeError.__init__(
+            self,
+            f"{what}; last error: {error}. The run is saved where it waits (failed_resumable): "
+            "resume it when the service is back (statemachine runs resume <run id>, or a "
+            "worker), or raise Agent.model_retry's max_attempts or max_delay.",
+        )
 
 
 class ModelRequestError(StatemachineError, ValueError):

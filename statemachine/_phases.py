@@ -10,11 +10,13 @@ legal and returns the next phase (a new object; nothing is mutated)::
     Planning.respond(text)           -> Responding
     Planning.reject_call(InvalidCall) -> Planning      (the model is told what to fix)
     Planning.fail(reason)            -> Failed
+    Planning.retry_model(error)      -> ModelRetrying   (the model's service failed for now)
     AwaitApproval.approve(Approval)  -> ToolCalling
     AwaitApproval.deny(reason)       -> Planning
     await ToolCalling.execute(rt)    -> Observing | Retrying | Failed
     Observing.observe()              -> Planning
     await Retrying.retry(rt)         -> ToolCalling | Failed
+    await ModelRetrying.retry(rt)    -> Planning | Failed   (see ``_model_retry``)
     Responding.finish()              -> Done
 
 ``Failed`` and ``Done`` are terminal: they have no transition methods and no
@@ -78,10 +80,11 @@ from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState
 from ._graph import _check_phase_class, _edges, _successors_of
 from ._guard import CustomerResponse, OutputGuard, Parsed
 from ._model import Message, ToolRequest
+from ._model_retry import _retry_model
 from ._planning import _plan
-from ._retry import RetryPolicy
+from ._retry import MODEL_RETRY, RetryPolicy
 from ._runtime import Runtime
-from ._schema import Diagnostic, _type_diagnostics, validate_config
+from ._schema import Diagnostic, _type_diagnostics
 from ._seal import _bind, _own_ticket, _Ticket
 from ._tools import AM, InvalidCall, ReadCall, Tool, ToolRegistry, WriteCall, WriteTool
 
@@ -93,6 +96,7 @@ __all__ = [
     "Done",
     "Failed",
     "Idle",
+    "ModelRetrying",
     "Observing",
     "Phase",
     "Phases",
@@ -288,6 +292,8 @@ class Planning(Active[C]):
     kind: ClassVar[str] = "Planning"
 
     invalid_streak: int = 0
+    # The attempt at the model call this phase makes (ModelRetrying counts them).
+    model_attempt: int = 1
 
     def instructions(self) -> str:
         """The system prompt for the model; by default the agent's instructions."""
@@ -394,6 +400,16 @@ class Planning(Active[C]):
         self._leave("fail")
         return self._fail(reason)
 
+    def retry_model(self, error: str, *, retry_after: float | None = None) -> ModelRetrying[C]:
+        """The model call failed for now (``error``); ``ModelRetrying`` decides what next."""
+        self._leave("retry_model")
+        return self._next(
+            self.agent.phases.model_retrying,
+            attempt=self.model_attempt,
+            error=error,
+            retry_after=retry_after,
+        )
+
     def pause(self, reason: str) -> Planning[C]:
         """Wait for a person: the runner stops here until :meth:`resume` is called."""
         self._leave("pause")
@@ -420,7 +436,14 @@ class Planning(Active[C]):
 
     async def advance(
         self, rt: Runtime
-    ) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | Failed[C]:
+    ) -> (
+        ToolCalling[C]
+        | AwaitApproval[C]
+        | Responding[C]
+        | Planning[C]
+        | ModelRetrying[C]
+        | Failed[C]
+    ):
         """Ask the governor, ask the model, ask the governor again, then route.
 
         Every verdict is routed in one place, ``_planning``: abort goes to ``Failed``,
@@ -717,6 +740,32 @@ class Done(Phase[C]):
         return None if self.verified is None else self.verified.value
 
 
+@attrs.frozen(kw_only=True)
+class ModelRetrying(Active[C]):
+    """A model call failed for now; the system, not the model, decides whether to ask again.
+
+    ``attempt`` is the attempt that failed, ``error`` the service's words, ``retry_after``
+    the seconds it asked to wait (``None``: not said). The policy is ``Agent.model_retry``;
+    when its attempts run out ``advance`` raises :class:`ModelRetriesExhaustedError` and
+    the run waits, ``failed_resumable``, for a resume (see ``_model_retry``).
+    """
+
+    kind: ClassVar[str] = "ModelRetrying"
+
+    attempt: int
+    error: str
+    retry_after: float | None = None
+
+    async def retry(self, rt: Runtime) -> Planning[C] | Failed[C]:
+        """Wait, then plan again; ``Failed`` when the budget or the time runs out first."""
+        self._leave("retry")
+        return await _retry_model(self, rt)
+
+    async def advance(self, rt: Runtime) -> Planning[C] | Failed[C]:
+        """Retry the model call, or fail."""
+        return await self.retry(rt)
+
+
 # The closed union of the phases. ``isinstance`` and ``match`` on an ``AnyPhase[C]`` keep
 # ``C`` under both checkers (on a ``Phase[C]``, mypy narrows to ``Planning[Any]``).
 AnyPhase: TypeAlias = (
@@ -726,6 +775,7 @@ AnyPhase: TypeAlias = (
     | ToolCalling[C]
     | Observing[C]
     | Retrying[C]
+    | ModelRetrying[C]
     | Responding[C]
     | Failed[C]
     | Done[C]
@@ -765,6 +815,10 @@ class Phases(Generic[C]):
         default=cast("type[Retrying[Any]]", Retrying),
         validator=_check_phase_class("retrying", Retrying),
     )
+    model_retrying: type[ModelRetrying[C]] = attrs.field(
+        default=cast("type[ModelRetrying[Any]]", ModelRetrying),
+        validator=_check_phase_class("model_retrying", ModelRetrying),
+    )
     responding: type[Responding[C]] = attrs.field(
         default=cast("type[Responding[Any]]", Responding),
         validator=_check_phase_class("responding", Responding),
@@ -789,6 +843,7 @@ _ROLES: Final[tuple[tuple[str, type[Active[Any]]], ...]] = (
     ("tool_calling", ToolCalling),
     ("observing", Observing),
     ("retrying", Retrying),
+    ("model_retrying", ModelRetrying),
     ("responding", Responding),
 )
 _TERMINAL: Final[tuple[type[Phase[Any]], ...]] = (Failed, Done)
@@ -819,7 +874,8 @@ class Agent(Generic[C]):
     """An agent's definition: tools, instructions, limits and phase classes.
 
     ``budget`` limits each run; ``retry`` is the default retry policy (a tool's own
-    ``retry`` overrides it); ``max_steps`` caps the model calls (planning steps) of
+    ``retry`` overrides it), ``model_retry`` the model calls' (see ``ModelRetrying``);
+    ``max_steps`` caps the model calls (planning steps) of
     one run, the last of which must answer; ``max_tool_iterations`` caps the steps
     that ask for a tool, after which the model must answer; after
     ``max_invalid_calls`` invalid tool calls in a row the run fails. ``governor``
@@ -831,6 +887,7 @@ class Agent(Generic[C]):
     instructions: str = ""
     budget: Budget = Budget.model_construct()
     retry: RetryPolicy = RetryPolicy()
+    model_retry: RetryPolicy = MODEL_RETRY
     max_steps: int = 50
     max_tool_iterations: int | None = None
     max_invalid_calls: int = 3
@@ -857,26 +914,12 @@ class Agent(Generic[C]):
         agent's context type is the one named (``Agent[Trip].from_config(...)``), the
         variable's (``agent: Agent[Trip] = Agent.from_config(...)``) or ``phases``'s.
         """
-        from ._config import AgentConfig  # here: only configuration reads it
+        from ._config import _settings  # here: only configuration reads it
 
-        settings = validate_config(AgentConfig, config)
-        definition: dict[str, Any] = {"answer_guard": answer_guard}
-        if phases is not None:
-            definition["phases"] = phases
-        if governor is not None:
-            definition["governor"] = governor
-        return Agent[C](
-            name=name,
-            tools=tools,
-            instructions=settings.instructions,
-            budget=settings.budget,
-            retry=RetryPolicy(**settings.retry.model_dump()),
-            max_steps=settings.max_steps,
-            max_tool_iterations=settings.max_tool_iterations,
-            max_invalid_calls=settings.max_invalid_calls,
-            answer_attempts=settings.answer_attempts,
-            **definition,
-        )
+        code: dict[str, Any] = {"phases": phases, "governor": governor}
+        given = {key: value for key, value in code.items() if value is not None}
+        given["answer_guard"] = answer_guard
+        return Agent[C](name=name, tools=tools, **_settings(config), **given)
 
     def start(self, ctx: C, text: str) -> Idle[C]:
         """A new run of this agent, in ``Idle``, holding the customer's words."""

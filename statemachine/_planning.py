@@ -35,11 +35,19 @@ from ._guard import (
     validate_with_retries,
 )
 from ._model import NO_SETTINGS, Message, Model, ModelReply, ModelRequest, _checked_reply
+from ._retry import _transient_words, _Unanswered
 from ._runtime import Runtime
 from ._tools import InvalidCall, ReadCall, WriteCall
 
 if TYPE_CHECKING:
-    from ._phases import AwaitApproval, Failed, Planning, Responding, ToolCalling
+    from ._phases import (
+        AwaitApproval,
+        Failed,
+        ModelRetrying,
+        Planning,
+        Responding,
+        ToolCalling,
+    )
 
 __all__ = ["_answer", "_ask", "_checked_call", "_finalize", "_plan", "_route", "_text_answer"]
 
@@ -51,7 +59,7 @@ _TEXT_FALLBACK = {"statemachine.schema": "CustomerResponse"}
 
 async def _plan(
     planning: Planning[C], rt: Runtime
-) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | Failed[C]:
+) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | ModelRetrying[C] | Failed[C]:
     """What ``Planning.advance`` does (its docstring says what)."""
     agent = planning.agent
     decision = agent.governor.begin_step(
@@ -83,8 +91,18 @@ async def _plan(
     planning._leave("advance")
     reply, heard = await _ask(planning, rt, tools=agent.tools.schemas())
     if isinstance(reply, str):
-        return heard.fail(reply)
+        return _unanswered(heard, reply)
     return await _route(heard, rt, reply)
+
+
+def _unanswered(heard: Planning[C], reason: str, prefix: str = "") -> ModelRetrying[C] | Failed[C]:
+    """Where a model call that gave no reply goes: ``ModelRetrying`` when the failure may
+    pass (the service's words go with it), else ``Failed`` with ``prefix`` and ``reason``."""
+    if isinstance(reason, _Unanswered) and reason.transient is not None:
+        timed_out = isinstance(reason.transient, TimeoutError)
+        words = str(reason) if timed_out else str(reason.transient)
+        return heard.retry_model(words, retry_after=reason.retry_after)
+    return heard.fail(f"{prefix}{reason}")
 
 
 async def _route(
@@ -179,16 +197,23 @@ async def _ask(
         set(_REQUEST_FIELDS),
     )
     loop = planning.agent.governor.flag(planning.loop, planning.step)
+    policy = planning.agent.model_retry
     try:
         answered = await _answered(rt.model, request, remaining)
         reply = None if answered is _DEADLINE else _checked_reply(rt.model, answered)
     except TimeoutError as error:
         reason = _timed_out(error, remaining, rt.remaining(planning.agent.budget))
-        return reason, planning._copy(loop=loop)
+        if reason.startswith("wall-clock"):  # the run's deadline: no time to ask again
+            return reason, planning._copy(loop=loop)
+        # The model's own limit: an attempt, counted, which ModelRetrying may repeat.
+        spent = planning.spent.add(model_calls=1)
+        said = _Unanswered(reason, error if policy.retries(error) else None)
+        return said, planning._copy(spent=spent, loop=loop)
     except (ModelUnavailableError, ModelRequestError) as error:
-        # Retries of a model call are not the model's to decide, nor this phase's:
-        # the run stops with the service's words, and can be started again.
-        return f"the model could not be asked: {error}", planning._copy(loop=loop)
+        # Retries of a model call are not the model's to decide, nor this phase's: a
+        # failure that may pass goes to ModelRetrying (the agent's model_retry policy).
+        spent = planning.spent.add(model_calls=1)
+        return _transient_words(error, policy), planning._copy(spent=spent, loop=loop)
     except ModelResponseError as error:
         return f"the model's reply could not be used: {error}", planning._copy(loop=loop)
     if reply is None:
@@ -241,14 +266,16 @@ def _timed_out(error: TimeoutError, remaining: float | None, left: float | None)
     return f"the model did not answer within its own time limit ({said}); {had}"
 
 
-async def _finalize(planning: Planning[C], rt: Runtime, reason: str) -> Responding[C] | Failed[C]:
+async def _finalize(
+    planning: Planning[C], rt: Runtime, reason: str
+) -> Responding[C] | ModelRetrying[C] | Failed[C]:
     note = (
         "Answer the customer now, from what you already have. Do not call tools. "
         f"(The run is finishing: {reason}.)"
     )
     reply, heard = await _ask(planning, rt, tools=(), note=note, answering=True)
     if isinstance(reply, str):
-        return heard.fail(f"finalize ({reason}): {reply}")
+        return _unanswered(heard, reply, f"finalize ({reason}): ")
     if not reply.text.strip():
         return heard.fail(
             f"finalize ({reason}): the model was asked to answer from what it has and sent no text"

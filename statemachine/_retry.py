@@ -1,18 +1,21 @@
 """``RetryPolicy``: how many attempts a tool gets and how long to wait between them.
 
-The policy belongs to the ``Retrying`` phase, never to the model: the model does
-not see a failed attempt and cannot ask for another one.
+The policy belongs to the ``Retrying`` phase (a tool's) or the ``ModelRetrying``
+phase (the model's, ``MODEL_RETRY`` by default), never to the model: the model does
+not see a failed attempt and cannot ask for another one. ``_transient_words`` says
+which failures of a model call may pass.
 """
 
 from __future__ import annotations
 
 import random
+from typing import Final
 
 import attrs
 
-from ._errors import SetupError, ToolError
+from ._errors import ModelRequestError, ModelUnavailableError, SetupError, ToolError
 
-__all__ = ["RetryPolicy"]
+__all__ = ["MODEL_RETRY", "RetryPolicy", "_transient_words", "_Unanswered"]
 
 
 def _positive_attempts(_: object, __: object, value: int) -> None:
@@ -72,3 +75,56 @@ class RetryPolicy:
         ceiling = min(self.max_delay, grown)
         low = ceiling * (1.0 - self.jitter)
         return (rng or random).uniform(low, ceiling)
+
+
+# HTTP statuses of a refused request that may succeed when sent again as it is: the
+# server timed out waiting for it (408), or it met a conflicting request (409).
+_TRANSIENT_REFUSALS: Final = frozenset({408, 409})
+
+MODEL_RETRY: Final = RetryPolicy(
+    max_attempts=4,
+    base_delay=1.0,
+    multiplier=2.0,
+    max_delay=30.0,
+    jitter=0.5,
+    retry_on=(ModelUnavailableError, TimeoutError),
+)
+"""The default ``Agent.model_retry``: 4 attempts, 1s, 2s, 4s apart (jittered down to
+half), a ``Retry-After`` of up to 30s honoured."""
+
+
+class _Unanswered(str):
+    """Why a model call gave no reply (it is that text), and whether asking again may help.
+
+    ``transient`` is the error of a failure that may pass (``None``: it will not, or the
+    run's own deadline cancelled the call); ``retry_after`` what the service asked to wait.
+    """
+
+    transient: BaseException | None
+    retry_after: float | None
+
+    def __new__(
+        cls, text: str, transient: BaseException | None = None, retry_after: float | None = None
+    ) -> _Unanswered:
+        made = super().__new__(cls, text)
+        made.transient = transient
+        made.retry_after = retry_after
+        return made
+
+
+def _transient_words(error: BaseException, policy: RetryPolicy) -> _Unanswered:
+    """Why the model could not be asked, marked transient when ``policy`` retries ``error``."""
+    if isinstance(error, ModelRequestError):
+        if error.status in _TRANSIENT_REFUSALS:
+            return _Unanswered(f"the model could not be asked: {error}", error)
+        return _Unanswered(
+            f"the model could not be asked, and asking again would fail the same way "
+            f"(not retried): {error}"
+        )
+    if not policy.retries(error):
+        return _Unanswered(f"the model could not be asked: {error}")
+    if isinstance(error, TimeoutError):
+        said = str(error) or "it raised TimeoutError"
+        return _Unanswered(f"the model did not answer within its own time limit ({said})", error)
+    retry_after = error.retry_after if isinstance(error, ModelUnavailableError) else None
+    return _Unanswered(f"the model could not be asked: {error}", error, retry_after)

@@ -14,6 +14,8 @@ the counters of the phase it accepted last. It goes on with a phase only when
 - a write reaches ``ToolCalling`` only from ``AwaitApproval`` (approve) or ``Retrying``
   of the same call, one attempt on; a retry never goes past the agent's retry cap for
   the tool (a ``Retrying`` subclass may override ``policy``, not the agent's cap);
+- a model call's retry goes ``Planning -> ModelRetrying`` keeping the attempt, and
+  back to ``Planning`` one attempt on (1 after a resume), within ``Agent.model_retry``;
 - the runtime and the agent are the ones the run started with (no gate, ledger, approval
   book or budget swapped in from inside a phase).
 
@@ -29,11 +31,14 @@ import attrs
 
 from ._approval import ApprovedCall
 from ._errors import IllegalTransitionError, PhaseForgedError, SetupError
+from ._model_retry import _restored
 from ._phases import (
     Active,
     Agent,
     AwaitApproval,
+    ModelRetrying,
     Phase,
+    Planning,
     Retrying,
     Runtime,
     ToolCalling,
@@ -197,7 +202,29 @@ class Watch:
                 return f"attempt {now[8]} is past the retry cap of {cap}"
         if isinstance(after, ToolCalling | Retrying) and type(after.call) is ApprovedCall:
             return _write_problem(before, after, was)
+        return _model_retry_problem(before, after)
+
+
+def _model_retry_problem(before: Active[Any], after: Phase[Any]) -> str | None:
+    """Why ``after`` may not follow ``before`` where a model retry is involved; else ``None``.
+
+    ``Planning -> ModelRetrying`` keeps the attempt that failed; ``ModelRetrying ->
+    Planning`` is the next attempt within the agent's cap, or attempt 1 after a resume.
+    """
+    if isinstance(after, ModelRetrying):
+        if not isinstance(before, Planning):
+            return "only Planning's model call is retried by ModelRetrying"
+        if after.attempt != before.model_attempt:
+            return f"a model retry keeps attempt {before.model_attempt}, not {after.attempt}"
         return None
+    if isinstance(before, ModelRetrying) and isinstance(after, Planning):
+        cap = before.agent.model_retry.max_attempts
+        expected = 1 if _restored(before) else before.attempt + 1
+        if after.model_attempt != expected:
+            return f"the model's next attempt is {expected}, not {after.model_attempt}"
+        if after.model_attempt > cap:
+            return f"model attempt {after.model_attempt} is past the retry cap of {cap}"
+    return None
 
 
 def _write_problem(

@@ -18,6 +18,7 @@ from statemachine import (
     Done,
     Failed,
     ModelReply,
+    ModelRetriesExhaustedError,
     ModelUnavailableError,
     OutputGuard,
     OutputTamperedError,
@@ -280,11 +281,16 @@ class Unavailable:
         )
 
 
-async def test_a_model_service_that_is_down_ends_the_run_with_its_words() -> None:
-    """A 503 from the model's service is a Failed run that says so, not an exception."""
-    result = await Runner(Agent[None](name="a"), model=Unavailable(), gate=AutoDenyGate()).run(
-        None, "Help me."
-    )
-    assert isinstance(result.final, Failed)
-    assert result.final.reason.startswith("the model could not be asked: ")
-    assert "503" in result.final.reason
+async def test_a_model_service_that_stays_down_leaves_the_run_to_resume_with_its_words() -> None:
+    """A 503 on every attempt is retried up to the cap, then raised for a resume later."""
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    runner = Runner(Agent[None](name="a"), model=Unavailable(), gate=AutoDenyGate(), sleep=sleep)
+    with pytest.raises(ModelRetriesExhaustedError) as raised:
+        await runner.run(None, "Help me.")
+    assert raised.value.attempts == raised.value.cap == 4
+    assert "HTTP 503: overloaded" in raised.value.error
+    assert len(waits) == 3

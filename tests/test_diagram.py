@@ -24,6 +24,7 @@ from statemachine import (
     Done,
     Failed,
     Idle,
+    ModelRetrying,
     Observing,
     Phases,
     Planning,
@@ -62,6 +63,9 @@ DEFAULT_EDGES = {
     ("Observing", "Planning"),
     ("Retrying", "ToolCalling"),
     ("Retrying", "Failed"),
+    ("Planning", "ModelRetrying"),
+    ("ModelRetrying", "Planning"),
+    ("ModelRetrying", "Failed"),
     ("Responding", "Done"),
 }
 
@@ -72,6 +76,7 @@ stateDiagram-v2
     Planning --> Planning
     Planning --> AwaitApproval
     Planning --> ToolCalling
+    Planning --> ModelRetrying
     Planning --> Responding
     Planning --> Failed
     AwaitApproval --> Planning
@@ -83,6 +88,8 @@ stateDiagram-v2
     Observing --> Planning
     Retrying --> ToolCalling
     Retrying --> Failed
+    ModelRetrying --> Planning
+    ModelRetrying --> Failed
     Responding --> Done
     Failed --> [*]
     Done --> [*]
@@ -140,10 +147,12 @@ def test_the_default_agent_has_the_documented_edges() -> None:
     assert len(graph.edges) == len(DEFAULT_EDGES)
     assert graph.successors("Done") == ()
     assert graph.successors("Retrying") == ("ToolCalling", "Failed")
+    assert graph.successors("ModelRetrying") == ("Planning", "Failed")
 
 
 @pytest.mark.parametrize(
-    "phase", [Idle, Planning, AwaitApproval, ToolCalling, Observing, Retrying, Responding]
+    "phase",
+    [Idle, Planning, AwaitApproval, ToolCalling, Observing, Retrying, ModelRetrying, Responding],
 )
 def test_each_phases_edges_are_its_advance_annotation(phase: type[Any]) -> None:
     """Every member of a phase's advance return annotation is an edge, and nothing else is."""
@@ -197,7 +206,7 @@ def test_a_return_that_is_not_a_phase_fails_where_the_agent_is_defined() -> None
     assert str(raised.value) == (
         f"{__name__}.ReturnsText.advance may return str, which is not a phase; it "
         "may return only phases (Idle, Planning, AwaitApproval, ToolCalling, Observing, "
-        "Retrying, Responding, Failed, Done) or subclasses of them"
+        "Retrying, ModelRetrying, Responding, Failed, Done) or subclasses of them"
     )
     assert isinstance(raised.value, TypeError)
 

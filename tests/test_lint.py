@@ -389,6 +389,7 @@ def test_transitions_are_read_from_the_phases() -> None:
         "respond",
         "resume",
         "retry",
+        "retry_model",
         "suppress",
         "wait",
     ]

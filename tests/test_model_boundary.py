@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import attrs
 import httpx
 import pytest
 from pydantic import BaseModel
@@ -18,7 +19,9 @@ from statemachine import (
     ModelReply,
     ModelRequest,
     ModelResponseError,
+    ModelRetriesExhaustedError,
     OutputGuard,
+    RetryPolicy,
     Runner,
 )
 from statemachine._model import _checked_reply
@@ -29,6 +32,8 @@ pytestmark = pytest.mark.anyio
 
 AGENT = Agent[None](name="a")
 LIMITED = Agent[None](name="a", budget=Budget(wall_clock=60))
+# Model calls tried once: a failure that may pass is not retried, and the run is resumable.
+ONCE = RetryPolicy(max_attempts=1, retry_on=(TimeoutError,))
 EXPECTED = (
     "where a ModelReply was expected: its complete() must return a statemachine.ModelReply "
     "(text or tool calls, and usage), e.g. ModelReply(text=...)"
@@ -52,6 +57,15 @@ async def run(agent: Agent[None], model: Any) -> Failed[None]:
     assert isinstance(result.final, Failed)
     assert result.status == "failed"
     return result.final
+
+
+async def exhausted(agent: Agent[None], model: Any) -> str:
+    """Run ``agent`` (its model calls tried once) with ``model``; the words of the raised
+    :class:`ModelRetriesExhaustedError`, which leaves the run to resume."""
+    once = attrs.evolve(agent, model_retry=ONCE)
+    with anyio.fail_after(5), pytest.raises(ModelRetriesExhaustedError) as raised:
+        await Runner(once, model=model, gate=AutoDenyGate()).run(None, "Hi.")
+    return raised.value.error
 
 
 # --- a reply of the wrong type --------------------------------------------------------------
@@ -138,8 +152,8 @@ class OwnTimeout:
 
 async def test_the_models_own_timeout_without_a_deadline_fails_the_run_clearly() -> None:
     """No wall-clock budget: the model's own TimeoutError is the reason, not a TypeError."""
-    failed = await run(AGENT, OwnTimeout(0.05))
-    assert failed.reason == (
+    reason = await exhausted(AGENT, OwnTimeout(0.05))
+    assert reason == (
         "the model did not answer within its own time limit (the model took longer than "
         "its 0.05s); the run has no wall-clock budget"
     )
@@ -147,12 +161,12 @@ async def test_the_models_own_timeout_without_a_deadline_fails_the_run_clearly()
 
 async def test_the_models_own_timeout_inside_a_deadline_says_the_time_the_run_had() -> None:
     """A wall-clock budget with time to spare: the model's own limit is still the reason."""
-    failed = await run(LIMITED, OwnTimeout(0.05))
+    reason = await exhausted(LIMITED, OwnTimeout(0.05))
     assert re.fullmatch(
         r"the model did not answer within its own time limit \(the model took longer than "
         r"its 0\.05s\); the run had 59\.\d\ds left",
-        failed.reason,
-    ), failed.reason
+        reason,
+    ), reason
 
 
 @pytest.mark.parametrize("cut_to_request", [False, True])
@@ -177,8 +191,8 @@ async def test_the_openai_adapters_timeout_without_a_deadline_fails_the_run() ->
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(never_answers)) as client:
         model = OpenAICompatibleModel("https://example.test/v1", "m", timeout=0.1, client=client)
-        failed = await run(AGENT, model)
-    assert failed.reason == (
+        reason = await exhausted(AGENT, model)
+    assert reason == (
         "the model did not answer within its own time limit (the model at "
         "https://example.test/v1/chat/completions did not answer within 0.10s; the request "
         "was cancelled); the run has no wall-clock budget"

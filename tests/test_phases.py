@@ -28,6 +28,7 @@ from statemachine import (
     Done,
     Failed,
     Idle,
+    ModelRetrying,
     Message,
     Observing,
     Phase,
@@ -195,11 +196,12 @@ def successors(cls: type[Any]) -> set[type[Any]]:
 
 GRAPH: dict[type[Any], set[type[Any]]] = {
     Idle: {Planning},
-    Planning: {ToolCalling, AwaitApproval, Responding, Planning, Failed},
+    Planning: {ToolCalling, AwaitApproval, Responding, Planning, ModelRetrying, Failed},
     AwaitApproval: {ToolCalling, Planning, AwaitApproval},
     ToolCalling: {Observing, Retrying, Failed},
     Observing: {Planning},
     Retrying: {ToolCalling, Failed},
+    ModelRetrying: {Planning, Failed},
     Responding: {Done},
 }
 

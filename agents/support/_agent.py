@@ -37,6 +37,7 @@ from statemachine import (
     Budget,
     Failed,
     Message,
+    ModelRetrying,
     Money,
     Observing,
     Phases,
@@ -256,6 +257,7 @@ class SupportPlanning(Planning[SupportContext]):
         | AwaitApproval[SupportContext]
         | Responding[SupportContext]
         | Planning[SupportContext]
+        | ModelRetrying[SupportContext]
         | Failed[SupportContext]
     ):
         """Re-establish who is verified (if this process does not know), then plan."""

@@ -28,6 +28,7 @@ _PHASES: tuple[type[_phases.Phase[typing.Any]], ...] = (
     _phases.ToolCalling,
     _phases.Observing,
     _phases.Retrying,
+    _phases.ModelRetrying,
     _phases.Responding,
     _phases.Failed,
     _phases.Done,

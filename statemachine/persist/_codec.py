@@ -80,6 +80,7 @@ _ROLES: Final = {
     "ToolCalling": "tool_calling",
     "Observing": "observing",
     "Retrying": "retrying",
+    "ModelRetrying": "model_retrying",
     "Responding": "responding",
 }
 _TERMINAL: Final[dict[str, type[Phase[Any]]]] = {"Failed": Failed, "Done": Done}
@@ -87,6 +88,7 @@ _SCALARS: Final[dict[str, type]] = {
     "step": int,
     "input": str,
     "invalid_streak": int,
+    "model_attempt": int,
     "call_id": str,
     "attempt": int,
     "error": str,
