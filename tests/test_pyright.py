@@ -40,6 +40,12 @@ CASES: dict[str, str] = {
         async def again(retrying: Retrying[str], rt: Runtime) -> ToolCalling[str]:
             return await retrying.retry(rt)
         """,
+    "unnarrowed_model_retry_returned_as_planning": """
+        from statemachine import ModelRetrying, Planning, Runtime
+
+        async def again(retrying: ModelRetrying[str], rt: Runtime) -> Planning[str]:
+            return await retrying.retry(rt)
+        """,
     "unnarrowed_execute_assigned_as_observing": """
         from statemachine import Observing, Runtime, ToolCalling
 
@@ -238,6 +244,19 @@ def test_unnarrowed_retry(pyright_diagnostics: dict[str, list[Diagnostic]]) -> N
             'Type "ToolCalling[str] | Failed[str]" is not assignable to return type '
             '"ToolCalling[str]"\n  Type "ToolCalling[str] | Failed[str]" is not assignable to '
             'type "ToolCalling[str]"\n    "Failed[str]" is not assignable to "ToolCalling[str]"',
+        )
+    ]
+
+
+def test_unnarrowed_model_retry(pyright_diagnostics: dict[str, list[Diagnostic]]) -> None:
+    """A model retry may end in Failed, so its result is not a Planning until narrowed."""
+    assert pyright_diagnostics["unnarrowed_model_retry_returned_as_planning"] == [
+        (
+            4,
+            "reportReturnType",
+            'Type "Planning[str] | Failed[str]" is not assignable to return type '
+            '"Planning[str]"\n  Type "Planning[str] | Failed[str]" is not assignable to '
+            'type "Planning[str]"\n    "Failed[str]" is not assignable to "Planning[str]"',
         )
     ]
 
