@@ -135,8 +135,10 @@ if TYPE_CHECKING:
     from ._diagram import AgentGraph, agent_graph
     from ._patch import PatchAccepted, PatchRejected, apply_patch
     from ._worker import Worker
+    from .models._anthropic import AnthropicModel
     from .models._llamacpp import LlamaCppConfig, LlamaCppModel
-    from .models._openai import OpenAICompatibleModel, TokenPrices
+    from .models._openai import OpenAICompatibleModel
+    from .models._prices import TokenPrices
     from .persist._crypto import CheckpointCipher, generate_key
     from .persist._postgres import PostgresCheckpointer
 
@@ -148,6 +150,7 @@ __all__ = (
     "AnyPhase",
     "AgentConfig",
     "AgentGraph",
+    "AnthropicModel",
     "Approval",
     "ApprovalGate",
     "ApprovalMismatchError",
@@ -297,6 +300,7 @@ __all__ = (
 _LAZY: Final[dict[str, str]] = {
     "AgentConfig": "._config",
     "AgentGraph": "._diagram",
+    "AnthropicModel": ".models._anthropic",
     "CheckpointCipher": ".persist._crypto",
     "LlamaCppConfig": ".models._llamacpp",
     "LlamaCppModel": ".models._llamacpp",
@@ -305,7 +309,7 @@ _LAZY: Final[dict[str, str]] = {
     "PatchRejected": "._patch",
     "PostgresCheckpointer": ".persist._postgres",
     "RetrySettings": "._config",
-    "TokenPrices": ".models._openai",
+    "TokenPrices": ".models._prices",
     "Worker": "._worker",
     "agent_graph": "._diagram",
     "apply_patch": "._patch",

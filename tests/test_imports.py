@@ -18,12 +18,15 @@ NOT_AT_IMPORT = (
     "psycopg",
     "psycopg_pool",
     "llama_cpp",
+    "anthropic",
     "transitions",
     "statemachine.persist._crypto",
     "statemachine._diagram",
     "statemachine.models",
+    "statemachine.models._anthropic",
     "statemachine.models._llamacpp",
     "statemachine.models._openai",
+    "statemachine.models._prices",
     "statemachine._patch",
     "statemachine.persist._postgres",
     "statemachine.persist._postgres_sql",
@@ -53,6 +56,7 @@ LAZY = {
     "AgentConfig": "statemachine._config",
     "AgentGraph": "statemachine._diagram",
     "CheckpointCipher": "statemachine.persist._crypto",
+    "AnthropicModel": "statemachine.models._anthropic",
     "LlamaCppConfig": "statemachine.models._llamacpp",
     "LlamaCppModel": "statemachine.models._llamacpp",
     "OpenAICompatibleModel": "statemachine.models._openai",
@@ -60,7 +64,7 @@ LAZY = {
     "PatchRejected": "statemachine._patch",
     "PostgresCheckpointer": "statemachine.persist._postgres",
     "RetrySettings": "statemachine._config",
-    "TokenPrices": "statemachine.models._openai",
+    "TokenPrices": "statemachine.models._prices",
     "Worker": "statemachine._worker",
     "agent_graph": "statemachine._diagram",
     "apply_patch": "statemachine._patch",
@@ -148,8 +152,13 @@ def test_a_lazy_name_loads_its_module_on_first_use(name: str) -> None:
     """``from statemachine import X`` imports X's module then, and only it."""
     loaded = loaded_after(f"from statemachine import {name}")
     assert LAZY[name] in loaded
-    # The worker reads the checkpoint keys, so it imports the cipher's module.
-    needed = {"statemachine.persist._crypto"} if name == "Worker" else set()
+    # The worker reads the checkpoint keys, so it imports the cipher's module; the HTTP
+    # adapters price their usage with TokenPrices.
+    needed = {
+        "Worker": {"statemachine.persist._crypto"},
+        "OpenAICompatibleModel": {"statemachine.models._prices"},
+        "AnthropicModel": {"statemachine.models._prices"},
+    }.get(name, set())
     others = {module for module in LAZY.values() if module != LAZY[name]} - needed
     assert sorted(others & loaded) == []
 
@@ -174,11 +183,17 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
     assert getattr(statemachine, "NoSuchName", None) is None
 
 
-MODELS = ("LlamaCppConfig", "LlamaCppModel", "OpenAICompatibleModel", "TokenPrices")
+MODELS = (
+    "AnthropicModel",
+    "LlamaCppConfig",
+    "LlamaCppModel",
+    "OpenAICompatibleModel",
+    "TokenPrices",
+)
 
 
 def test_the_models_wing_lists_the_adapters_of_the_top_level() -> None:
-    """``statemachine.models`` exports the four adapter names, the same objects as the top's."""
+    """``statemachine.models`` exports the five adapter names, the same objects as the top's."""
     import statemachine.models
 
     assert statemachine.models.__all__ == MODELS
@@ -194,17 +209,28 @@ def test_importing_the_models_wing_loads_no_adapter() -> None:
     unwanted = {
         "httpx",
         "llama_cpp",
+        "anthropic",
         "statemachine.models._openai",
         "statemachine.models._llamacpp",
+        "statemachine.models._anthropic",
+        "statemachine.models._prices",
     }
     assert sorted(unwanted & loaded) == []
 
 
-def test_a_models_name_loads_only_its_adapter() -> None:
-    """``from statemachine.models import TokenPrices`` loads the HTTP adapter, not llama.cpp's."""
+def test_a_models_name_loads_only_its_module() -> None:
+    """``from statemachine.models import TokenPrices`` loads the prices, and no adapter."""
     loaded = loaded_after("from statemachine.models import TokenPrices")
-    assert "statemachine.models._openai" in loaded
-    assert "statemachine.models._llamacpp" not in loaded
+    assert "statemachine.models._prices" in loaded
+    adapters = {"_openai", "_anthropic", "_llamacpp"}
+    assert sorted({f"statemachine.models.{name}" for name in adapters} & loaded) == []
+
+
+def test_the_anthropic_adapter_loads_its_sdk_only_to_send() -> None:
+    """``AnthropicModel`` loads its adapter; the anthropic SDK waits for the first call."""
+    loaded = loaded_after("from statemachine import AnthropicModel")
+    assert "statemachine.models._anthropic" in loaded
+    assert sorted({"anthropic", "llama_cpp", "httpx"} & loaded) == []
 
 
 def test_an_unknown_models_name_is_an_attribute_error() -> None:

@@ -1,4 +1,4 @@
-"""statemachine._model.ModelSettings: what a model is told about how to answer, and how settings merge."""
+"""statemachine._model.ModelSettings: how a model is told to answer, and how settings merge."""
 
 from __future__ import annotations
 

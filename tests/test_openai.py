@@ -490,9 +490,7 @@ def test_settings_the_adapter_cannot_send_are_refused_before_sending() -> None:
     """A tool_choice naming a tool not offered, or an extra key the adapter writes itself."""
     model = OpenAICompatibleModel("http://127.0.0.1:9/v1", "gpt-4.1")
     tools = ToolRegistry([lookup]).schemas()
-    unknown = ModelRequest(
-        messages=USER, tools=tools, settings=ModelSettings(tool_choice="book")
-    )
+    unknown = ModelRequest(messages=USER, tools=tools, settings=ModelSettings(tool_choice="book"))
     with pytest.raises(SetupError) as raised:
         model.body(unknown)
     assert str(raised.value) == (

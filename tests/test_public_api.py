@@ -17,6 +17,7 @@ PUBLIC = {
     "AnyPhase",
     "AgentConfig",
     "AgentGraph",
+    "AnthropicModel",
     "Approval",
     "ApprovalGate",
     "ApprovalMismatchError",
