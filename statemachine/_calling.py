@@ -91,6 +91,7 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
         call_id=calling.call_id,
         output=output,
         spent=spent.add(cost=price),
+        pending=calling.pending,
     )
 
 
@@ -142,6 +143,7 @@ def _replayed(calling: ToolCalling[C], result: Any, price: Decimal) -> Observing
         call_id=calling.call_id,
         output=result,
         spent=calling.spent.add(tool_calls=1, cost=price),
+        pending=calling.pending,
     )
 
 
@@ -158,6 +160,7 @@ def _failed(
             attempt=calling.attempt,
             error=_describe_error(error),
             spent=spent,
+            pending=calling.pending,
         )
     if isinstance(tool, WriteTool) and not tool.idempotent:
         return _write_failed(calling, tool.name, error, spent, price)
@@ -205,4 +208,5 @@ async def _retry(retrying: Retrying[C], rt: Runtime) -> ToolCalling[C] | Failed[
         call=retrying.call,
         call_id=retrying.call_id,
         attempt=retrying.attempt + 1,
+        pending=retrying.pending,
     )

@@ -9,6 +9,7 @@ legal and returns the next phase (a new object; nothing is mutated)::
     Planning.request_approval(WriteCall) -> AwaitApproval
     Planning.respond(text)           -> Responding
     Planning.reject_call(InvalidCall) -> Planning      (the model is told what to fix)
+    Planning.skip_pending(reason)    -> Planning      (every pending call answered, not run)
     Planning.fail(reason)            -> Failed
     Planning.retry_model(error)      -> ModelRetrying   (the model's service failed for now)
     AwaitApproval.approve(Approval)  -> ToolCalling
@@ -32,6 +33,7 @@ binds to that one object; the ticket, not the phase, records whether the phase w
 left. A phase built by its constructor, ``attrs.evolve``, ``copy`` or ``pickle`` has no
 ticket of its own, so it is refused (:class:`PhaseForgedError`) and can never
 transition. The runner also checks what each ``advance`` returns (see ``_watch``).
+Every tool call of a reply is run or answered, in the model's order (``_batch``).
 """
 
 from __future__ import annotations
@@ -64,6 +66,16 @@ from ._approval import (
     Pending,
     _approve,
 )
+from ._batch import (
+    _asked_for,
+    _call_id,
+    _rejected,
+    _routed_head,
+    _skipped,
+    _suppressed,
+    _take_next,
+    _unanswered_refused,
+)
 from ._budget import Budget, Spend
 from ._calling import _execute, _holds_no_unapproved_write, _retry
 from ._errors import (
@@ -75,7 +87,7 @@ from ._errors import (
     UnapprovedWriteError,
 )
 from ._fast._attrs import _BUILDERS, _COPIERS, _built
-from ._fast._messages import _appended, _asking, _result_text, _system, _told
+from ._fast._messages import _appended, _result_text, _system, _told
 from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState
 from ._graph import _check_phase_class, _edges, _successors_of
 from ._guard import CustomerResponse, OutputGuard, Parsed
@@ -291,6 +303,8 @@ class Planning(Active[C]):
 
     kind: ClassVar[str] = "Planning"
 
+    # The model's calls not yet run or answered, in its order; the first goes next.
+    pending: tuple[ToolRequest, ...] = ()
     invalid_streak: int = 0
     # The attempt at the model call this phase makes (ModelRetrying counts them).
     model_attempt: int = 1
@@ -314,12 +328,14 @@ class Planning(Active[C]):
         # Concatenated when it is a tuple: one copy of a long conversation, not two.
         return head + transcript if type(transcript) is tuple else (*head, *transcript)
 
-    def _asked(self, call: ReadCall | WriteCall, call_id: str) -> tuple[Message, ...]:
-        return _appended(self.transcript, _asking(call.name, _json.dumps(call.args), call_id))
-
     def _action(self, call: ReadCall | WriteCall, raw_arguments: str | None) -> ActionRecord:
         raw = _json.dumps(call.args) if raw_arguments is None else raw_arguments
-        return self.agent.governor.action(call, raw, f"call-{self.step}")
+        return self.agent.governor.action(call, raw, _call_id(self))
+
+    def next_call(self) -> ReadCall | WriteCall | InvalidCall | None:
+        """The first of the model's pending calls, routed by the agent's tools (``None``:
+        none is pending). A transition about a call takes this one while any is pending."""
+        return _routed_head(self)
 
     def call_tool(self, call: ReadCall, *, raw_arguments: str | None = None) -> ToolCalling[C]:
         """Run a read-only tool. A write call is refused here, by mypy and at run time.
@@ -329,15 +345,7 @@ class Planning(Active[C]):
         """
         if not isinstance(call, ReadCall):
             raise UnapprovedWriteError(getattr(call, "name", repr(call)))
-        self._leave("call_tool")
-        action = self._action(call, raw_arguments)
-        return self._next(
-            self.agent.phases.tool_calling,
-            call=call,
-            call_id=action.call_id,
-            transcript=self._asked(call, action.call_id),
-            loop=self.loop.record(action),
-        )
+        return _asked_for(self, "call_tool", self.agent.phases.tool_calling, call, raw_arguments)
 
     def request_approval(
         self, call: WriteCall[AM], *, raw_arguments: str | None = None
@@ -345,55 +353,29 @@ class Planning(Active[C]):
         """Ask a person to approve a write call before it can run."""
         if not isinstance(call, WriteCall):
             raise SetupError(f"request_approval takes a WriteCall, got {type(call).__name__}")
-        self._leave("request_approval")
-        action = self._action(call, raw_arguments)
-        return self._next(
-            self.agent.phases.await_approval,
-            call=call,
-            call_id=action.call_id,
-            transcript=self._asked(call, action.call_id),
-            loop=self.loop.record(action),
-        )
+        waiting = self.agent.phases.await_approval
+        return _asked_for(self, "request_approval", waiting, call, raw_arguments)
 
     def suppress(
         self, call: ReadCall | WriteCall, decision: Decision, *, raw_arguments: str | None = None
     ) -> Planning[C]:
         """Skip a call the governor suppressed; the model is told why, in words it can use."""
-        self._leave("suppress")
-        action = self._action(call, raw_arguments).model_copy(
-            update={"outcome": "suppressed", "result": decision.reason}
-        )
-        told = Message(
-            role="tool", content=decision.message, tool_call_id=action.call_id, name=call.name
-        )
-        loop = self.loop.record(action).noted(self.step, "before_action", decision)
-        return self._next(
-            self.agent.phases.planning,
-            transcript=_appended(self._asked(call, action.call_id), told),
-            loop=loop,
-        )
+        return _suppressed(self, call, decision, raw_arguments)
 
     def respond(self, text: str, *, verified: Parsed[Any] | None = None) -> Responding[C]:
         """Answer the customer; ``verified`` is the guard's verdict on exactly this answer."""
+        _unanswered_refused(self, "respond")
         self._leave("respond")
         return self._next(self.agent.phases.responding, text=text, verified=verified)
 
     def reject_call(self, invalid: InvalidCall) -> Planning[C]:
         """Tell the model its tool call could not run, and plan again."""
-        self._leave("reject_call")
-        call_id = f"call-{self.step}"
-        asked = ToolRequest(name=invalid.name, arguments=invalid.arguments, id=call_id)
-        told = Message(
-            role="tool", content=invalid.feedback, tool_call_id=call_id, name=invalid.name
-        )
-        return self._next(
-            self.agent.phases.planning,
-            transcript=_appended(
-                self.transcript, Message(role="assistant", tool_calls=(asked,)), told
-            ),
-            invalid_streak=self.invalid_streak + 1,
-            loop=self.loop._evolve(tool_iterations=self.loop.tool_iterations + 1),
-        )
+        return _rejected(self, invalid)
+
+    def skip_pending(self, reason: str) -> Planning[C]:
+        """Answer every pending call without running it, telling the model ``reason``."""
+        self._leave("skip_pending")
+        return _skipped(self, reason)
 
     def fail(self, reason: str) -> Failed[C]:
         """Stop the run without an answer."""
@@ -417,6 +399,7 @@ class Planning(Active[C]):
             self.agent.phases.planning,
             loop=self.loop._evolve(paused=reason),
             invalid_streak=self.invalid_streak,  # a pause does not end a run of invalid calls
+            pending=self.pending,
         )
 
     def resume(self, note: str) -> Planning[C]:
@@ -427,6 +410,7 @@ class Planning(Active[C]):
             self.agent.phases.planning,
             loop=self.loop._evolve(paused="", flags=flags),
             invalid_streak=self.invalid_streak,
+            pending=self.pending,
         )
 
     def _ruled(self, hook: Hook, decision: Decision) -> Planning[C]:
@@ -448,8 +432,11 @@ class Planning(Active[C]):
 
         Every verdict is routed in one place, ``_planning``: abort goes to ``Failed``,
         pause waits for a person, finalize asks the model for its answer with no tools,
-        suppress tells the model what it already got and plans again.
+        suppress tells the model what it already got and plans again. With the model's
+        calls pending, the first is taken instead, and the model is not asked (``_batch``).
         """
+        if self.pending:
+            return _take_next(self, rt)
         return await _plan(self, rt)
 
 
@@ -468,6 +455,7 @@ class AwaitApproval(Active[C], Generic[C, AM]):
     call_id: str
     # Why the run waits here (the gate answered Pending); empty while it is asking.
     waiting: str = ""
+    pending: tuple[ToolRequest, ...] = ()  # the reply's calls after this one
 
     @property
     def waiting_for(self) -> str:
@@ -504,6 +492,7 @@ class AwaitApproval(Active[C], Generic[C, AM]):
             self.agent.phases.tool_calling,
             call=_approve(self.call, approval),
             call_id=self.call_id,
+            pending=self.pending,
         )
 
     def deny(self, reason: str) -> Planning[C]:
@@ -522,6 +511,7 @@ class AwaitApproval(Active[C], Generic[C, AM]):
             self.agent.phases.planning,
             transcript=_appended(self.transcript, told),
             loop=self.loop.settle(self.call_id, "refused", reason),
+            pending=self.pending,
         )
 
     def wait(self, reason: str) -> AwaitApproval[C, AM]:
@@ -536,6 +526,7 @@ class AwaitApproval(Active[C], Generic[C, AM]):
             call=self.call,
             call_id=self.call_id,
             waiting=reason,
+            pending=self.pending,
         )
 
     async def advance(self, rt: Runtime) -> ToolCalling[C] | Planning[C] | AwaitApproval[C, AM]:
@@ -571,6 +562,7 @@ class ToolCalling(Active[C]):
     call: ReadCall | ApprovedCall
     call_id: str
     attempt: int = 1
+    pending: tuple[ToolRequest, ...] = ()  # the reply's calls after this one
 
     def __attrs_post_init__(self) -> None:
         _holds_no_unapproved_write(self.call)
@@ -608,6 +600,7 @@ class Observing(Active[C]):
     call: ReadCall | ApprovedCall
     call_id: str
     output: Any
+    pending: tuple[ToolRequest, ...] = ()  # the reply's calls after this one
 
     def __attrs_post_init__(self) -> None:
         _holds_no_unapproved_write(self.call)
@@ -626,7 +619,10 @@ class Observing(Active[C]):
             step=self.step,
         )
         return self._next(
-            self.agent.phases.planning, transcript=_appended(self.transcript, told), loop=loop
+            self.agent.phases.planning,
+            transcript=_appended(self.transcript, told),
+            loop=loop,
+            pending=self.pending,
         )
 
     async def advance(self, rt: Runtime) -> Planning[C]:
@@ -648,6 +644,7 @@ class Retrying(Active[C]):
     call_id: str
     attempt: int
     error: str
+    pending: tuple[ToolRequest, ...] = ()  # the reply's calls after this one
 
     def __attrs_post_init__(self) -> None:
         _holds_no_unapproved_write(self.call)

@@ -2,8 +2,8 @@
 
 What ``Planning.advance`` does (``_plan``: the governor's verdict before the step,
 then the model), the model call under the run's deadline (``_ask``), the routing of
-its reply (``_route``; a valid tool call goes on once the governor has ruled on it:
-``_checked_call``), and the answer: asked for at the end
+its reply (``_route``; its tool calls are queued and taken one by one: ``_batch``),
+and the answer: asked for at the end
 of a run (``_finalize``) and put through the output guard (``_answer``, and
 ``_text_answer`` when the agent has no guard of its own). Each takes the
 ``Planning`` phase it works for and returns the phase that comes next, made by that
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never
 import anyio
 
 from . import _json
+from ._batch import _queued, _take
 from ._errors import ModelRequestError, ModelResponseError, ModelUnavailableError
 from ._fast._messages import _REQUEST_FIELDS
 from ._fast._pydantic import _trusted
@@ -37,7 +38,6 @@ from ._guard import (
 from ._model import NO_SETTINGS, Message, Model, ModelReply, ModelRequest, _checked_reply
 from ._retry import _transient_words, _Unanswered
 from ._runtime import Runtime
-from ._tools import InvalidCall, ReadCall, WriteCall
 
 if TYPE_CHECKING:
     from ._phases import (
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
         ToolCalling,
     )
 
-__all__ = ["_answer", "_ask", "_checked_call", "_finalize", "_plan", "_route", "_text_answer"]
+__all__ = ["_answer", "_ask", "_finalize", "_plan", "_route", "_text_answer"]
 
 C = TypeVar("C")
 
@@ -108,56 +108,12 @@ def _unanswered(heard: Planning[C], reason: str, prefix: str = "") -> ModelRetry
 async def _route(
     planning: Planning[C], rt: Runtime, reply: ModelReply
 ) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | Failed[C]:
-    """Where the model's reply goes: an answer to the output guard (``_answer``), a valid
-    tool call to the governor (``_checked_call``), an invalid one back to the model, or
-    to ``Failed`` after ``max_invalid_calls`` in a row."""
+    """Where the model's reply goes: an answer to the output guard (``_answer``); tool
+    calls, every one of them, queued in the model's order, and the first taken: to the
+    governor when it is valid, back to the model when not (``_batch``)."""
     if not reply.tool_calls:
         return await _answer(planning, rt, reply)
-    agent = planning.agent
-    first = reply.tool_calls[0]
-    routed = agent.tools.route(first.name, first.arguments)
-    match routed:
-        case ReadCall() | WriteCall():
-            return _checked_call(planning, rt, routed, first.arguments)
-        case InvalidCall():
-            if planning.invalid_streak + 1 >= agent.max_invalid_calls:
-                return planning.fail(
-                    f"the model sent {planning.invalid_streak + 1} invalid tool calls in a row; "
-                    f"last: {'; '.join(routed.problems)}"
-                )
-            return planning.reject_call(routed)
-        case _:
-            assert_never(routed)
-
-
-def _checked_call(
-    planning: Planning[C], rt: Runtime, routed: ReadCall | WriteCall, arguments: str
-) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
-    """The model's valid call, once the governor has ruled on it (``before_action``)."""
-    agent = planning.agent
-    decision = agent.governor.before_action(
-        planning.loop,
-        planning._action(routed, arguments),
-        spent=planning.spent,
-        budget=agent.budget,
-        elapsed=rt.elapsed(),
-        price=routed.tool.price(routed.args),
-    )
-    match decision.verdict:
-        case Verdict.ABORT:
-            return planning._ruled("before_action", decision).fail(decision.reason)
-        case Verdict.PAUSE:
-            return planning._ruled("before_action", decision).pause(decision.reason)
-        case Verdict.SUPPRESS:
-            return planning.suppress(routed, decision, raw_arguments=arguments)
-        case Verdict.CONTINUE | Verdict.FINALIZE:
-            pass
-        case _:
-            assert_never(decision.verdict)
-    # The public transitions record the same action the governor checked.
-    if isinstance(routed, ReadCall):
-        return planning.call_tool(routed, raw_arguments=arguments)
-    return planning.request_approval(routed, raw_arguments=arguments)
+    return _take(_queued(planning, reply.tool_calls), rt)
 
 
 async def _ask(

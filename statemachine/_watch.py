@@ -17,7 +17,10 @@ the counters of the phase it accepted last. It goes on with a phase only when
 - a model call's retry goes ``Planning -> ModelRetrying`` keeping the attempt, and
   back to ``Planning`` one attempt on (1 after a resume), within ``Agent.model_retry``;
 - the runtime and the agent are the ones the run started with (no gate, ledger, approval
-  book or budget swapped in from inside a phase).
+  book or budget swapped in from inside a phase);
+- the model's pending calls are taken in order, each answered or run once, and only
+  ``Planning`` queues new ones (``_queue_problem``): a queue holds the model's
+  requests, never a typed call, so every write in it still goes through ``AwaitApproval``.
 
 Anything else raises :class:`IllegalTransitionError` before the phase is saved or run.
 """
@@ -31,11 +34,13 @@ import attrs
 
 from ._approval import ApprovedCall
 from ._errors import IllegalTransitionError, PhaseForgedError, SetupError
+from ._model import Message, ToolRequest
 from ._model_retry import _restored
 from ._phases import (
     Active,
     Agent,
     AwaitApproval,
+    Failed,
     ModelRetrying,
     Phase,
     Planning,
@@ -107,7 +112,7 @@ def _same(now: tuple[Any, ...], then: tuple[Any, ...]) -> bool:
 class Watch:
     """The runner's own record of one drive, against which each advance is checked."""
 
-    __slots__ = ("_agent", "_budget", "_counters", "_rt", "_runtime", "_terms")
+    __slots__ = ("_agent", "_budget", "_counters", "_pending", "_rt", "_runtime", "_terms")
 
     def __init__(self, rt: Runtime, agent: Agent[Any], start: Phase[Any]) -> None:
         self._rt = rt
@@ -116,6 +121,7 @@ class Watch:
         self._terms = _agent_parts(agent)
         self._budget = dict(agent.budget.__dict__)
         self._counters = _counters(start)
+        self._pending: tuple[Any, ...] = getattr(start, "pending", ())
 
     def accept(
         self,
@@ -132,10 +138,15 @@ class Watch:
             raise IllegalTransitionError(before.kind, type(after).__name__, "it is not a phase")
         self._one_transition(before, after)
         now = _counters(after)
-        problem = self._unchanged(before) or self._rules(before, after, now, kinds)
+        problem = (
+            self._unchanged(before)
+            or self._rules(before, after, now, kinds)
+            or _queue_problem(before, after, self._pending)
+        )
         if problem is not None:
             raise IllegalTransitionError(before.kind, after.kind, problem)
         self._counters = now
+        self._pending = getattr(after, "pending", ())
         return after
 
     @staticmethod
@@ -245,3 +256,57 @@ def _write_problem(
             return "a retry runs the same approved call"
         return None
     return "a write reaches ToolCalling only through AwaitApproval"
+
+
+def _queue_problem(
+    before: Phase[Any], after: Phase[Any], was: tuple[ToolRequest, ...]
+) -> str | None:
+    """Why ``after``'s pending calls may not follow ``before``'s (``was``, as recorded when
+    ``before`` was accepted); ``None`` when they may.
+
+    A queue is carried as it is, or loses its first call to a transition of ``Planning``
+    about that call (a ``ToolCalling`` or ``AwaitApproval`` holds that call's id), or is
+    answered whole by ``Planning`` (``skip_pending``) or dropped by ``Failed``. Only a
+    ``Planning`` with nothing pending starts a queue (a new reply), of the model's
+    requests as ``ToolRequest`` objects, never of anything that could hold a typed call.
+    """
+    now: object = getattr(after, "pending", ())
+    if type(now) is not tuple:
+        return "its pending calls are not a tuple"
+    planning = isinstance(before, Planning)
+    if not was:
+        if now and not planning:
+            return "only Planning queues the calls of a reply"
+        if any(type(request) is not ToolRequest for request in now):
+            return "a pending call is not a ToolRequest"
+        return None
+    if _same_calls(now, was):
+        return None
+    if _same_calls(now, was[1:]):
+        if not planning:
+            return "only Planning takes a pending call"
+        call_id = getattr(after, "call_id", None)
+        if call_id is not None and call_id != was[0].id:
+            return f"it holds call {call_id!r}, and the first pending call is {was[0].id!r}"
+        if isinstance(after, Planning) and not _answers(after.transcript, was[:1]):
+            return f"it does not answer the first pending call, {was[0].id!r}"
+        return None
+    if not now and isinstance(after, Failed):
+        return None
+    if not now and planning and isinstance(after, Planning):
+        return None if _answers(after.transcript, was) else "it drops pending calls unanswered"
+    return "its pending calls are not those of the phase before, in order"
+
+
+def _answers(transcript: tuple[Message, ...], calls: tuple[ToolRequest, ...]) -> bool:
+    """Whether ``transcript`` ends with one tool message for each of ``calls``, in order."""
+    told = transcript[len(transcript) - len(calls) :] if calls else ()
+    return len(told) == len(calls) and all(
+        message.role == "tool" and message.tool_call_id == call.id
+        for message, call in zip(told, calls, strict=True)
+    )
+
+
+def _same_calls(now: tuple[object, ...], was: tuple[ToolRequest, ...]) -> bool:
+    """Whether ``now`` holds the very same request objects as ``was``, in order."""
+    return len(now) == len(was) and all(a is b for a, b in zip(now, was, strict=True))

@@ -390,6 +390,7 @@ def test_transitions_are_read_from_the_phases() -> None:
         "resume",
         "retry",
         "retry_model",
+        "skip_pending",
         "suppress",
         "wait",
     ]

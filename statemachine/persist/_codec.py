@@ -60,7 +60,7 @@ from .._errors import (
 )
 from .._governor import LoopState
 from .._guard import Parsed, Repair
-from .._model import Message
+from .._model import Message, ToolRequest
 from .._phases import Agent, AnyPhase, Done, Failed, Phase
 from .._schema import Diagnostic
 from .._seal import _UNSAVED, _Ticket
@@ -386,8 +386,8 @@ def _dump_field(cls: type[Any], field: attrs.Attribute[Any], value: Any) -> Any:
     match field.name:
         case "ctx":
             return _dump_ctx(value)
-        case "transcript":
-            return [_encode(message) for message in value]
+        case "transcript" | "pending":
+            return [_encode(item) for item in value]
         case "spent" | "loop":
             return _encode(value)
         case "call":
@@ -632,6 +632,8 @@ class _Loader:
                 return self.ctx(value)
             case "transcript":
                 return tuple(Message.model_validate(_decode(item)) for item in value)
+            case "pending":
+                return tuple(ToolRequest.model_validate(_decode(item)) for item in value)
             case "spent":
                 return Spend.model_validate(_decode(value))
             case "loop":
