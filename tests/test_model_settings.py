@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from support import CityArgs
 
-from statemachine import Agent, Message, ModelReply, ModelRequest, ModelSettings, Runner
+from statemachine import (
+    Agent,
+    Message,
+    ModelReply,
+    ModelRequest,
+    ModelSettings,
+    Runner,
+    SetupError,
+    ToolRegistry,
+    read_tool,
+)
+from statemachine.models._llamacpp import chat_messages, chosen_tools, reply_schema
 from statemachine.testing import AutoDenyGate, FunctionModel
 
 pytestmark = pytest.mark.anyio
@@ -77,3 +90,64 @@ async def test_a_run_asks_its_model_with_a_request_that_has_settings() -> None:
         messages=seen[0].messages, timeout=seen[0].timeout, settings=ModelSettings()
     )
     assert seen[0].messages[-1] == Message(role="user", content="hi")
+
+
+# --- the llama.cpp adapter's share (no model needed) -----------------------------------
+
+
+@read_tool
+async def lookup(args: CityArgs) -> dict[str, str]:
+    """Today's weather in a city."""
+    return {"city": args.city, "sky": "sunny"}
+
+
+@read_tool
+async def forecast(args: CityArgs) -> dict[str, str]:
+    """Tomorrow's weather in a city."""
+    return {"city": args.city, "sky": "rain"}
+
+
+def asking(**settings: Any) -> ModelRequest:
+    return ModelRequest(
+        messages=(Message(role="user", content="Weather in Paris?"),),
+        tools=ToolRegistry([lookup, forecast]).schemas(),
+        settings=ModelSettings(**settings),
+    )
+
+
+def shapes(request: ModelRequest, answer: bool) -> list[str | None]:
+    """The tool each alternative of the reply schema calls (None: the answer)."""
+    schema = reply_schema(request, answer=answer)
+    return [choice["properties"].get("name", {}).get("const") for choice in schema["oneOf"]]
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        (None, ["lookup", "forecast", None]),
+        ("auto", ["lookup", "forecast", None]),
+        ("none", [None]),
+        ("required", ["lookup", "forecast"]),
+        ("forecast", ["forecast"]),
+    ],
+)
+def test_tool_choice_narrows_the_local_models_reply_shape(
+    choice: str | None, expected: list[str | None]
+) -> None:
+    """The grammar's alternatives follow tool_choice, and so do the model's instructions."""
+    request, answer = chosen_tools(asking(tool_choice=choice))
+    assert shapes(request, answer) == expected
+    told = chat_messages(request, answer=answer)[0]["content"]
+    assert ("You must call a tool." in told) == (choice in ("required", "forecast"))
+
+
+def test_the_local_model_refuses_what_it_cannot_honour() -> None:
+    """A tool it was not offered, and extra (there is no request body)."""
+    with pytest.raises(SetupError, match="tool_choice names the tool 'book'"):
+        chosen_tools(asking(tool_choice="book"))
+    with pytest.raises(SetupError) as raised:
+        chosen_tools(asking(extra={"top_k": 40}))
+    assert str(raised.value) == (
+        "LlamaCppModel runs in this process and has no request body for the settings' "
+        "extra ['top_k']; leave extra out of its settings"
+    )

@@ -26,10 +26,16 @@ returned as the reply's text.) Whether the shape is *enforced* is configuration:
   ``InvalidCall`` fed back to the model, anything that is not a call is the answer.
 
 Generation is greedy (temperature 0, fixed seed, one thread by default), so a
-prompt gets the same reply every time. It runs in a worker thread; at the
-request's deadline it stops between tokens (and a call cancelled by the run stops
-there too), and a call with no time left does not start. Usage is llama.cpp's token
-counts; the cost is ``Decimal(0)``.
+prompt gets the same reply every time. A request's :class:`~statemachine.ModelSettings`
+override the configured ``temperature``, ``seed`` and ``max_tokens`` and add ``stop``
+sequences; ``tool_choice`` narrows the reply's shape (``none``: no tool; ``required``:
+no answer; a tool's name: that tool only), in the grammar when constrained and in the
+instructions either way; a reply holds one call, so ``parallel_tool_calls`` is always
+honoured; ``extra`` is refused, as there is no request body to add it to.
+
+It runs in a worker thread; at the request's deadline it stops between tokens (and a
+call cancelled by the run stops there too), and a call with no time left does not
+start. Usage is llama.cpp's token counts; the cost is ``Decimal(0)``.
 """
 
 from __future__ import annotations
@@ -52,7 +58,15 @@ from pydantic import BaseModel, Field
 
 from .. import _json
 from .._errors import SetupError
-from .._model import Message, ModelReply, ModelRequest, ToolRequest, Usage
+from .._model import (
+    TOOL_CHOICE_MODES,
+    Message,
+    ModelReply,
+    ModelRequest,
+    ModelSettings,
+    ToolRequest,
+    Usage,
+)
 from .._schema import validate_config
 
 __all__ = ["LlamaCppConfig", "LlamaCppModel"]
@@ -317,14 +331,18 @@ def _rename_refs(node: Any, prefix: str) -> Any:
 
 
 def reply_schema(
-    request: ModelRequest, *, max_string_length: int = 64, max_answer_length: int = 256
+    request: ModelRequest,
+    *,
+    max_string_length: int = 64,
+    max_answer_length: int = 256,
+    answer: bool = True,
 ) -> dict[str, Any]:
     """The JSON schema a constrained reply to ``request`` must match.
 
     With ``output_schema``: that schema. Otherwise one of: a call of each tool
     ``{"name": <its name>, "arguments": <its parameters schema>}`` (so the arguments
-    are bound to the tool named), or an answer ``{"text": <1 to max_answer_length
-    characters>}``. Strings are capped at ``max_string_length`` characters; each
+    are bound to the tool named), or, with ``answer``, an answer ``{"text": <1 to
+    max_answer_length characters>}``. Strings are capped at ``max_string_length`` characters; each
     tool's ``$defs`` are moved to the root under the tool's name.
     """
     defs: dict[str, Any] = {}
@@ -351,8 +369,9 @@ def reply_schema(
                 "required": ["name", "arguments"],
             }
         )
-    answer = {"type": "string", "minLength": 1, "maxLength": max_answer_length}
-    choices.append({"type": "object", "properties": {"text": answer}, "required": ["text"]})
+    if answer or not choices:
+        text = {"type": "string", "minLength": 1, "maxLength": max_answer_length}
+        choices.append({"type": "object", "properties": {"text": text}, "required": ["text"]})
     schema: dict[str, Any] = {"oneOf": choices}
     if defs:
         schema["$defs"] = defs
@@ -415,8 +434,11 @@ def _sketch(parameters: Mapping[str, Any]) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-def protocol_text(request: ModelRequest) -> str:
-    """What the model is told about the shape of its reply (the same in both modes)."""
+def protocol_text(request: ModelRequest, *, answer: bool = True) -> str:
+    """What the model is told about the shape of its reply (the same in both modes).
+
+    Without ``answer`` (a tool call is required), the answer's shape is not offered.
+    """
     if request.output_schema is not None:
         return (
             "Reply with exactly one JSON object that matches this JSON schema, and nothing "
@@ -427,7 +449,7 @@ def protocol_text(request: ModelRequest) -> str:
     lines = [
         "Reply with exactly one JSON object and nothing else.",
         f"To call a tool: {_CALL_SHAPE}",
-        f"To answer the customer: {_ANSWER_SHAPE}",
+        f"To answer the customer: {_ANSWER_SHAPE}" if answer else "You must call a tool.",
         "Tools:",
     ]
     for tool in request.tools:
@@ -439,13 +461,13 @@ def protocol_text(request: ModelRequest) -> str:
     return "\n".join(lines)
 
 
-def chat_messages(request: ModelRequest) -> list[dict[str, str]]:
+def chat_messages(request: ModelRequest, *, answer: bool = True) -> list[dict[str, str]]:
     """The conversation as chat-template messages, with the reply protocol in the system one.
 
     A tool call the model made is shown in the JSON shape it is asked to use; a tool's
     result is a user turn that names the tool (small chat models know no ``tool`` role).
     """
-    protocol = protocol_text(request)
+    protocol = protocol_text(request, answer=answer)
     messages: list[dict[str, str]] = []
     for message in request.messages:
         messages.append(_chat_message(message, json_answers=request.output_schema is None))
@@ -454,6 +476,36 @@ def chat_messages(request: ModelRequest) -> list[dict[str, str]]:
     else:
         messages.insert(0, {"role": "system", "content": protocol})
     return messages
+
+
+def chosen_tools(request: ModelRequest) -> tuple[ModelRequest, bool]:
+    """``request`` with the tools its ``tool_choice`` allows, and whether it allows an answer.
+
+    :class:`SetupError` for a tool name the request does not offer, or for ``extra``
+    settings, which a model in this process has no request body to add to.
+    """
+    settings = request.settings
+    if settings.extra:
+        raise SetupError(
+            f"LlamaCppModel runs in this process and has no request body for the settings' "
+            f"extra {sorted(settings.extra)}; leave extra out of its settings"
+        )
+    choice = settings.tool_choice
+    if not request.tools or choice is None or choice == "auto":
+        return request, True
+    if choice == "none":
+        return request.model_copy(update={"tools": ()}), True
+    if choice == "required":
+        return request, False
+    kept = tuple(tool for tool in request.tools if tool.get("name") == choice)
+    if not kept:
+        offered = ", ".join(repr(tool.get("name", "")) for tool in request.tools)
+        raise SetupError(
+            f"tool_choice names the tool {choice!r}, which this request does not offer "
+            f"(it offers {offered}); name one of those, or use one of "
+            f"{', '.join(map(repr, TOOL_CHOICE_MODES))}"
+        )
+    return request.model_copy(update={"tools": kept}), False
 
 
 def _chat_message(message: Message, *, json_answers: bool) -> dict[str, str]:
@@ -583,12 +635,13 @@ class LlamaCppModel:
         """Whether the decoder enforces the reply schema (a grammar), or the library validates."""
         return self.settings.constrained
 
-    def grammar_text(self, request: ModelRequest) -> str:
+    def grammar_text(self, request: ModelRequest, *, answer: bool = True) -> str:
         """The GBNF grammar a constrained reply to ``request`` is decoded under."""
         schema = reply_schema(
             request,
             max_string_length=self.settings.max_string_length,
             max_answer_length=self.settings.max_answer_length,
+            answer=answer,
         )
         key = json.dumps(schema, sort_keys=True, default=_json_default)
         grammar = self._grammars.get(key)
@@ -609,10 +662,11 @@ class LlamaCppModel:
         if request.timeout is not None and request.timeout <= 0:
             raise TimeoutError("no time left for the model call; it was not started")
         deadline = None if request.timeout is None else time.monotonic() + request.timeout
+        request, answer = chosen_tools(request)
         grammar = None
         if self.settings.constrained:
-            grammar = self._llama_cpp.grammar(self.grammar_text(request))
-        messages = chat_messages(request)
+            grammar = self._llama_cpp.grammar(self.grammar_text(request, answer=answer))
+        messages = chat_messages(request, answer=answer)
         cancelled = threading.Event()
         try:
             return await anyio.to_thread.run_sync(
@@ -622,6 +676,7 @@ class LlamaCppModel:
                 deadline,
                 cancelled,
                 request.output_schema is not None,
+                request.settings,
                 abandon_on_cancel=True,
             )
         finally:
@@ -642,6 +697,7 @@ class LlamaCppModel:
         deadline: float | None,
         cancelled: threading.Event,
         structured: bool,
+        asked: ModelSettings,
     ) -> ModelReply:
         """One completion, in the worker thread; runs while holding the model's lock."""
         wait = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
@@ -667,12 +723,13 @@ class LlamaCppModel:
                 usage = Usage(input_tokens=len(prompt))
                 return ModelReply(text="", finish_reason="length", usage=usage)
             stop = formatted.stop
+            config = self.settings
             raw = self._llama.create_completion(
                 prompt,
-                max_tokens=min(self.settings.max_tokens, room),
-                temperature=self.settings.temperature,
-                seed=self.settings.seed,
-                stop=[stop] if isinstance(stop, str) else list(stop or []),
+                max_tokens=min(asked.max_tokens or config.max_tokens, room),
+                temperature=config.temperature if asked.temperature is None else asked.temperature,
+                seed=config.seed if asked.seed is None else asked.seed,
+                stop=[*([stop] if isinstance(stop, str) else stop or []), *(asked.stop or ())],
                 grammar=grammar,
                 stopping_criteria=self._llama_cpp.stopping(out_of_time),
             )
