@@ -21,6 +21,7 @@ from ._approval import (
     dump_decision,
     load_decision,
 )
+from ._breaker import CircuitBreaker
 from ._budget import Budget, Spend
 from ._errors import (
     ApprovalMismatchError,
@@ -33,6 +34,7 @@ from ._errors import (
     CheckpointMismatchError,
     CheckpointOrderError,
     CheckpointTamperedError,
+    CircuitOpenError,
     ConfigError,
     DecisionRefusedError,
     EffectUncertainError,
@@ -172,6 +174,8 @@ __all__ = (
     "CheckpointMismatchError",
     "CheckpointOrderError",
     "CheckpointTamperedError",
+    "CircuitBreaker",
+    "CircuitOpenError",
     "Checkpointer",
     "ConfigError",
     "CustomerResponse",

@@ -32,6 +32,7 @@ clauses keep working, and related errors share a family (``RunError``, ``BudgetE
     ├── OutputTamperedError (RuntimeError) a validated reply changed before it was shipped
     ├── ModelUnavailableError (RuntimeError) the model's server is busy or down (429, 5xx)
     │   └── ModelRetriesExhaustedError (RuntimeError) still so after every retry: resume later
+    ├── CircuitOpenError (RuntimeError)    a circuit breaker is open: its service is left alone
     ├── ModelRequestError (ValueError)     the model's server refused the request (4xx): fix it
     ├── ModelResponseError (ValueError)    the model (or its server) answered something not a reply
     └── CheckpointError (ValueError)       a checkpoint cannot be restored as it is
@@ -63,6 +64,7 @@ __all__ = [
     "CheckpointMismatchError",
     "CheckpointOrderError",
     "CheckpointTamperedError",
+    "CircuitOpenError",
     "ConfigError",
     "DecisionRefusedError",
     "EffectUncertainError",
@@ -424,6 +426,24 @@ class ModelUnavailableError(StatemachineError, RuntimeError):
             if retry_after is not None:
                 what += f" (the server asked to wait {retry_after:g}s)"
         super().__init__(what)
+
+
+class CircuitOpenError(StatemachineError, RuntimeError):
+    """A call not made: the circuit breaker of its model or tool is open after failures.
+
+    ``.circuit`` names it (``model:<name>@<url>``, ``tool:<name>``), ``.failures`` is the
+    failures in a row that opened it, ``.retry_in`` the seconds until a probe may go.
+    """
+
+    def __init__(self, circuit: str, *, failures: int, retry_in: float) -> None:
+        self.circuit = circuit
+        self.failures = failures
+        self.retry_in = retry_in
+        super().__init__(
+            f"the circuit breaker of {circuit} is open after {failures} failure(s) in a row, "
+            f"so it was not called; a probe may go in {retry_in:.2f}s. Wait, or configure "
+            "a fallback model"
+        )
 
 
 class ModelRetriesExhaustedError(ModelUnavailableError):

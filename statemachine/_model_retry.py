@@ -49,13 +49,16 @@ def _restored(phase: Phase[Any]) -> bool:
 async def _retry_model(retrying: ModelRetrying[C], rt: Runtime) -> Planning[C] | Failed[C]:
     """What ``ModelRetrying.retry`` does once the phase is left.
 
-    The next attempt is one more, or 1 after a resume (a fresh round). The wait is the
-    policy's backoff after the attempt that failed, or the ``Retry-After`` the service
-    asked (up to ``max_delay``), whichever is longer.
+    A fallback model not yet asked in this round (``Runtime.fallback_models``, in order)
+    is asked at once, as the same attempt. Then the round starts again at the runner's
+    model, one attempt on, or at attempt 1 after a resume (a fresh round), after the
+    policy's backoff or the ``Retry-After`` the service asked (up to ``max_delay``),
+    whichever is longer.
     """
-    agent = retrying.agent
-    policy = agent.model_retry
     fresh = _restored(retrying)
+    if not fresh and retrying.model_choice < len(rt.fallback_models):
+        return _go_on(retrying, rt, retrying.attempt, retrying.model_choice + 1)
+    policy = retrying.agent.model_retry
     attempt = 1 if fresh else retrying.attempt + 1
     asked = retrying.retry_after
     if attempt > policy.max_attempts:
@@ -69,16 +72,25 @@ async def _retry_model(retrying: ModelRetrying[C], rt: Runtime) -> Planning[C] |
     delay = policy.delay(1 if fresh else retrying.attempt, rt.rng)
     if asked is not None:
         delay = max(delay, min(asked, policy.max_delay))
-    refusal = agent.budget.refuse(
-        retrying.spent, elapsed=rt.elapsed(), action="asking the model again", open_ended=True
-    )
-    if refusal is not None:
-        return retrying._fail(f"{refusal}; last error: {retrying.error}")
-    remaining = rt.remaining(agent.budget)
+    remaining = rt.remaining(retrying.agent.budget)
     if remaining is not None and delay >= remaining:
         return retrying._fail(
             f"wall-clock budget: {remaining:.2f}s left, not enough to wait {delay:.2f}s "
             f"and ask the model again; last error: {retrying.error}"
         )
     await rt.sleep(delay)
-    return retrying._next(agent.phases.planning, model_attempt=attempt)
+    return _go_on(retrying, rt, attempt, 0)
+
+
+def _go_on(
+    retrying: ModelRetrying[C], rt: Runtime, attempt: int, choice: int
+) -> Planning[C] | Failed[C]:
+    """``Planning`` asking model ``choice`` as ``attempt``, unless the budget refuses it."""
+    refusal = retrying.agent.budget.refuse(
+        retrying.spent, elapsed=rt.elapsed(), action="asking the model again", open_ended=True
+    )
+    if refusal is not None:
+        return retrying._fail(f"{refusal}; last error: {retrying.error}")
+    return retrying._next(
+        retrying.agent.phases.planning, model_attempt=attempt, model_choice=choice
+    )

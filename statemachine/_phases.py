@@ -76,6 +76,7 @@ from ._batch import (
     _take_next,
     _unanswered_refused,
 )
+from ._breaker import CircuitBreaker
 from ._budget import Budget, Spend
 from ._calling import _execute, _holds_no_unapproved_write, _retry
 from ._errors import (
@@ -306,8 +307,10 @@ class Planning(Active[C]):
     # The model's calls not yet run or answered, in its order; the first goes next.
     pending: tuple[ToolRequest, ...] = ()
     invalid_streak: int = 0
-    # The attempt at the model call this phase makes (ModelRetrying counts them).
+    # The attempt at the model call this phase makes (ModelRetrying counts them), and
+    # the model it asks (0: the runner's; n: its n-th fallback, see Runtime.model_of).
     model_attempt: int = 1
+    model_choice: int = 0
 
     def instructions(self) -> str:
         """The system prompt for the model; by default the agent's instructions."""
@@ -388,6 +391,7 @@ class Planning(Active[C]):
         return self._next(
             self.agent.phases.model_retrying,
             attempt=self.model_attempt,
+            model_choice=self.model_choice,
             error=error,
             retry_after=retry_after,
         )
@@ -741,10 +745,12 @@ class Done(Phase[C]):
 class ModelRetrying(Active[C]):
     """A model call failed for now; the system, not the model, decides whether to ask again.
 
-    ``attempt`` is the attempt that failed, ``error`` the service's words, ``retry_after``
-    the seconds it asked to wait (``None``: not said). The policy is ``Agent.model_retry``;
-    when its attempts run out ``advance`` raises :class:`ModelRetriesExhaustedError` and
-    the run waits, ``failed_resumable``, for a resume (see ``_model_retry``).
+    ``attempt`` is the attempt that failed, ``model_choice`` the model that failed it (0:
+    the runner's, n: its n-th fallback, tried next at once), ``error`` the service's words,
+    ``retry_after`` the seconds it asked to wait (``None``: not said). The policy is
+    ``Agent.model_retry``; when its attempts run out ``advance`` raises
+    :class:`ModelRetriesExhaustedError` and the run waits, ``failed_resumable``, for a
+    resume (see ``_model_retry``).
     """
 
     kind: ClassVar[str] = "ModelRetrying"
@@ -752,6 +758,7 @@ class ModelRetrying(Active[C]):
     attempt: int
     error: str
     retry_after: float | None = None
+    model_choice: int = 0
 
     async def retry(self, rt: Runtime) -> Planning[C] | Failed[C]:
         """Wait, then plan again; ``Failed`` when the budget or the time runs out first."""
@@ -871,7 +878,8 @@ class Agent(Generic[C]):
     """An agent's definition: tools, instructions, limits and phase classes.
 
     ``budget`` limits each run; ``retry`` is the default retry policy (a tool's own
-    ``retry`` overrides it), ``model_retry`` the model calls' (see ``ModelRetrying``);
+    ``retry`` overrides it), ``model_retry`` the model calls' (see ``ModelRetrying``),
+    and ``breaker`` opens a circuit per model after failures in a row;
     ``max_steps`` caps the model calls (planning steps) of
     one run, the last of which must answer; ``max_tool_iterations`` caps the steps
     that ask for a tool, after which the model must answer; after
@@ -885,6 +893,7 @@ class Agent(Generic[C]):
     budget: Budget = Budget.model_construct()
     retry: RetryPolicy = RetryPolicy()
     model_retry: RetryPolicy = MODEL_RETRY
+    breaker: CircuitBreaker | None = None
     max_steps: int = 50
     max_tool_iterations: int | None = None
     max_invalid_calls: int = 3

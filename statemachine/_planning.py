@@ -20,7 +20,14 @@ import anyio
 
 from . import _json
 from ._batch import _queued, _take
-from ._errors import ModelRequestError, ModelResponseError, ModelUnavailableError
+from ._breaker import model_circuit
+from ._budget import Spend
+from ._errors import (
+    CircuitOpenError,
+    ModelRequestError,
+    ModelResponseError,
+    ModelUnavailableError,
+)
 from ._fast._messages import _REQUEST_FIELDS
 from ._fast._pydantic import _trusted
 from ._governor import Verdict
@@ -153,30 +160,71 @@ async def _ask(
         set(_REQUEST_FIELDS),
     )
     loop = planning.agent.governor.flag(planning.loop, planning.step)
-    policy = planning.agent.model_retry
+    reply, spent = await _call(planning, rt, request, remaining)
+    return reply, planning._copy(spent=spent, loop=loop)
+
+
+async def _call(
+    planning: Planning[C], rt: Runtime, request: ModelRequest, remaining: float | None
+) -> tuple[ModelReply | str, Spend]:
+    """The reply of the model ``planning.model_choice`` names, or why there is none (an
+    :class:`_Unanswered` when asking again may help), and the spend with the call in it.
+
+    With ``Agent.breaker`` an open circuit is not called (:class:`CircuitOpenError`,
+    which may pass); a failure that may pass counts against the circuit, an answer (or
+    a refusal: the service is up) closes it, and a call the deadline cut settles nothing.
+    """
+    model = rt.model_of(planning.model_choice)
+    breaker = planning.agent.breaker
+    if breaker is None:
+        reply, spent, _ = await _reply(planning, rt, model, request, remaining)
+        return reply, spent
+    circuit = model_circuit(model)
     try:
-        answered = await _answered(rt.model, request, remaining)
-        reply = None if answered is _DEADLINE else _checked_reply(rt.model, answered)
+        breaker.check(circuit, rt.clock())
+    except CircuitOpenError as error:
+        return _Unanswered(str(error), error, error.retry_in), planning.spent
+    outcome: object = _DEADLINE
+    try:
+        reply, spent, outcome = await _reply(planning, rt, model, request, remaining)
+    finally:
+        if outcome is _DEADLINE:  # cut short (or cancelled): a probe may go again
+            breaker.release(circuit)
+        elif outcome is None:
+            breaker.succeeded(circuit)
+        else:
+            breaker.failed(circuit, rt.clock())
+    return reply, spent
+
+
+async def _reply(
+    planning: Planning[C], rt: Runtime, model: Model, request: ModelRequest, remaining: float | None
+) -> tuple[ModelReply | str, Spend, object]:
+    """What ``_call`` gets from ``model``, and the outcome for its circuit: ``None`` (it
+    answered), the error of a failure that may pass, or ``_DEADLINE`` (the run's time)."""
+    policy, spent = planning.agent.model_retry, planning.spent
+    try:
+        answered = await _answered(model, request, remaining)
+        reply = None if answered is _DEADLINE else _checked_reply(model, answered)
     except TimeoutError as error:
         reason = _timed_out(error, remaining, rt.remaining(planning.agent.budget))
         if reason.startswith("wall-clock"):  # the run's deadline: no time to ask again
-            return reason, planning._copy(loop=loop)
+            return reason, spent, _DEADLINE
         # The model's own limit: an attempt, counted, which ModelRetrying may repeat.
-        spent = planning.spent.add(model_calls=1)
         said = _Unanswered(reason, error if policy.retries(error) else None)
-        return said, planning._copy(spent=spent, loop=loop)
+        return said, spent.add(model_calls=1), said.transient
     except (ModelUnavailableError, ModelRequestError) as error:
         # Retries of a model call are not the model's to decide, nor this phase's: a
         # failure that may pass goes to ModelRetrying (the agent's model_retry policy).
-        spent = planning.spent.add(model_calls=1)
-        return _transient_words(error, policy), planning._copy(spent=spent, loop=loop)
+        said = _transient_words(error, policy)
+        return said, spent.add(model_calls=1), said.transient
     except ModelResponseError as error:
-        return f"the model's reply could not be used: {error}", planning._copy(loop=loop)
+        return f"the model's reply could not be used: {error}", spent, None
     if reply is None:
-        return _out_of_time(remaining), planning._copy(loop=loop)
+        return _out_of_time(remaining), spent, _DEADLINE
     # The model's usage belongs to this step whatever it chose.
-    spent = planning.spent.add(tokens=reply.usage.tokens, cost=reply.usage.cost, model_calls=1)
-    return reply, planning._copy(spent=spent, loop=loop)
+    usage = reply.usage
+    return reply, spent.add(tokens=usage.tokens, cost=usage.cost, model_calls=1), None
 
 
 # What _answered returns when the run's deadline cancelled the model call.

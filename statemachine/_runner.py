@@ -49,6 +49,7 @@ from ._phases import (
     AwaitApproval,
     Done,
     Failed,
+    ModelRetrying,
     Phase,
     Planning,
     Retrying,
@@ -184,12 +185,15 @@ class Runner(Generic[C]):
     kinds and steps stay in ``RunResult.path``): every phase holds its own copy of the
     conversation, so keeping them all costs memory, and time, that grow with the
     square of a run's length (a worker, which reads only the store, needs none).
+    ``fallback_models`` are asked in order when ``model`` (or the one before) is
+    unavailable or its circuit breaker is open; each attempt is a ``ModelRetrying``.
     """
 
     __slots__ = (
         "_agent",
         "_checkpointer",
         "_clock",
+        "_fallback_models",
         "_fallbacks",
         "_gate",
         "_keep_states",
@@ -220,13 +224,16 @@ class Runner(Generic[C]):
         tracer: trace.Tracer | None = None,
         meter: metrics.Meter | None = None,
         keep_states: bool = True,
+        fallback_models: tuple[Model, ...] = (),
     ) -> None:
         _load_deferred()
         if agent.answer_guard is not None:
             # At start-up: a constrained guard refuses a backend that cannot enforce it.
-            agent.answer_guard.check_backend(model)
+            for backend in (model, *fallback_models):
+                agent.answer_guard.check_backend(backend)
         self._agent = agent
         self._model = model
+        self._fallback_models = tuple(fallback_models)
         self._gate = gate
         self._clock = clock
         self._sleep = sleep
@@ -320,6 +327,7 @@ class Runner(Generic[C]):
             today=self._today,
             fallbacks=self._fallbacks,
             ledger=self._checkpointer,
+            fallback_models=self._fallback_models,
             # A resumed run's clock goes on from the time it had already used.
             started=self._clock() - elapsed,
         )
@@ -702,6 +710,9 @@ def _transition_keys(rt: Runtime, before: Phase[Any], after: Phase[Any]) -> dict
     attempt = getattr(after, "attempt", None)
     if isinstance(attempt, int):
         keys["attempt"] = attempt
+    if isinstance(after, ModelRetrying):
+        keys["model_choice"] = after.model_choice
+        keys["error"] = after.error
     said = [f"{v.verdict}: {v.check}" for v in after.loop.verdicts if v.step == before.step]
     if said:
         keys["verdict"] = "; ".join(said)

@@ -48,6 +48,8 @@ class Runtime:
     seconds (monotonic); ``sleep`` waits (tests pass one that only records).
     ``ledger`` records every write call's intent and result (the runner passes its
     checkpointer); ``None``: write calls are not recorded and never replayed.
+    ``fallback_models`` are asked, in order, when ``model`` is unavailable or its
+    circuit breaker is open (see ``ModelRetrying``).
     """
 
     run_id: str
@@ -60,6 +62,7 @@ class Runtime:
     # The validation-fallback counter; None: the global OpenTelemetry meter's.
     fallbacks: metrics.Counter | None = None
     ledger: EffectLedger | None = None
+    fallback_models: tuple[Model, ...] = ()
     # A default given as ``default=`` (not the ``@started.default`` decorator), so
     # that pyright, which reads attrs through dataclass_transform, sees it too.
     started: float = attrs.field(default=attrs.Factory(lambda rt: rt.clock(), takes_self=True))
@@ -102,6 +105,10 @@ class Runtime:
     def remaining(self, budget: Budget) -> float | None:
         """Seconds left before the run's wall-clock budget ends, ``None`` if unlimited."""
         return budget.remaining_seconds(self.elapsed())
+
+    def model_of(self, choice: int) -> Model:
+        """The model a phase's ``model_choice`` names: 0 ``model``, n its n-th fallback."""
+        return self.model if choice == 0 else self.fallback_models[choice - 1]
 
 
 async def _within(call: Awaitable[T], seconds: float | None) -> T:

@@ -213,28 +213,35 @@ class Watch:
                 return f"attempt {now[8]} is past the retry cap of {cap}"
         if isinstance(after, ToolCalling | Retrying) and type(after.call) is ApprovedCall:
             return _write_problem(before, after, was)
-        return _model_retry_problem(before, after)
+        return _model_retry_problem(before, after, len(self._rt.fallback_models))
 
 
-def _model_retry_problem(before: Active[Any], after: Phase[Any]) -> str | None:
+def _model_retry_problem(before: Active[Any], after: Phase[Any], fallbacks: int) -> str | None:
     """Why ``after`` may not follow ``before`` where a model retry is involved; else ``None``.
 
-    ``Planning -> ModelRetrying`` keeps the attempt that failed; ``ModelRetrying ->
-    Planning`` is the next attempt within the agent's cap, or attempt 1 after a resume.
+    ``Planning -> ModelRetrying`` keeps the attempt and the model that failed it;
+    ``ModelRetrying -> Planning`` asks the next of the ``fallbacks`` models as the same
+    attempt, or the runner's model as the next attempt within the agent's cap (attempt
+    1 after a resume).
     """
     if isinstance(after, ModelRetrying):
         if not isinstance(before, Planning):
             return "only Planning's model call is retried by ModelRetrying"
-        if after.attempt != before.model_attempt:
-            return f"a model retry keeps attempt {before.model_attempt}, not {after.attempt}"
+        if (after.attempt, after.model_choice) != (before.model_attempt, before.model_choice):
+            return "a model retry keeps the attempt and the model that failed"
         return None
     if isinstance(before, ModelRetrying) and isinstance(after, Planning):
         cap = before.agent.model_retry.max_attempts
+        choice, attempt = after.model_choice, after.model_attempt
+        if choice and (choice, attempt) != (before.model_choice + 1, before.attempt):
+            return "a fallback model is the next one, asked as the same attempt"
+        if choice > fallbacks:
+            return f"model choice {choice} is past the {fallbacks} fallback model(s)"
         expected = 1 if _restored(before) else before.attempt + 1
-        if after.model_attempt != expected:
-            return f"the model's next attempt is {expected}, not {after.model_attempt}"
-        if after.model_attempt > cap:
-            return f"model attempt {after.model_attempt} is past the retry cap of {cap}"
+        if not choice and attempt != expected:
+            return f"the model's next attempt is {expected}, not {attempt}"
+        if attempt > cap:
+            return f"model attempt {attempt} is past the retry cap of {cap}"
     return None
 
 

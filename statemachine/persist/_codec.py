@@ -89,6 +89,7 @@ _SCALARS: Final[dict[str, type]] = {
     "input": str,
     "invalid_streak": int,
     "model_attempt": int,
+    "model_choice": int,
     "call_id": str,
     "attempt": int,
     "error": str,
