@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import attrs
 
-from ._errors import CircuitOpenError, SetupError
+from ._errors import CircuitOpenError, SetupError, ToolError
 
 if TYPE_CHECKING:
     from opentelemetry import metrics
 
-__all__ = ["BREAKER_CHANGES", "CircuitBreaker", "model_circuit"]
+__all__ = ["BREAKER_CHANGES", "CircuitBreaker", "_settle_tool", "_tool_refused", "model_circuit"]
 
 BREAKER_CHANGES: Final = "statemachine.breaker.changes"
 
@@ -148,3 +148,33 @@ class CircuitBreaker:
                 )
             )
         self._counter[0].add(1, {"statemachine.circuit": circuit, "statemachine.state": state})
+
+
+def _tool_refused(breaker: CircuitBreaker | None, tool: str, now: float) -> str | None:
+    """Why the tool ``tool`` is not called now (its circuit is open), or ``None``."""
+    if breaker is None:
+        return None
+    try:
+        breaker.check(f"tool:{tool}", now)
+    except CircuitOpenError as error:
+        return str(error)
+    return None
+
+
+def _settle_tool(
+    breaker: CircuitBreaker | None, tool: str, now: float, error: BaseException | None
+) -> None:
+    """Count a tool call's outcome on its circuit: ``error`` (``None``: it answered).
+
+    A :class:`ToolError` that says a second attempt cannot help (a card declined) is
+    the service answering, not failing; a cancelled call settles nothing.
+    """
+    if breaker is None:
+        return
+    circuit = f"tool:{tool}"
+    if error is None or (isinstance(error, ToolError) and not error.retryable):
+        breaker.succeeded(circuit)
+    elif isinstance(error, Exception):
+        breaker.failed(circuit, now)
+    else:
+        breaker.release(circuit)

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from . import _json
 from ._approval import ApprovedCall
+from ._breaker import _settle_tool, _tool_refused
 from ._budget import Spend
 from ._errors import EffectUncertainError, ToolError, UnapprovedWriteError
 from ._runtime import Runtime, _within
@@ -69,6 +70,7 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
         tool_calls=1,
         cost=price,
     )
+    refusal = refusal or _tool_refused(agent.breaker, tool.name, rt.clock())
     if refusal is not None:
         return calling._fail_call(refusal)
     if ledger is not None and key is not None:
@@ -79,10 +81,14 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
     token = _IDEMPOTENCY_KEY.set(key)
     try:
         output = await _within(tool._fn(args), timeout)
-    except Exception as error:
+    except BaseException as error:
+        _settle_tool(agent.breaker, tool.name, rt.clock(), error)
+        if not isinstance(error, Exception):
+            raise
         return _failed(calling, tool, error, spent, price)
     finally:
         _IDEMPOTENCY_KEY.reset(token)
+    _settle_tool(agent.breaker, tool.name, rt.clock(), None)
     if ledger is not None and key is not None:
         await ledger.record_result(key, _json.to_plain(output))
     return calling._next(

@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from pydantic import BaseModel
 
 from statemachine import (
     Agent,
     CircuitBreaker,
     CircuitOpenError,
     Done,
+    Failed,
     ModelReply,
     ModelRequest,
     ModelRetriesExhaustedError,
@@ -24,10 +26,12 @@ from statemachine import (
     RetryPolicy,
     Runner,
     SetupError,
+    ToolError,
     Usage,
+    read_tool,
 )
 from statemachine._breaker import BREAKER_CHANGES
-from statemachine.testing import AutoDenyGate
+from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -296,4 +300,89 @@ async def test_an_open_circuit_falls_back_without_calling_and_a_probe_closes_it(
         (circuit, "open"): 1,
         (circuit, "half_open"): 1,
         (circuit, "closed"): 1,
+    }
+
+
+# --- a tool's circuit -------------------------------------------------------------------
+
+
+class Lookup(BaseModel):
+    city: str
+
+
+def weather_tool(outcomes: list[str]) -> Any:
+    """A read tool that fails (503) or answers, in the order of ``outcomes``; then answers."""
+
+    @read_tool(retry=RetryPolicy(max_attempts=4, retry_on=(ToolError,)))
+    async def weather(args: Lookup) -> str:
+        """Today's weather."""
+        outcomes.append("called")
+        if outcomes.count("called") <= failing[0]:
+            raise ToolError("503 from the weather service", status=503)
+        return "sunny"
+
+    failing = [0]
+    return weather, failing
+
+
+async def test_a_tools_open_circuit_fails_the_call_fast_naming_it() -> None:
+    """Two failures in a row open the tool's circuit: the third attempt is not run, and the
+    run fails with a reason that names the circuit."""
+    calls: list[str] = []
+    weather, failing = weather_tool(calls)
+    failing[0] = 10
+    agent = Agent[None](
+        name="a",
+        tools=[weather],
+        breaker=CircuitBreaker(failures=2, cool_down=60, meter=metered()[0]),
+    )
+    clock = Clock()
+    model = ScriptedModel([tool_call("weather", {"city": "Oslo"})])
+    result = await Runner(
+        agent, model=model, gate=AutoDenyGate(), clock=clock, sleep=clock.sleep, seed=20
+    ).run(None, "Weather?")
+    assert isinstance(result.final, Failed)
+    assert len(calls) == 2
+    assert result.history[-6:] == (
+        "ToolCalling",
+        "Retrying",
+        "ToolCalling",
+        "Retrying",
+        "ToolCalling",
+        "Failed",
+    )
+    assert result.final.reason.startswith(
+        "the circuit breaker of tool:weather is open after 2 failure(s) in a row"
+    )
+
+
+async def test_a_tools_circuit_closes_after_a_successful_probe() -> None:
+    """Open after one failure; after the cool-down the next run's call is the probe, which
+    answers and closes the circuit."""
+    meter, reader = metered()
+    calls: list[str] = []
+    weather, failing = weather_tool(calls)
+    failing[0] = 1
+    agent = Agent[None](
+        name="a", tools=[weather], breaker=CircuitBreaker(failures=1, cool_down=5, meter=meter)
+    )
+    clock = Clock()
+
+    def run() -> Runner[None]:
+        model = ScriptedModel([tool_call("weather", {"city": "Oslo"}), reply("Sunny.")])
+        return Runner(
+            agent, model=model, gate=AutoDenyGate(), clock=clock, sleep=clock.sleep, seed=20
+        )
+
+    first = await run().run(None, "Weather?")
+    assert isinstance(first.final, Failed)  # the retry found the circuit open
+    assert len(calls) == 1
+    clock.now += 5
+    second = await run().run(None, "Weather?")
+    assert isinstance(second.final, Done)
+    assert len(calls) == 2
+    assert changes(reader) == {
+        ("tool:weather", "open"): 1,
+        ("tool:weather", "half_open"): 1,
+        ("tool:weather", "closed"): 1,
     }
