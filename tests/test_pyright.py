@@ -22,6 +22,18 @@ ROOT = Path(__file__).resolve().parent.parent
 Diagnostic = tuple[int, str, str]  # (line, rule, message)
 
 CASES: dict[str, str] = {
+    "pending_call_passed_to_call_tool": """
+        from statemachine import Planning, ToolCalling
+
+        def run_first(planning: Planning[str]) -> ToolCalling[str]:
+            return planning.call_tool(planning.pending[0])
+        """,
+    "unnarrowed_next_call_passed_to_call_tool": """
+        from statemachine import Planning, ToolCalling
+
+        def run_next(planning: Planning[str]) -> ToolCalling[str]:
+            return planning.call_tool(planning.next_call())
+        """,
     "write_call_passed_to_call_tool": """
         from statemachine import Planning, ToolCalling, WriteCall
 
@@ -375,5 +387,35 @@ def test_approval_of_another_tools_call(pyright_diagnostics: dict[str, list[Diag
             '  "Approval[RefundArgs]" is not assignable to "Approval[ChargeArgs]"\n'
             '    Type parameter "AM@Approval" is invariant, but "RefundArgs" is not the same as '
             '"ChargeArgs"',
+        )
+    ]
+
+
+def test_pending_call_passed_to_call_tool(pyright_diagnostics: dict[str, list[Diagnostic]]) -> None:
+    """A call of a reply waits as the model's request: it runs only once routed."""
+    assert pyright_diagnostics["pending_call_passed_to_call_tool"] == [
+        (
+            4,
+            "reportArgumentType",
+            'Argument of type "ToolRequest" cannot be assigned to parameter "call" of type '
+            '"ReadCall" in function "call_tool"\n'
+            '  "ToolRequest" is not assignable to "ReadCall"',
+        )
+    ]
+
+
+def test_unnarrowed_next_call_passed_to_call_tool(
+    pyright_diagnostics: dict[str, list[Diagnostic]],
+) -> None:
+    """The next pending call may be a write: it is not run until narrowed to a read."""
+    assert pyright_diagnostics["unnarrowed_next_call_passed_to_call_tool"] == [
+        (
+            4,
+            "reportArgumentType",
+            'Argument of type "ReadCall | WriteCall[Any] | InvalidCall | None" cannot be '
+            'assigned to parameter "call" of type "ReadCall" in function "call_tool"\n'
+            '  Type "ReadCall | WriteCall[Any] | InvalidCall | None" is not assignable to type '
+            '"ReadCall"\n'
+            '    "InvalidCall" is not assignable to "ReadCall"',
         )
     ]
