@@ -6,6 +6,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 from support import CityArgs
 
@@ -52,6 +54,34 @@ def test_a_calls_settings_replace_the_agents_one_by_one() -> None:
         extra={"top_p": Decimal("0.9"), "top_k": 40},
     )
     assert agent.merged(ModelSettings()) is agent
+
+
+settings_strategy = st.builds(
+    ModelSettings,
+    temperature=st.none() | st.floats(min_value=0, max_value=2),
+    max_tokens=st.none() | st.integers(min_value=1, max_value=10**6),
+    seed=st.none() | st.integers(),
+    tool_choice=st.none() | st.sampled_from(["auto", "required", "none", "lookup"]),
+    parallel_tool_calls=st.none() | st.booleans(),
+    stop=st.none() | st.lists(st.text(min_size=1), max_size=3).map(tuple),
+    extra=st.dictionaries(st.sampled_from(["top_k", "min_p", "user"]), st.integers()),
+)
+
+
+@given(settings_strategy, settings_strategy, settings_strategy)
+def test_merging_is_field_by_field_and_associative(
+    base: ModelSettings, middle: ModelSettings, top: ModelSettings
+) -> None:
+    """Each field is the override's when it sets one, else the base's; extra merges by key;
+    merging agent, model and call settings in either grouping gives the same settings."""
+    merged = base.merged(top)
+    for name in ModelSettings.model_fields:
+        if name != "extra":
+            mine, theirs = getattr(base, name), getattr(top, name)
+            assert getattr(merged, name) == (mine if theirs is None else theirs), name
+    assert merged.extra == {**base.extra, **top.extra}
+    assert base.merged(middle).merged(top) == base.merged(middle.merged(top))
+    assert base.merged(ModelSettings()) == base == ModelSettings().merged(base)
 
 
 @pytest.mark.parametrize(
