@@ -31,6 +31,7 @@ _PHASE_ORDER: Final = (
     "AwaitApproval",
     "ToolCalling",
     "Retrying",
+    "ModelRetrying",
     "Observing",
     "Responding",
     "Failed",
