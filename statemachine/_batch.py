@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, assert_never
 from . import _json
 from ._errors import SetupError
 from ._fast._messages import _appended, _asking, _told
+from ._fast._pydantic import _trusted
 from ._governor import Decision, LoopState, Verdict
 from ._model import Message, ToolRequest
 from ._runtime import Runtime
@@ -59,7 +60,15 @@ P = TypeVar("P", bound="Phase[Any]")
 def _queued(planning: Planning[C], requests: tuple[ToolRequest, ...]) -> Planning[C]:
     """``planning`` with the reply's calls asked (one message) and queued, in its place."""
     calls = _with_ids(planning.loop, planning.step, requests)
-    asking = Message(role="assistant", tool_calls=calls)
+    # As Message(role="assistant", tool_calls=calls) makes it: each call is a ToolRequest.
+    values = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": calls,
+        "tool_call_id": "",
+        "name": "",
+    }
+    asking = _trusted(Message, values, {"role", "tool_calls"})
     return planning._copy(transcript=_appended(planning.transcript, asking), pending=calls)
 
 
@@ -68,15 +77,20 @@ def _with_ids(
 ) -> tuple[ToolRequest, ...]:
     """``requests``, each with an id no other call of the reply or of the run has.
 
-    The model's own id is kept; an empty one, a repeat within the reply, or an id an
-    earlier call of the run had is replaced by ``call-<step>`` (the first call of the
-    reply) or ``call-<step>-<n>`` (the n-th), made unique if the model took that too.
+    Each is a validated ``ToolRequest`` itself (the queue holds nothing else). The
+    model's own id is kept; an empty one, a repeat within the reply, or an id an earlier
+    call of the run had is replaced by ``call-<step>`` (the first call of the reply) or
+    ``call-<step>-<n>`` (the n-th), made unique if the model took that too.
     """
     line, size = loop._line(), len(loop.actions)
     given = {request.id for request in requests}
     seen: set[str] = set()
     calls: list[ToolRequest] = []
     for index, request in enumerate(requests):
+        name, arguments, given_id = request.name, request.arguments, request.id
+        if type(request) is not ToolRequest or not _texts(name, arguments, given_id):
+            # A subclass, or a reply made without validation: validated here.
+            request = ToolRequest(name=name, arguments=arguments, id=given_id)
         call_id = request.id
         if not call_id or call_id in seen or line.call(call_id, size) is not None:
             base = f"call-{step}" if index == 0 else f"call-{step}-{index + 1}"
@@ -88,6 +102,10 @@ def _with_ids(
         seen.add(call_id)
         calls.append(request)
     return tuple(calls)
+
+
+def _texts(*values: object) -> bool:
+    return all(type(value) is str for value in values)
 
 
 def _call_id(planning: Planning[Any]) -> str:

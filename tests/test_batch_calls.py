@@ -565,3 +565,26 @@ def test_any_batch_runs_no_unapproved_write_and_answers_every_id(
     if limit is not None:
         assert result.final.spent.tool_calls <= limit
     assert isinstance(result.final.loop, LoopState)
+
+
+class LoudRequest(ToolRequest):
+    """A model adapter's own kind of request (the queue keeps plain ToolRequests)."""
+
+
+@pytest.mark.anyio
+async def test_a_reply_is_one_tool_iteration_and_any_request_type_is_queued_plainly() -> None:
+    service = Service()
+    agent = service.agent(max_tool_iterations=1)
+    calls = tuple(
+        LoudRequest(name="weather", arguments=json.dumps({"city": city}), id=city)
+        for city in CITIES
+    )
+    model = ScriptedModel([ModelReply(tool_calls=calls, finish_reason="tool_calls"), reply("Sun.")])
+    result = await Runner(agent, model=model, gate=ScriptedGate([])).run(None, "?")
+    assert result.ok
+    assert service.reads == list(CITIES)  # the cap counts the reply, not each of its calls
+    assert result.final.loop.tool_iterations == 1
+    assert model.requests[1].tools == ()  # then the cap is reached: the model must answer
+    asked = next(m for m in result.final.transcript if m.tool_calls)
+    assert {type(call) for call in asked.tool_calls} == {ToolRequest}
+    every_request_answered(model)
