@@ -427,12 +427,14 @@ async def test_a_server_that_refuses_json_schema_is_asked_again_with_json_object
     [
         (503, "The server is overloaded.", ModelUnavailableError),
         (400, "Unsupported response_format type: 'json_schema'", ModelRequestError),
+        (500, "response_format: unsupported type 'json_object'", ModelRequestError),
     ],
 )
 async def test_only_a_json_schema_refusal_is_asked_again_and_only_once(
     status: int, said: str, raised: type[Exception]
 ) -> None:
-    """Another failure is not retried; a refusal of json_object too is raised, not retried."""
+    """Another failure is not asked again; a refusal of json_object too is raised, and a 5xx
+    that names response_format is a refused request, not a passing failure to retry."""
     refusal = error(status, said)
     async with chat_server(refusal, refusal, text("never")) as server:
         model = adapter(server, constrained=True)

@@ -276,7 +276,7 @@ class OpenAICompatibleModel:
                 f"the model at {self._url} did not answer within {limit:.2f}s; "
                 "the request was cancelled"
             ) from None
-        return self._read(response)
+        return self._read(response, structured=request.output_schema is not None)
 
     def _content(self, request: ModelRequest) -> bytes:
         return _json.dumps(self.body(request)).encode("utf-8", "backslashreplace")
@@ -304,8 +304,12 @@ class OpenAICompatibleModel:
             and self._structured == "json_schema"
             and status >= 400
             and status not in (401, 403, 404, 429)
-            and _STRUCTURED_WORDS.search(_server_message(response)) is not None
+            and self._names_structured_output(response)
         )
+
+    @staticmethod
+    def _names_structured_output(response: httpx.Response) -> bool:
+        return _STRUCTURED_WORDS.search(_server_message(response)) is not None
 
     async def _send(self, content: bytes, limit: float) -> httpx.Response:
         import httpx
@@ -330,8 +334,16 @@ class OpenAICompatibleModel:
             detail = str(error) or type(error).__name__
             raise ModelUnavailableError(detail, url=self._url) from error
 
-    def _read(self, response: httpx.Response) -> ModelReply:
+    def _read(self, response: httpx.Response, *, structured: bool = False) -> ModelReply:
+        """The reply in ``response``; ``structured``: the request sent an output schema.
+
+        A 5xx that names ``response_format`` or ``json_schema`` in answer to an output
+        schema is the server refusing what was asked, not a passing failure: a
+        :class:`ModelRequestError`, so that no policy asks again in vain.
+        """
         status = response.status_code
+        if structured and status >= 500 and self._names_structured_output(response):
+            raise ModelRequestError(_server_message(response), url=self._url, status=status)
         if status == 429 or status >= 500:
             raise ModelUnavailableError(
                 _server_message(response),
