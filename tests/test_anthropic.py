@@ -534,6 +534,22 @@ async def test_a_run_calls_a_tool_and_answers_with_its_result() -> None:
     assert loads(told["content"]) == {"city": "Paris", "sky": "sunny"}
 
 
+async def test_an_injected_client_is_used_with_its_retries_off_and_left_open() -> None:
+    """A client built with retries still sends one request: the adapter turns them off."""
+    import anthropic
+
+    overloaded = failure(529, "overloaded_error", "Overloaded")
+    with messages_server(overloaded, overloaded, overloaded) as server:
+        client = anthropic.AsyncAnthropic(api_key="sk-ant-own", base_url=server.url, max_retries=3)
+        async with client:
+            model = AnthropicModel("claude-sonnet-4-5", client=client)
+            with pytest.raises(ModelUnavailableError, match="HTTP 529: Overloaded"):
+                await model.complete(ModelRequest(messages=USER))
+            await model.aclose()
+            assert not client.is_closed()
+    assert len(server.requests) == 1
+
+
 def test_building_needs_a_key_and_sane_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """No key at all, an address that is not http(s), a bad max_tokens or timeout."""
     with pytest.raises(

@@ -335,7 +335,9 @@ class AnthropicModel:
             raise ModelUnavailableError(str(error), url=self._url) from error
         finally:
             if fresh is not None:
-                await fresh.close()
+                # Closed even when the deadline cancelled the call: no pool is left open.
+                with anyio.CancelScope(shield=True):
+                    await fresh.close()
 
     def _refused(self, error: anthropic.APIStatusError) -> Exception:
         status = error.status_code
