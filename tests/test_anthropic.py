@@ -534,6 +534,32 @@ async def test_a_run_calls_a_tool_and_answers_with_its_result() -> None:
     assert loads(told["content"]) == {"city": "Paris", "sky": "sunny"}
 
 
+async def test_a_run_runs_every_tool_use_of_a_reply_and_sends_each_result_back() -> None:
+    """End to end: two tool_use blocks in one reply both run, and their results go back
+    together in one user turn, each under the id the model gave its call."""
+    agent = Agent[None](name="weather", tools=[lookup], instructions="Be brief.")
+    both = message(
+        tool_use("lookup", {"city": "Paris"}, "toolu_P"),
+        tool_use("lookup", {"city": "Rome"}, "toolu_R"),
+        stop_reason="tool_use",
+    )
+    with messages_server(both, message(text_block("Sunny in both."))) as server:
+        async with adapter(server) as model:
+            result = await Runner(agent, model=model, gate=AutoDenyGate()).run(
+                None, "Weather in Paris and Rome?"
+            )
+    assert result.ok, result.final
+    assert len(server.requests) == 2
+    called, answered = server.requests[1].json()["messages"][-2:]
+    assert [block["id"] for block in called["content"]] == ["toolu_P", "toolu_R"]
+    assert answered["role"] == "user"
+    assert [(block["type"], block["tool_use_id"]) for block in answered["content"]] == [
+        ("tool_result", "toolu_P"),
+        ("tool_result", "toolu_R"),
+    ]
+    assert [loads(block["content"])["city"] for block in answered["content"]] == ["Paris", "Rome"]
+
+
 async def test_an_injected_client_is_used_with_its_retries_off_and_left_open() -> None:
     """A client built with retries still sends one request: the adapter turns them off."""
     import anthropic
