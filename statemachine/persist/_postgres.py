@@ -18,7 +18,8 @@ so two processes can never both save the same seq; ``claim_next`` selects with `
 UPDATE SKIP LOCKED``, so workers never queue behind each other (nor behind a save);
 the ledger commits with ``synchronous_commit = on``.
 
-psycopg and psycopg-pool are the ``postgres`` extra: ``pip install 'statemachine-agents[postgres]'``.
+psycopg and psycopg-pool are the ``postgres`` extra:
+``pip install 'statemachine-agents[postgres]'``.
 """
 
 from __future__ import annotations
