@@ -521,10 +521,10 @@ class SQLiteCheckpointer(_Store):
 
     def _chain_rows(self, run_id: str) -> list[_Row]:
         rows = self._db.execute(
-            "SELECT seq, kind, phase, blob FROM checkpoints WHERE run_id = ?1 AND seq >= "
-            "coalesce((SELECT max(seq) FROM checkpoints WHERE run_id = ?1 AND kind = 'full'), 0)"
-            " ORDER BY seq",
-            (run_id,),
+            "SELECT seq, kind, phase, blob FROM checkpoints WHERE run_id = :run_id AND seq >= "
+            "coalesce((SELECT max(seq) FROM checkpoints WHERE run_id = :run_id "
+            "AND kind = 'full'), 0) ORDER BY seq",
+            {"run_id": run_id},
         ).fetchall()
         return [_Row(seq, kind == "full", phase, bytes(blob)) for seq, kind, phase, blob in rows]
 
