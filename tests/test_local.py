@@ -253,7 +253,7 @@ def test_without_the_extra_building_a_model_says_what_to_install(
     """No llama-cpp-python: a SetupError that names the extra, not an ImportError deep inside."""
     monkeypatch.setitem(sys.modules, "llama_cpp", None)
     with pytest.raises(
-        SetupError, match=r"install the local extra: pip install 'statemachine\[local\]'"
+        SetupError, match=r"install the local extra: pip install 'statemachine-agents\[local\]'"
     ):
         LlamaCppModel()
 
