@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -519,7 +519,7 @@ PAYEES = ("ann", "bob")
 
 @st.composite
 def calls(draw: st.DrawFn) -> tuple[str, dict[str, Any] | str, str]:
-    kind = draw(st.sampled_from(["read", "write", "unknown", "bad", "broken"]))
+    kind = draw(st.sampled_from(["read", "write", "write", "unknown", "bad", "broken"]))
     call_id = draw(st.sampled_from(["", "a", "b", "c", "call-1", "call-1-2"]))
     if kind == "read":
         return "weather", {"city": draw(st.sampled_from(CITIES))}, call_id
@@ -535,10 +535,10 @@ def calls(draw: st.DrawFn) -> tuple[str, dict[str, Any] | str, str]:
 
 @given(
     replies=st.lists(st.lists(calls(), min_size=1, max_size=7), min_size=1, max_size=3),
-    decisions=st.lists(st.booleans(), max_size=12),
+    decisions=st.lists(st.sampled_from([True, True, False]), max_size=12),
     limit=st.none() | st.integers(min_value=0, max_value=6),
 )
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_any_batch_runs_no_unapproved_write_and_answers_every_id(
     replies: list[list[tuple[str, dict[str, Any] | str, str]]],
     decisions: list[bool],
@@ -559,6 +559,7 @@ def test_any_batch_runs_no_unapproved_write_and_answers_every_id(
     for write in service.writes:
         assert write in approved
         approved.remove(write)
+    event(f"writes run: {min(len(service.writes), 2)}+; run {result.status}")
     every_request_answered(model)
     if result.ok:
         assert unanswered(result.final.transcript) == []
