@@ -20,7 +20,8 @@ the counters of the phase it accepted last. It goes on with a phase only when
   book or budget swapped in from inside a phase);
 - the model's pending calls are taken in order, each answered or run once, and only
   ``Planning`` queues new ones (``_queue_problem``): a queue holds the model's
-  requests, never a typed call, so every write in it still goes through ``AwaitApproval``.
+  requests, never a typed call, so every write in it still goes through ``AwaitApproval``;
+  and each id of the model's last reply is answered, held by the phase, or pending.
 
 Anything else raises :class:`IllegalTransitionError` before the phase is saved or run.
 """
@@ -42,6 +43,7 @@ from ._phases import (
     AwaitApproval,
     Failed,
     ModelRetrying,
+    Observing,
     Phase,
     Planning,
     Retrying,
@@ -277,6 +279,13 @@ def _queue_problem(
     ``Planning`` with nothing pending starts a queue (a new reply), of the model's
     requests as ``ToolRequest`` objects, never of anything that could hold a typed call.
     """
+    return _order_problem(before, after, was) or _asked_problem(after)
+
+
+def _order_problem(
+    before: Phase[Any], after: Phase[Any], was: tuple[ToolRequest, ...]
+) -> str | None:
+    """Why ``after``'s queue is not ``was`` carried, less its first call, or answered."""
     now: object = getattr(after, "pending", ())
     if type(now) is not tuple:
         return "its pending calls are not a tuple"
@@ -303,6 +312,30 @@ def _queue_problem(
     if not now and planning and isinstance(after, Planning):
         return None if _answers(after.transcript, was) else "it drops pending calls unanswered"
     return "its pending calls are not those of the phase before, in order"
+
+
+def _asked_problem(after: Phase[Any]) -> str | None:
+    """Why the calls of the reply that ``after``'s transcript ends with are not all
+    accounted for: each id the model's last message asked for is answered (a tool message
+    after it), held (the call ``after`` runs, waits on or observes) or pending, in the
+    model's order, once. ``Failed`` is exempt: the model is not asked again."""
+    if isinstance(after, Failed):
+        return None
+    transcript = after.transcript
+    start = len(transcript)
+    while start and transcript[start - 1].role == "tool":
+        start -= 1
+    asking = transcript[start - 1] if start else None
+    if asking is None or asking.role != "assistant" or not asking.tool_calls:
+        return None
+    accounted = [message.tool_call_id for message in transcript[start:]]
+    if isinstance(after, ToolCalling | AwaitApproval | Observing | Retrying):
+        accounted.append(after.call_id)
+    accounted.extend(request.id for request in getattr(after, "pending", ()))
+    asked = [call.id for call in asking.tool_calls]
+    if accounted != asked:
+        return f"the model asked for calls {asked}, and {accounted} are answered, held or pending"
+    return None
 
 
 def _answers(transcript: tuple[Message, ...], calls: tuple[ToolRequest, ...]) -> bool:
