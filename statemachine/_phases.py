@@ -64,7 +64,6 @@ from ._approval import (
     ApprovedCall,
     Denial,
     Pending,
-    _approve,
 )
 from ._batch import (
     _asked_for,
@@ -79,9 +78,8 @@ from ._batch import (
 from ._breaker import CircuitBreaker
 from ._budget import Budget, Spend
 from ._calling import _execute, _holds_no_unapproved_write, _retry
+from ._deciding import _approved, _denied, _finished
 from ._errors import (
-    ApprovalMismatchError,
-    OutputTamperedError,
     PhaseForgedError,
     PhaseReusedError,
     SetupError,
@@ -91,8 +89,8 @@ from ._fast._attrs import _BUILDERS, _COPIERS, _built
 from ._fast._messages import _appended, _result_text, _system, _told
 from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState
 from ._graph import _check_phase_class, _edges, _successors_of
-from ._guard import CustomerResponse, OutputGuard, Parsed
-from ._model import Message, ToolRequest
+from ._guard import OutputGuard, Parsed
+from ._model import NO_SETTINGS, Message, ModelSettings, ToolRequest
 from ._model_retry import _retry_model
 from ._planning import _plan
 from ._retry import MODEL_RETRY, RetryPolicy
@@ -479,44 +477,11 @@ class AwaitApproval(Active[C], Generic[C, AM]):
         from a gate's or a person's yes; ``ToolCalling.execute`` checks it again against
         the run's record before the tool runs.
         """
-        if type(approval) is not Approval:
-            raise SetupError(
-                f"approve takes the Approval that rt.decide(request) gave, got "
-                f"{type(approval).__name__}"
-            )
-        if approval.key != self.call.key:
-            raise ApprovalMismatchError(approved=approval.key, presented=self.call.key)
-        if approval.call_id != self.call_id:
-            raise ApprovalMismatchError(
-                approved=f"{approval.key} (call {approval.call_id})",
-                presented=f"{self.call.key} (call {self.call_id})",
-            )
-        self._leave("approve")
-        return self._next(
-            self.agent.phases.tool_calling,
-            call=_approve(self.call, approval),
-            call_id=self.call_id,
-            pending=self.pending,
-        )
+        return _approved(self, approval)
 
     def deny(self, reason: str) -> Planning[C]:
         """Do not run the call; the model is told why and plans again."""
-        self._leave("deny")
-        told = Message(
-            role="tool",
-            content=(
-                f"Not approved: {self.call.describe()} was not run and nothing was charged. "
-                f"Reason: {reason}. Do not call it again unless the customer asks anew."
-            ),
-            tool_call_id=self.call_id,
-            name=self.call.name,
-        )
-        return self._next(
-            self.agent.phases.planning,
-            transcript=_appended(self.transcript, told),
-            loop=self.loop.settle(self.call_id, "refused", reason),
-            pending=self.pending,
-        )
+        return _denied(self, reason)
 
     def wait(self, reason: str) -> AwaitApproval[C, AM]:
         """No decision yet: the run stops here until a person's decision resumes it.
@@ -684,28 +649,7 @@ class Responding(Active[C]):
         (:class:`OutputTamperedError` if anything changed since): verified and shipped
         are one object, and its SHA-256 goes into ``Done.answer_sha256``.
         """
-        self._leave("finish")
-        sha256 = ""
-        if self.verified is not None:
-            shipped = self.verified.verify()
-            sha256 = self.verified.sha256
-            if self.verified.data != shipped or not self._ships(shipped):
-                raise OutputTamperedError("text", recorded=sha256, actual="(the text changed)")
-        said = Message(role="assistant", content=self.text)
-        return self._next(
-            Done,
-            answer=self.text,
-            verified=self.verified,
-            answer_sha256=sha256,
-            transcript=_appended(self.transcript, said),
-        )
-
-    def _ships(self, data: bytes) -> bool:
-        """Whether ``text`` is what the validated bytes say (the text, or the JSON itself)."""
-        value = self.verified.value if self.verified is not None else None
-        if isinstance(value, CustomerResponse):
-            return value.text == self.text
-        return data.decode() == self.text
+        return _finished(self, Done)
 
     async def advance(self, rt: Runtime) -> Done[C]:
         """Finish."""
@@ -879,7 +823,9 @@ class Agent(Generic[C]):
 
     ``budget`` limits each run; ``retry`` is the default retry policy (a tool's own
     ``retry`` overrides it), ``model_retry`` the model calls' (see ``ModelRetrying``),
-    and ``breaker`` opens a circuit per model after failures in a row;
+    ``model_settings`` go with every model request of its runs (an adapter's own
+    ``settings=`` are their defaults), and ``breaker`` opens a circuit per model after
+    failures in a row;
     ``max_steps`` caps the model calls (planning steps) of
     one run, the last of which must answer; ``max_tool_iterations`` caps the steps
     that ask for a tool, after which the model must answer; after
@@ -893,6 +839,7 @@ class Agent(Generic[C]):
     budget: Budget = Budget.model_construct()
     retry: RetryPolicy = RetryPolicy()
     model_retry: RetryPolicy = MODEL_RETRY
+    model_settings: ModelSettings = NO_SETTINGS
     breaker: CircuitBreaker | None = None
     max_steps: int = 50
     max_tool_iterations: int | None = None

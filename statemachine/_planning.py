@@ -42,7 +42,7 @@ from ._guard import (
     _fallbacks,
     validate_with_retries,
 )
-from ._model import NO_SETTINGS, Message, Model, ModelReply, ModelRequest, _checked_reply
+from ._model import Message, Model, ModelReply, ModelRequest, _checked_reply
 from ._retry import _transient_words, _Unanswered
 from ._runtime import Runtime
 
@@ -155,7 +155,7 @@ async def _ask(
             "tools": tools,
             "timeout": remaining,
             "output_schema": schema,
-            "settings": NO_SETTINGS,
+            "settings": planning.agent.model_settings,
         },
         set(_REQUEST_FIELDS),
     )

@@ -181,3 +181,22 @@ def test_the_local_model_refuses_what_it_cannot_honour() -> None:
         "LlamaCppModel runs in this process and has no request body for the settings' "
         "extra ['top_k']; leave extra out of its settings"
     )
+
+
+async def test_an_agents_model_settings_go_with_every_request_of_its_runs() -> None:
+    """Agent(model_settings=...) is in each ModelRequest the run makes (issue 20)."""
+    settings = ModelSettings(temperature=0, max_tokens=64, seed=7, stop=("END",))
+    seen: list[ModelSettings] = []
+
+    def answer(request: ModelRequest) -> ModelReply:
+        seen.append(request.settings)
+        return ModelReply(text="Hello.")
+
+    agent = Agent[None](name="set", model_settings=settings)
+    result = await Runner(agent, model=FunctionModel(answer), gate=AutoDenyGate()).run(None, "Hi")
+    assert result.ok
+    assert seen == [settings]
+    plain = Agent[None](name="plain")
+    seen.clear()
+    await Runner(plain, model=FunctionModel(answer), gate=AutoDenyGate()).run(None, "Hi")
+    assert seen == [ModelSettings()]
