@@ -11,6 +11,7 @@ too many, zero where zero means nothing, each exit 2 with the reason.
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import psycopg
@@ -37,13 +38,13 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str], *, code: int = 
 
 def tables(path: Path) -> dict[str, str]:
     """The file's tables and their SQL, read without writing."""
-    with sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True) as db:
+    with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
         return dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
 
 
 def other_app(path: Path) -> Path:
     """Another application's SQLite database, with a row in it."""
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:  # the second `with` commits
         db.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
         db.execute("INSERT INTO users (name) VALUES ('ada')")
     return path
@@ -103,7 +104,7 @@ def test_another_applications_database_is_refused_even_when_asked_to_create(
     worker = ["worker", "--agent", "agents.support", "--db", str(app), "--create"]
     assert refused(worker, capsys) == f"statemachine worker: {said}"
     assert tables(app) == before
-    with sqlite3.connect(app) as db:
+    with closing(sqlite3.connect(app)) as db:
         assert db.execute("SELECT name FROM users").fetchall() == [("ada",)]
 
 
@@ -112,7 +113,7 @@ def test_tables_named_as_ours_that_are_not_ours_are_refused(
 ) -> None:
     """An application's own ``runs`` table is not a runs store's: refused, untouched."""
     path = tmp_path / "jobs.db"
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         db.execute("CREATE TABLE runs (run_id TEXT, started TEXT)")
     before = tables(path)
     assert refused(["runs", "list", "--db", str(path)], capsys) == (

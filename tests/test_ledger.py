@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
+from contextlib import closing
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,7 @@ async def test_the_sqlite_ledger_survives_reopening_and_seals_its_results(tmp_pa
     async with SQLiteCheckpointer(path, sealer=cipher) as first:
         await first.record_intent("k", run_id="run-1", tool="charge", args_hash="h")
         await first.record_result("k", {"card": "4242-secret", "amount": Decimal("800.00")})
-    with sqlite3.connect(path) as raw:
+    with closing(sqlite3.connect(path)) as raw:
         (blob,) = raw.execute("SELECT result FROM effects WHERE key = 'k'").fetchone()
     assert b"4242-secret" not in bytes(blob)
     async with SQLiteCheckpointer(path, sealer=cipher) as second:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 from collections.abc import AsyncIterator, Callable
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -258,7 +259,7 @@ async def test_a_sqlite_file_written_before_the_retry_state_opens_with_defaults(
         if records[0].status is RunStatus.RUNNING:
             failed = await store.set_status(run_id, "failed_resumable")
             assert failed.failures == 1
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db:
         columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
     assert {"reason", "failures", "retry_at"} <= columns
 

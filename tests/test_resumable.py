@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -98,7 +99,7 @@ def test_a_context_defined_in_the_script_is_refused_before_anything_is_saved(
 def no_runs_in(path: Path) -> bool:
     import sqlite3
 
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db:
         tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
         return "runs" not in tables or db.execute("SELECT count(*) FROM runs").fetchone() == (0,)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from decimal import Decimal
 from pathlib import Path
 
@@ -128,7 +129,7 @@ async def test_decimal_137_32_from_the_model_stays_exact_in_the_payments_ledger(
     (receipt,) = outcome.refunds
     assert receipt.amount == Decimal("137.32")
     assert isinstance(receipt.amount, Decimal)
-    with sqlite3.connect(tmp_path / "payments.sqlite3") as db:
+    with closing(sqlite3.connect(tmp_path / "payments.sqlite3")) as db:
         assert db.execute("SELECT amount, typeof(amount) FROM refunds").fetchall() == [
             ("137.32", "text")
         ]

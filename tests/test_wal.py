@@ -8,6 +8,7 @@ no save pays for it, and the WAL stays bounded.
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,7 @@ async def test_a_checkpoint_that_fails_loses_nothing_and_is_tried_again(
         store._wal.close()
         assert store._wal.done > done
         assert store._wal.failed is None
-    with sqlite3.connect(path) as reader:
+    with closing(sqlite3.connect(path)) as reader:
         (count,) = reader.execute("SELECT count(*) FROM checkpoints").fetchone()
     assert count == 120
 

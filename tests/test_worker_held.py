@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -199,7 +200,8 @@ async def test_an_idle_worker_process_with_a_corrupt_run_holds_it_and_exits(
             runner = worker_runner(store, payments=unused)
             await runner.submit(ADA, QUESTION, run_id="fine")
             await runner.submit(ADA, QUESTION, run_id="corrupt")
-    with sqlite3.connect(db) as connection:  # a blob overwritten on disk: the chain is broken
+    # A blob overwritten on disk: the chain is broken. The second `with` commits.
+    with closing(sqlite3.connect(db)) as connection, connection:
         connection.execute("UPDATE checkpoints SET blob = x'00' WHERE run_id = 'corrupt'")
     done = cli("worker", "--agent", "agents.support", "--db", str(db), "--exit-when-idle")
     assert done.returncode == 0, done.stderr
