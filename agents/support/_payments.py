@@ -78,7 +78,9 @@ class PaymentsService:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._db = sqlite3.connect(self.path, isolation_level=None)
+        # Any thread may close it: worker_runner closes a service it opened when its desk
+        # is collected, in whichever thread that happens (sqlite3 serializes calls).
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")  # a refund, once paid, stays recorded
         self._db.execute(_SCHEMA)

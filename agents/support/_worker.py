@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import weakref
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, cast
@@ -178,13 +179,18 @@ def worker_runner(
     """
     service = payments if payments is not None else PaymentsService(_payments_path(checkpointer))
     desk = SupportDesk(payments=service, orders={**ORDERS, **WORKER_ORDERS})
-    return Runner(
+    runner = Runner(
         support_agent(desk),
         model=DeskModel() if model is None else model,
         gate=RefundPolicy(up_to),
         checkpointer=checkpointer,
         keep_states=False,  # a worker reads the store, not the phases in memory
     )
+    if payments is None:
+        # The service opened here has no owner but the desk (the worker command only
+        # builds the runner): it is closed when the desk is gone, not left open.
+        weakref.finalize(desk, service.close)
+    return runner
 
 
 def support_requests(count: int, *, seed: int = 0) -> list[tuple[SupportContext, str]]:
