@@ -9,7 +9,8 @@ LOCAL_STAMP := $(VENV)/.installed-local
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
 	-DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF
 
-.PHONY: install install-local demo demo-local test test-local typecheck lint pytest diagrams bench clean
+.PHONY: install install-local demo demo-local test test-all test-local typecheck lint pytest \
+	diagrams bench clean
 
 install: $(STAMP)
 
@@ -67,6 +68,13 @@ diagrams: install
 
 test: lint typecheck pytest diagrams
 
+# pytest (all but the local-model tests) on Python 3.11, 3.12 and 3.13: nox's sessions
+# tests-3.11, tests-3.12 and tests-3.13 (noxfile.py), each in a virtualenv under .nox/.
+# Some of them only: make test-all NOX_SESSIONS="tests-3.12 tests-3.13"
+NOX_SESSIONS ?= tests
+test-all: install
+	$(BIN)/nox --sessions $(NOX_SESSIONS)
+
 test-local: install-local
 	$(BIN)/pytest -m local
 
@@ -77,4 +85,4 @@ bench: install
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .nox .mypy_cache .pytest_cache .ruff_cache
