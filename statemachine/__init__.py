@@ -61,6 +61,7 @@ from ._errors import (
     UnknownRunError,
     UnknownToolError,
 )
+from ._events import RunEvent, RunEvents, RunFinished, TextDelta, TransitionEvent
 from ._governor import (
     ActionRecord,
     Check,
@@ -89,7 +90,17 @@ from ._guard import (
 from ._json import canonical, canonical_hash, dumps, loads
 from ._lazy import lazy_names
 from ._ledger import EffectLedger, EffectRecord
-from ._model import Message, Model, ModelReply, ModelRequest, ModelSettings, ToolRequest, Usage
+from ._model import (
+    Message,
+    Model,
+    ModelChunk,
+    ModelReply,
+    ModelRequest,
+    ModelSettings,
+    StreamingModel,
+    ToolRequest,
+    Usage,
+)
 from ._money import Money, money_difference, money_sum, to_money
 from ._observe import ProgressLine, configure_logging
 from ._phases import (
@@ -204,6 +215,7 @@ __all__ = (
     "MemoryCheckpointer",
     "Message",
     "Model",
+    "ModelChunk",
     "ModelReply",
     "ModelRequest",
     "ModelRequestError",
@@ -241,6 +253,9 @@ __all__ = (
     "Retrying",
     "Rule",
     "RunClaimedError",
+    "RunEvent",
+    "RunEvents",
+    "RunFinished",
     "RunError",
     "RunLifecycle",
     "RunPausedError",
@@ -257,11 +272,14 @@ __all__ = (
     "Spend",
     "StatemachineError",
     "StopReport",
+    "StreamingModel",
+    "TextDelta",
     "TokenPrices",
     "ToolCalling",
     "ToolError",
     "ToolRegistry",
     "ToolRequest",
+    "TransitionEvent",
     "Truncated",
     "UnapprovedWriteError",
     "UnknownRunError",

@@ -8,10 +8,16 @@ else it returns is a :class:`ModelResponseError` (``_checked_reply``).
 How the model should answer (temperature, length, tool use, ...) travels in the
 request as :class:`ModelSettings`; each adapter maps them to its provider's wire
 format, and refuses one its provider cannot honour rather than dropping it.
+
+A :class:`StreamingModel` can also answer as it writes: ``stream(request)`` yields
+:class:`ModelChunk` s, text deltas for display, the last one carrying the whole
+reply. A run streams only while someone listens (``Runner.events``); the reply it
+uses is the final one, checked as ``complete``'s is, never the deltas joined.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -24,9 +30,11 @@ from ._money import Money
 __all__ = [
     "Message",
     "Model",
+    "ModelChunk",
     "ModelReply",
     "ModelRequest",
     "ModelSettings",
+    "StreamingModel",
     "ToolRequest",
     "Usage",
     "_checked_reply",
@@ -170,6 +178,34 @@ class Model(Protocol):
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """Answer ``request``; must return before ``request.timeout`` seconds."""
+        ...
+
+
+class ModelChunk(BaseModel, frozen=True, extra="forbid", defer_build=True):
+    """A piece of a streamed answer: ``text`` written since the last chunk, and, in the
+    stream's last chunk only, the whole ``reply``.
+
+    The deltas are for display; what the run uses is ``reply``, which repeats the text
+    in full (a reply that only calls tools may stream no text at all).
+    """
+
+    text: str = ""
+    reply: ModelReply | None = None
+
+
+@runtime_checkable
+class StreamingModel(Model, Protocol):
+    """A :class:`Model` that can also stream its answer as it writes it.
+
+    ``stream`` is an async iterator (an ``async def`` with ``yield`` is one) of
+    :class:`ModelChunk`: text deltas, then one chunk with the whole ``reply``, after
+    which the run stops reading. It raises what ``complete`` raises, and must
+    stop (be cancellable) when the run's task is cancelled. ``complete`` stays
+    required: a run streams only while a listener wants the text.
+    """
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """Answer ``request`` piece by piece; the last chunk carries the whole reply."""
         ...
 
 

@@ -14,6 +14,8 @@ This module imports the phases for the type checkers only: ``_phases`` imports i
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never
 
 import anyio
@@ -28,6 +30,7 @@ from ._errors import (
     ModelResponseError,
     ModelUnavailableError,
 )
+from ._events import _streamed
 from ._fast._messages import _REQUEST_FIELDS
 from ._fast._pydantic import _trusted
 from ._governor import Verdict
@@ -42,7 +45,7 @@ from ._guard import (
     _fallbacks,
     validate_with_retries,
 )
-from ._model import Message, Model, ModelReply, ModelRequest, _checked_reply
+from ._model import Message, Model, ModelReply, ModelRequest, StreamingModel, _checked_reply
 from ._retry import _transient_words, _Unanswered
 from ._runtime import Runtime
 
@@ -204,7 +207,7 @@ async def _reply(
     answered), the error of a failure that may pass, or ``_DEADLINE`` (the run's time)."""
     policy, spent = planning.agent.model_retry, planning.spent
     try:
-        answered = await _answered(model, request, remaining)
+        answered = await _answered(_asked(model, request, rt, planning.step), remaining)
         reply = None if answered is _DEADLINE else _checked_reply(model, answered)
     except TimeoutError as error:
         reason = _timed_out(error, remaining, rt.remaining(planning.agent.budget))
@@ -235,17 +238,26 @@ _DEADLINE: Final = object()
 _SLACK: Final = 0.005
 
 
-async def _answered(model: Model, request: ModelRequest, seconds: float | None) -> object:
-    """What ``model`` answered ``request``, or ``_DEADLINE`` when the run's deadline
+def _asked(model: Model, request: ModelRequest, rt: Runtime, step: int) -> Awaitable[object]:
+    """The call of ``model``: ``complete``, or ``stream`` when it can and someone listens
+    to the run (each delta goes to the listener, the final reply comes back)."""
+    sink = rt.events
+    if sink is None or not isinstance(model, StreamingModel):
+        return model.complete(request)
+    return _streamed(model, request, partial(sink.text, step=step))
+
+
+async def _answered(call: Awaitable[object], seconds: float | None) -> object:
+    """What the model ``call`` answered, or ``_DEADLINE`` when the run's deadline
     (``seconds`` from now; ``None``: none) cancelled the call first.
 
     What ``_within`` does, except that the run's deadline is told apart from a
     ``TimeoutError`` the model raised itself (its own time limit), which propagates.
     """
     if seconds is None:
-        return await model.complete(request)
+        return await call
     with anyio.CancelScope(deadline=anyio.current_time() + seconds):
-        return await model.complete(request)
+        return await call
     return _DEADLINE
 
 

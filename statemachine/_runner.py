@@ -9,6 +9,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import date, timedelta
 from decimal import Decimal
 from functools import cache, partial
@@ -38,6 +39,7 @@ from ._errors import (
     RunPausedError,
     SetupError,
 )
+from ._events import RunEvents, _claim_sink, _run_events
 from ._governor import VerdictRecord
 from ._lease import DEFAULT_LEASE, _Driving, _Leases
 from ._model import Model
@@ -257,6 +259,28 @@ class Runner(Generic[C]):
         """Run the agent on the customer's ``text`` until it answers, fails or pauses."""
         return await self.drive(self._agent.start(ctx, text), run_id=run_id)
 
+    def events(
+        self, ctx: C, text: str, *, run_id: str | None = None
+    ) -> AbstractAsyncContextManager[RunEvents[C]]:
+        """:meth:`run`, as its events: ``async with runner.events(ctx, text) as events:``
+        then ``async for event in events:``.
+
+        Each transition is a ``TransitionEvent`` (sent after the new phase is saved),
+        the text a streaming model writes comes as ``TextDelta`` s, and the last event
+        is ``RunFinished`` with the :class:`RunResult`; an error the run raises is raised
+        by the iteration. The run goes on in a task of its own while the block is open:
+        leaving it before ``RunFinished`` (``break``, an error, a cancelled reader)
+        cancels the run and its model call, and a saved run is left ``cancelled`` at
+        its last checkpoint, ready to resume.
+        """
+        return _run_events(partial(self.run, ctx, text, run_id=run_id))
+
+    def resume_events(
+        self, run_id: str, *, note: str = "", decision: Approve | Denial | None = None
+    ) -> AbstractAsyncContextManager[RunEvents[C]]:
+        """:meth:`resume`, as its events (see :meth:`events`)."""
+        return _run_events(partial(self.resume, run_id, note=note, decision=decision))
+
     async def submit(self, ctx: C, text: str, *, run_id: str | None = None) -> str:
         """Save a new run for a worker to run; return its id.
 
@@ -328,6 +352,7 @@ class Runner(Generic[C]):
             fallbacks=self._fallbacks,
             ledger=self._checkpointer,
             fallback_models=self._fallback_models,
+            events=_claim_sink(),
             # A resumed run's clock goes on from the time it had already used.
             started=self._clock() - elapsed,
         )
@@ -431,9 +456,11 @@ class Runner(Generic[C]):
             # run, a resumed one) is where a context can arrive unchecked.
             problems = state.input_problems()
             if problems:
-                state = watch.accept(state, state.reject_input(problems), (Failed,))
+                entered, state = state, watch.accept(state, state.reject_input(problems), (Failed,))
                 went.add(state)
                 await saver.save(state)
+                if rt.events is not None:
+                    await rt.events.transition(entered, state)
         with driving.scope as scope:
             while isinstance(state, Active):
                 if driving.hand_back is not None and driving.hand_back.is_set():
@@ -446,6 +473,8 @@ class Runner(Generic[C]):
                 record = await saver.save(state) if saving else None
                 if self._on_transition is not None:
                     self._on_transition(before, state)
+                if rt.events is not None:
+                    await rt.events.transition(before, state)
                 if _stop_asked(record) and isinstance(state, Active):
                     # Stopped from elsewhere (the store): as stop(), at this checkpoint.
                     return await self._stopped(saver, went, driving, state, mark=True)

@@ -34,6 +34,8 @@ from ._tools import AM
 if TYPE_CHECKING:
     from opentelemetry import metrics
 
+    from ._events import _EventSink
+
 __all__ = ["Runtime", "_within"]
 
 T = TypeVar("T")
@@ -49,7 +51,9 @@ class Runtime:
     ``ledger`` records every write call's intent and result (the runner passes its
     checkpointer); ``None``: write calls are not recorded and never replayed.
     ``fallback_models`` are asked, in order, when ``model`` is unavailable or its
-    circuit breaker is open (see ``ModelRetrying``).
+    circuit breaker is open (see ``ModelRetrying``). ``events`` is where the run's
+    events go while someone iterates them (``Runner.events``); ``None``: nobody
+    listens, and no model is asked to stream.
     """
 
     run_id: str
@@ -63,6 +67,7 @@ class Runtime:
     fallbacks: metrics.Counter | None = None
     ledger: EffectLedger | None = None
     fallback_models: tuple[Model, ...] = ()
+    events: _EventSink | None = None
     # A default given as ``default=`` (not the ``@started.default`` decorator), so
     # that pyright, which reads attrs through dataclass_transform, sees it too.
     started: float = attrs.field(default=attrs.Factory(lambda rt: rt.clock(), takes_self=True))

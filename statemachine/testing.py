@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, TypeVar, final
+from typing import Any, TypeVar, cast, final
 
 from . import _json
 from ._approval import _HAND_GRANTS, _MINT, Approval, ApprovalRequest, Approve, Denial, _Grant
 from ._capture import Capture, CapturedSpan, MetricPoint, capture
 from ._errors import ScriptExhaustedError
-from ._model import ModelReply, ModelRequest, ToolRequest, Usage
+from ._model import ModelChunk, ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import to_money
 from ._phases import AwaitApproval, Phase
 from ._seal import _Ticket
@@ -108,17 +108,41 @@ def tool_call(
     )
 
 
+def _stream_chunks(chunks: int) -> int:
+    if isinstance(chunks, bool) or chunks < 1:
+        raise ValueError(f"stream_chunks must be a whole number of 1 or more, got {chunks!r}")
+    return chunks
+
+
+async def _streamed(reply: object, chunks: int) -> AsyncIterator[ModelChunk]:
+    """``reply``'s text in ``chunks`` pieces as long as each other (give or take one
+    character), then ``reply`` itself; what is not a reply is yielded as it is."""
+    if not isinstance(reply, ModelReply):
+        yield cast("ModelChunk", reply)  # not a chunk: the run refuses it, naming the model
+        return
+    text = reply.text
+    size = -(-len(text) // chunks)
+    for start in range(0, len(text), max(size, 1)):
+        yield ModelChunk(text=text[start : start + size])
+    yield ModelChunk(reply=reply)
+
+
 @final
 class ScriptedModel:
     """A model that replays a list of turns, one per call, and records each request.
 
     ``constrained=True`` makes it claim to enforce ``ModelRequest.output_schema``, as a
     structured-output backend does, so a guard in ``constrained`` mode accepts it.
+    It streams too (a run asks it to while someone listens, ``Runner.events``): each
+    turn's text in ``stream_chunks`` pieces, then the turn itself.
     """
 
-    def __init__(self, turns: Iterable[ModelReply], *, constrained: bool = False) -> None:
+    def __init__(
+        self, turns: Iterable[ModelReply], *, constrained: bool = False, stream_chunks: int = 1
+    ) -> None:
         self.turns = list(turns)
         self.constrained = constrained
+        self.stream_chunks = _stream_chunks(stream_chunks)
         self.requests: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelReply:
@@ -128,12 +152,20 @@ class ScriptedModel:
         self.requests.append(request)
         return self.turns[len(self.requests) - 1]
 
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """The next scripted turn, its text in ``stream_chunks`` pieces, then the turn."""
+        if len(self.requests) >= len(self.turns):
+            raise ScriptExhaustedError("scripted model", len(self.turns))
+        self.requests.append(request)
+        return _streamed(self.turns[len(self.requests) - 1], self.stream_chunks)
+
 
 @final
 class FunctionModel:
     """A model whose replies come from a function of the request, sync or async.
 
-    Each request is recorded; ``constrained`` is the same claim as on ScriptedModel.
+    Each request is recorded; ``constrained`` and ``stream_chunks`` are as on
+    ScriptedModel (when it streams, the function is called, and awaited, first).
     """
 
     def __init__(
@@ -141,9 +173,11 @@ class FunctionModel:
         reply_to: Callable[[ModelRequest], ModelReply | Awaitable[ModelReply]],
         *,
         constrained: bool = False,
+        stream_chunks: int = 1,
     ) -> None:
         self.reply_to = reply_to
         self.constrained = constrained
+        self.stream_chunks = _stream_chunks(stream_chunks)
         self.requests: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelReply:
@@ -157,6 +191,12 @@ class FunctionModel:
         if inspect.isawaitable(answer):
             return await answer
         return answer
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """What ``reply_to`` answers for ``request``, its text in ``stream_chunks`` pieces."""
+        answer = await self.complete(request)
+        async for chunk in _streamed(answer, self.stream_chunks):
+            yield chunk
 
 
 @final
