@@ -27,7 +27,11 @@ else:
   and ``length``, ``content_filter``, ``tool_calls`` and ``stop`` pass through, so the
   output guard sees a refusal or a truncation as such;
 - ``usage`` becomes :class:`Usage`, its cost computed exactly from
-  :class:`TokenPrices`.
+  :class:`TokenPrices`;
+- ``stream`` asks with ``"stream": true`` (and ``stream_options.include_usage``,
+  unless ``extra`` sets ``stream_options``), yields the text deltas as they come and
+  then the reply the chunks make up (``_sse``), read as a non-streamed body is; a
+  server that answers with a plain chat completion is read as one.
 
 The time limit of a call is the smaller of the adapter's ``timeout`` and the time
 the run has left (``ModelRequest.timeout``); at the limit the HTTP request is
@@ -44,6 +48,8 @@ import functools
 import math
 import os
 import re
+from collections.abc import AsyncIterator, Generator
+from contextlib import AsyncExitStack, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, final
 
@@ -60,6 +66,7 @@ from .._model import (
     NO_SETTINGS,
     TOOL_CHOICE_MODES,
     Message,
+    ModelChunk,
     ModelReply,
     ModelRequest,
     ModelSettings,
@@ -67,6 +74,7 @@ from .._model import (
     Usage,
 )
 from ._prices import TokenPrices
+from ._sse import _Completion, _StreamBroken, _StreamMalformed, data_of
 
 if TYPE_CHECKING:
     import ssl
@@ -278,8 +286,126 @@ class OpenAICompatibleModel:
             ) from None
         return self._read(response, structured=request.output_schema is not None)
 
-    def _content(self, request: ModelRequest) -> bytes:
-        return _json.dumps(self.body(request)).encode("utf-8", "backslashreplace")
+    def _content(self, request: ModelRequest, *, stream: bool = False) -> bytes:
+        body = self.body(request)
+        if stream:
+            body["stream"] = True
+            body.setdefault("stream_options", {"include_usage": True})
+        return _json.dumps(body).encode("utf-8", "backslashreplace")
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """:meth:`complete`, streamed: the text as the server writes it, then the reply.
+
+        The reply is the one the chunks make up, checked as a non-streamed body is;
+        the same time limit bounds the whole stream, and the same errors are raised.
+        An error event in the stream, or a stream that stops before the answer is
+        over, raises :class:`ModelUnavailableError`.
+        """
+        limit = self._timeout if request.timeout is None else min(self._timeout, request.timeout)
+        if limit <= 0:
+            raise TimeoutError(f"no time was left to ask the model at {self._url}")
+        deadline = anyio.current_time() + limit
+        structured = request.output_schema is not None
+        async with AsyncExitStack() as stack:
+            with self._timed(limit), anyio.fail_after(limit):
+                response = await self._open_stream(stack, request, limit)
+                if self._refuses_json_schema(request, response):
+                    self._fall_back(response)
+                    response = await self._open_stream(stack, request, limit)
+            if response.status_code >= 300 or not _is_event_stream(response):
+                reply = self._read(response, structured=structured)  # an error, or no stream
+                yield ModelChunk(text=reply.text, reply=reply)
+                return
+            completion = _Completion()
+            lines = response.aiter_lines()
+            while not completion.done:
+                with self._timed(limit), anyio.fail_after(deadline - anyio.current_time()):
+                    line = await self._next_line(lines)
+                if line is None:
+                    break
+                text = self._added(completion, line)
+                if text:
+                    yield ModelChunk(text=text)
+            yield ModelChunk(reply=self._completed(completion))
+
+    @contextmanager
+    def _timed(self, limit: float) -> Generator[None]:
+        """The ``TimeoutError`` of a call that ran past ``limit``, saying so."""
+        try:
+            yield
+        except TimeoutError:
+            raise TimeoutError(
+                f"the model at {self._url} did not answer within {limit:.2f}s; "
+                "the request was cancelled"
+            ) from None
+
+    async def _open_stream(
+        self, stack: AsyncExitStack, request: ModelRequest, limit: float
+    ) -> httpx.Response:
+        """The response to ``request`` asked as a stream, its body read unless it streams."""
+        import httpx
+
+        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        if self._api_key:
+            headers["authorization"] = f"Bearer {self._api_key}"
+        content = self._content(request, stream=True)
+        with self._http_errors():
+            client = self._client or self._owned
+            if client is None:
+                client = await stack.enter_async_context(_new_client())
+            sent = client.stream(
+                "POST", self._url, content=content, headers=headers, timeout=httpx.Timeout(limit)
+            )
+            response = await stack.enter_async_context(sent)
+            if response.status_code >= 300 or not _is_event_stream(response):
+                await response.aread()
+        return response
+
+    async def _next_line(self, lines: AsyncIterator[str]) -> str | None:
+        """The stream's next line; ``None`` at its end."""
+        with self._http_errors():
+            return await anext(lines, None)
+
+    @contextmanager
+    def _http_errors(self) -> Generator[None]:
+        """httpx's errors as the adapter's: a timeout, or the model unavailable."""
+        import httpx
+
+        try:
+            yield
+        except httpx.TimeoutException as error:
+            raise TimeoutError(str(error) or "timed out") from error
+        except httpx.HTTPError as error:  # refused, reset, or not HTTP at all
+            detail = str(error) or type(error).__name__
+            raise ModelUnavailableError(detail, url=self._url) from error
+
+    def _added(self, completion: _Completion, line: str) -> str:
+        """The text one line of the stream adds to ``completion``."""
+        data = data_of(line)
+        if data is None:
+            return ""
+        try:
+            return completion.add(data)
+        except _StreamMalformed as problem:
+            excerpt = _clip(data[:_EXCERPT_CHARS])
+            raise ModelResponseError(str(problem), url=self._url, excerpt=excerpt) from None
+        except _StreamBroken as problem:
+            raise ModelUnavailableError(
+                f"the stream broke off with an error: {problem}", url=self._url, status=200
+            ) from None
+
+    def _completed(self, completion: _Completion) -> ModelReply:
+        """The reply a finished stream makes up."""
+        if not completion.finished:
+            raise ModelUnavailableError(
+                "the stream ended before the answer did (no finish reason, no [DONE])",
+                url=self._url,
+                status=200,
+            )
+        try:
+            return self._reply(completion.document())
+        except _Malformed as problem:
+            raise ModelResponseError(f"the streamed answer: {problem}", url=self._url) from None
 
     def _fall_back(self, response: httpx.Response) -> None:
         """Send output schemas as json_object from now on, and log why."""
@@ -405,6 +531,11 @@ class OpenAICompatibleModel:
                 cost=cost,
             ),
         )
+
+
+def _is_event_stream(response: httpx.Response) -> bool:
+    kind: str = response.headers.get("content-type", "")
+    return kind.startswith("text/event-stream")
 
 
 def _new_client() -> httpx.AsyncClient:
