@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TextIO, final
 
+from ._events import RunFinished, TextDelta, TransitionEvent
 from ._governor import Verdict
 from ._guard import FALLBACK_COUNTER
 from ._json import dumps
@@ -266,7 +267,8 @@ def configure_logging(*, json: bool, stream: TextIO | None = None, level: int = 
 
 @final
 class ProgressLine:
-    """An ``on_transition`` callback that shows a run's current phase on one terminal line.
+    """Shows a run's current phase on one terminal line: an ``on_transition`` callback,
+    or a reader of ``Runner.events`` (:meth:`show`), which also shows the model's text.
 
     After every transition the line is rewritten in place (a carriage return, no
     new line); it is erased when the run ends or waits for a person, and by
@@ -275,16 +277,18 @@ class ProgressLine:
     stay clean.
     """
 
-    __slots__ = ("_label", "_live", "_stream", "_width")
+    __slots__ = ("_label", "_live", "_stream", "_text", "_width")
 
     def __init__(self, stream: TextIO | None = None, *, label: str = "") -> None:
         self._stream = sys.stdout if stream is None else stream
         self._live = self._stream.isatty()
         self._label = label
         self._width = 0
+        self._text = ""
 
     def __call__(self, before: Phase[Any], after: Phase[Any]) -> None:
         """Show ``after`` as the current phase, or erase the line if the run stopped there."""
+        self._text = ""
         if not self._live:
             return
         if isinstance(after, Done | Failed) or _waits(after):
@@ -292,10 +296,34 @@ class ProgressLine:
             return
         call = getattr(after, "call", None)
         doing = f" {call.name}" if call is not None else ""
-        text = f"{self._label}step {after.step}: {after.kind}{doing}"
+        self._write(f"{self._label}step {after.step}: {after.kind}{doing}")
+
+    def show(self, event: TransitionEvent[Any] | TextDelta | RunFinished[Any]) -> None:
+        """Show one event of ``Runner.events``: a transition as ``__call__`` does, the
+        end of the text the model is writing after its step, and nothing at the end.
+
+        ``async for event in events: line.show(event)``
+        """
+        if isinstance(event, TransitionEvent):
+            self(event.state, event.state)
+        elif isinstance(event, TextDelta):
+            self._text += event.text
+            if self._live:
+                # The text's end, on one line: the line is as wide as the terminal.
+                said = " ".join(self._text.split())
+                self._write(f"{self._label}step {event.step}: {said}", tail=True)
+        else:
+            self._text = ""
+            self.clear()
+
+    def _write(self, text: str, *, tail: bool = False) -> None:
+        """Rewrite the line with ``text``, cut to the terminal's width (``tail``: its end
+        kept, after an ellipsis)."""
         import shutil  # here: only a progress line on a terminal needs it
 
-        text = text[: max(shutil.get_terminal_size().columns - 1, 1)]
+        room = max(shutil.get_terminal_size().columns - 1, 1)
+        if len(text) > room:
+            text = "..." + text[len(text) - room + 3 :] if tail and room > 3 else text[:room]
         self._stream.write("\r" + text.ljust(self._width))
         self._stream.flush()
         self._width = len(text)

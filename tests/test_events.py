@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from statemachine import (
     ModelReply,
     ModelRequest,
     ModelResponseError,
+    ProgressLine,
     RunFinished,
     Runner,
     RunStatus,
@@ -242,3 +244,35 @@ async def test_resume_events_streams_a_resumed_run() -> None:
     assert [e.text for e in seen if isinstance(e, TextDelta)] == ["Sun", "ny."]
     assert seen[-1].result.ok
     assert (await store.record("run-4")).status == RunStatus.COMPLETED
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+async def test_a_progress_line_shows_the_events_and_the_text_being_written() -> None:
+    """ProgressLine.show: each transition as the on_transition callback shows it, the
+    model's text so far on the same line while it comes, and a blank line at the end."""
+    model = ScriptedModel(
+        [tool_call("weather", {"city": "Oslo"}), reply("Sunny\nin Oslo.")], stream_chunks=2
+    )
+    runner = Runner(agent(), model=model, gate=AutoDenyGate())
+    screen = Terminal()
+    line = ProgressLine(screen, label="oslo: ")
+    async with runner.events(None, "Weather?") as events:
+        async for event in events:
+            line.show(event)
+    written = screen.getvalue()
+    assert "\n" not in written
+    shown = [part.rstrip() for part in written.split("\r") if part.strip()]
+    assert shown == [
+        "oslo: step 1: Planning",
+        "oslo: step 2: ToolCalling weather",
+        "oslo: step 3: Observing weather",
+        "oslo: step 4: Planning",
+        "oslo: step 4: Sunny i",
+        "oslo: step 4: Sunny in Oslo.",
+        "oslo: step 5: Responding",
+    ]
+    assert written.endswith("\r" + " " * len("oslo: step 5: Responding") + "\r")
