@@ -88,8 +88,8 @@ class RunFinished(Generic[C]):
     result: RunResult[C]
 
 
-RunEvent: TypeAlias = "TransitionEvent[C] | TextDelta | RunFinished[C]"
-"""What ``Runner.events`` yields."""
+RunEvent: TypeAlias = TransitionEvent[C] | TextDelta | RunFinished[C]
+"""What ``Runner.events`` yields (``RunEvent[MyContext]``)."""
 
 
 @final
@@ -145,9 +145,9 @@ class RunEvents(Generic[C]):
     def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> TransitionEvent[C] | TextDelta | RunFinished[C]:
+    async def __anext__(self) -> RunEvent[C]:
         try:
-            event: TransitionEvent[C] | TextDelta | RunFinished[C] = await self._receive.receive()
+            event: RunEvent[C] = await self._receive.receive()
         except anyio.EndOfStream:
             if self._error:
                 raise self._error[0] from None
