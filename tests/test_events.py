@@ -276,3 +276,27 @@ async def test_a_progress_line_shows_the_events_and_the_text_being_written() -> 
         "oslo: step 5: Responding",
     ]
     assert written.endswith("\r" + " " * len("oslo: step 5: Responding") + "\r")
+
+
+async def test_a_run_started_inside_a_tool_does_not_stream_into_the_outer_listener() -> None:
+    """Only the run ``events`` started streams: an agent a tool runs (in the same task)
+    gets no listener, so its transitions and text stay out of the outer stream."""
+    inner = Runner(
+        Agent[None](name="inner"),
+        model=ScriptedModel([reply("inner answer")], stream_chunks=2),
+        gate=AutoDenyGate(),
+    )
+
+    @read_tool
+    async def ask_inner(args: CityArgs) -> dict[str, str]:
+        """Ask another agent."""
+        result = await inner.run(None, args.city)
+        return {"said": str(result.final.answer) if isinstance(result.final, Done) else ""}
+
+    outer = Agent[None](name="outer", tools=[ask_inner])
+    model = ScriptedModel([tool_call("ask_inner", {"city": "Oslo"}), reply("Done.")])
+    events = await collected(Runner(outer, model=model, gate=AutoDenyGate()), "Go")
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Done."]
+    transitions = [e for e in events if isinstance(e, TransitionEvent)]
+    assert {e.state.agent.name for e in transitions} == {"outer"}
+    assert len(transitions) == len(events[-1].result.history) - 1

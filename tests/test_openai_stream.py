@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import aclosing
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -272,3 +273,19 @@ async def test_a_run_streams_an_openai_models_text_as_events(server: tuple[str, 
     assert isinstance(finished, RunFinished)
     assert finished.result.ok
     assert finished.result.final.answer == "Sunny in Oslo."
+
+
+async def test_a_reader_that_stops_closes_the_stream_at_once(server: tuple[str, Script]) -> None:
+    """Closing the stream after the first delta (a run cancelled) does not wait for the
+    server to finish writing: the response is closed with the generator."""
+    url, script = server
+    script.answers.append(
+        (200, "text/event-stream", [*event_stream(delta(content="Sun"))[:1], 3.0])
+    )
+    model = OpenAICompatibleModel(url, "m", api_key="k", timeout=10)
+    started = time.monotonic()
+    async with aclosing(model.stream(asking())) as chunks:
+        async for chunk in chunks:
+            assert chunk.text == "Sun"
+            break
+    assert time.monotonic() - started < 2
