@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import nox
 
@@ -56,4 +57,10 @@ def tests(session: nox.Session) -> None:
     """pytest, every test but the local-model ones, on one Python version."""
     session.install("--quiet", "--upgrade", "pip")
     session.install("--quiet", "-e", ".[dev]")
+    # As `make install` does: a path entry naming the checkout, which mypy and pyright
+    # follow (the editable install's import hook they cannot), for tests that run them.
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = session.run_install("python", "-c", where, silent=True)
+    if isinstance(purelib, str):  # None when installing is skipped (nox --no-install)
+        Path(purelib.strip(), "statemachine_agents_checkout.pth").write_text(f"{Path.cwd()}\n")
     session.run("pytest", "-m", "not local", *session.posargs)
