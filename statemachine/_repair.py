@@ -131,8 +131,17 @@ _VALUE_START = re.compile(
 
 
 def _begins(text: str) -> str | None:
-    """The JSON type of the value ``text`` begins with (``"array"``...); ``None`` for prose."""
-    match = _VALUE_START.match(text.lstrip())
+    """The JSON type of the value ``text`` begins with (``"array"``...); ``None`` for prose.
+
+    An opening code fence line is looked past: the value is what the fenced text begins
+    with (so cutting a fenced ``null{}`` to its braces is a change of type, as it is
+    without the fence).
+    """
+    start = text.lstrip()
+    if start.startswith("```"):
+        _, _, start = start.partition("\n")
+        start = start.lstrip()
+    match = _VALUE_START.match(start)
     return None if match is None else match.lastgroup
 
 

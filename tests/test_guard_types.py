@@ -392,3 +392,13 @@ def test_whatever_the_text_a_repair_keeps_the_type_it_begins_with(text: str) -> 
     )
     if begins is not None:
         assert json_type(document_of(outcome)) == begins.lastgroup, text
+
+
+@pytest.mark.parametrize(
+    "text", ["```json\nnull{}\n```", "```\n[1, {}\n```", '```json\n"a" {"b": 1}\n```']
+)
+def test_a_fenced_value_is_not_cut_to_another_type(text: str) -> None:
+    """Found by the property above: the fence's body begins the value, so cutting a fenced
+    ``null{}`` to ``{}`` changes its type and is not done."""
+    outcome = OutputGuard(Anything).check_text(text)
+    assert outcome.repairs == () or json_type(document_of(outcome)) != "object", text
