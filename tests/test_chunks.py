@@ -1,0 +1,128 @@
+"""Checkpoints written before loop memory and the conversation were kept in chunks
+(issue 23) still load, and their runs resume.
+
+``tests/data/pre-chunk-runs.db`` was written by ``tests/data/make_pre_chunk_runs.py``
+from commit 63c27e5: three runs of the agent ``looker`` (a long completed one, one
+waiting for an approval, one sealed under ``k-old``).
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from statemachine import (
+    Agent,
+    CheckpointCipher,
+    Done,
+    Runner,
+    SQLiteCheckpointer,
+    read_tool,
+    write_tool,
+)
+from statemachine.persist import load_phase
+from statemachine.testing import ScriptedGate, ScriptedModel, reply
+
+pytestmark = pytest.mark.anyio
+
+PRE_CHUNK = Path(__file__).parent / "data" / "pre-chunk-runs.db"
+KEY = CheckpointCipher(
+    {"k-old": base64.b64decode("q1Q4QmR0c2V2Z2h0aGlzaXNhdGVzdGtleW9ubHkhISE=")}, "k-old"
+)
+
+
+class LookupArgs(BaseModel):
+    key: str
+
+
+class PayArgs(BaseModel):
+    to: str
+    amount: str
+
+
+paid: list[str] = []
+
+
+@read_tool
+async def lookup(args: LookupArgs) -> dict[str, str]:
+    """Look a key up."""
+    return {"key": args.key, "value": f"value of {args.key}"}
+
+
+@write_tool
+async def pay(args: PayArgs) -> dict[str, str]:
+    """Move money."""
+    paid.append(args.amount)
+    return {"paid": args.amount}
+
+
+def looker() -> Agent[None]:
+    return Agent[None](name="looker", tools=[lookup, pay], max_steps=1000)
+
+
+def phase_of(document: dict[str, Any], agent: Agent[None], run_id: str) -> Any:
+    return load_phase(document, agents={"looker": agent}, run_id=run_id)
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.db"
+    shutil.copy(PRE_CHUNK, path)
+    return path
+
+
+async def test_a_long_run_written_before_chunks_loads_whole(store_path: Path) -> None:
+    agent = looker()
+    async with SQLiteCheckpointer(store_path) as store:
+        seq, document = await store.load("long")
+    final = phase_of(document, agent, "long")
+    assert isinstance(final, Done)
+    assert final.answer == "Done."
+    transcript = list(final.transcript)
+    # The question, a call and its result per lookup, the answer.
+    assert len(transcript) == 1 + 2 * 40 + 1
+    assert transcript[0].role == "user"
+    assert [m.tool_calls[0].arguments for m in transcript[1:-1:2]] == [
+        f'{{"key":"k{n}"}}' for n in range(40)
+    ]
+    assert transcript[-2].role == "tool"
+    assert transcript[-2].content == '{"key":"k39","value":"value of k39"}'
+    assert (transcript[-1].role, transcript[-1].content) == ("assistant", "Done.")
+    assert len(final.loop.actions) == 40
+    assert [a.outcome for a in final.loop.actions] == ["ok"] * 40
+    assert seq == 40 * 3 + 3
+
+
+async def test_a_sealed_run_written_before_chunks_loads(store_path: Path) -> None:
+    async with SQLiteCheckpointer(store_path, sealer=KEY) as store:
+        _, document = await store.load("sealed")
+    final = phase_of(document, looker(), "sealed")
+    assert isinstance(final, Done)
+    assert len(final.loop.actions) == 12
+    assert len(list(final.transcript)) == 1 + 2 * 12 + 1
+
+
+async def test_a_waiting_run_written_before_chunks_resumes_to_done(store_path: Path) -> None:
+    paid.clear()
+    async with SQLiteCheckpointer(store_path) as store:
+        runner = Runner(
+            looker(),
+            model=ScriptedModel([reply("Paid.")]),
+            gate=ScriptedGate([True], by="kim"),
+            checkpointer=store,
+        )
+        resumed = await runner.resume("waiting")
+        assert isinstance(resumed.final, Done)
+        assert resumed.final.answer == "Paid."
+        assert paid == ["10.00"]
+        assert len(resumed.final.loop.actions) == 13
+        # The resumed run's checkpoints load again, in today's format.
+        _, document = await store.load("waiting")
+    again = phase_of(document, looker(), "waiting")
+    assert isinstance(again, Done)
+    assert len(list(again.transcript)) == 1 + 2 * 13 + 1
