@@ -117,13 +117,26 @@ def _unanswered(heard: Planning[C], reason: str, prefix: str = "") -> ModelRetry
 
 async def _route(
     planning: Planning[C], rt: Runtime, reply: ModelReply
-) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | Failed[C]:
+) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | ModelRetrying[C] | Failed[C]:
     """Where the model's reply goes: an answer to the output guard (``_answer``); tool
     calls, every one of them, queued in the model's order, and the first taken: to the
-    governor when it is valid, back to the model when not (``_batch``)."""
+    governor when it is valid, back to the model when not (``_batch``). Tool calls cut
+    off at the token limit (``finish_reason`` ``length``) are a truncation: ``Failed``,
+    saying so, and none of them runs."""
     if not reply.tool_calls:
         return await _answer(planning, rt, reply)
+    if reply.finish_reason == "length":  # the last call was cut: none of them is whole
+        cut = reply.tool_calls[-1]
+        return planning.fail(
+            "the model's tool call was cut off at the token limit (finish_reason length): "
+            f"{cut.name} with arguments {_clipped(cut.arguments)!r}; raise max_tokens in "
+            "the model's settings"
+        )
     return _take(_queued(planning, reply.tool_calls), rt)
+
+
+def _clipped(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 async def _ask(

@@ -7,9 +7,8 @@ and never skip: without the ``local`` extra (which brings the server's own extra
 server does not start and they fail saying why.
 
 A 135M model is weak, so the tests force each tool call with ``tool_choice`` naming the
-tool (the server then decodes the tool's arguments with a grammar; ``"required"`` is
-not something this server implements: it answers a 500 with no message) and assert
-the phases a run went through and where it ends, never the wording of an answer.
+tool (the server then decodes the tool's arguments with a grammar) and assert the
+phases a run went through and where it ends, never the wording of an answer.
 
 Found against the real server, and asserted here as the library handles it:
 
@@ -17,9 +16,12 @@ Found against the real server, and asserted here as the library handles it:
   it; the adapter asks again with ``json_object`` (and the schema), which the server
   enforces with a grammar.
 - A forced tool call cut off at ``max_tokens`` comes back with ``finish_reason``
-  ``"tool_calls"``, not ``"length"``, and its arguments cut mid-JSON: the library sees
-  an invalid call, not a truncation, and feeds it back (or fails after
-  ``max_invalid_calls``).
+  ``"tool_calls"``, not ``"length"``, and its arguments cut mid-JSON: the adapter sees
+  that the reply used every token allowed and reports ``"length"``, and the run fails
+  as a truncation, not as an invalid call.
+- ``tool_choice="required"`` is not something this server implements: it answers a
+  500 with no message. The adapter asks again at once with the one tool offered named
+  (or ``"auto"`` when several are), and remembers.
 """
 
 from __future__ import annotations
@@ -318,10 +320,10 @@ def test_an_answer_cut_at_max_tokens_fails_the_run_saying_so(server: LlamaServer
     assert result.final.partial.strip()
 
 
-def test_a_forced_call_cut_at_max_tokens_is_an_invalid_call(server: LlamaServer) -> None:
+def test_a_forced_call_cut_at_max_tokens_is_a_truncation(server: LlamaServer) -> None:
     """The server reports a forced call cut at max_tokens as finish_reason tool_calls with
-    half its arguments: the router refuses them, and with max_invalid_calls=1 the run
-    fails saying the arguments are not JSON; nothing runs."""
+    half its arguments; the adapter reports it as length (every token used, arguments not
+    JSON), and the run fails saying the call was cut off, without routing it; nothing runs."""
     shop = Shop()
     settings = SETTINGS.merged(ModelSettings(max_tokens=3))
     model = Steered(server_model(server, settings=settings), plan=("check_stock",))
@@ -330,14 +332,43 @@ def test_a_forced_call_cut_at_max_tokens_is_an_invalid_call(server: LlamaServer)
         None, "How many crates of apples are in stock?"
     )
     (reply,) = model.replies
-    assert reply.finish_reason == "tool_calls"
-    assert reply.usage.output_tokens == 3
+    assert (reply.finish_reason, reply.usage.output_tokens) == ("length", 3)
+    assert reply.tool_calls[0].name == "check_stock"
     assert result.history == ("Idle", "Planning", "Failed")
     assert isinstance(result.final, Failed)
     assert result.final.reason.startswith(
-        "the model sent 1 invalid tool calls in a row; last: arguments are not valid JSON"
+        "the model's tool call was cut off at the token limit (finish_reason length): "
+        "check_stock with arguments "
     )
     assert shop.orders == []
+
+
+def test_a_required_tool_choice_the_server_refuses_falls_back_to_the_named_tool(
+    server: LlamaServer,
+) -> None:
+    """tool_choice "required": the server answers a 500; the adapter asks again at once
+    naming the one tool offered (not a retry through ModelRetrying), the call runs, and
+    the run answers."""
+
+    @read_tool
+    async def check_stock(args: Item) -> dict[str, object]:
+        """Look up how many crates of a fruit are in stock."""
+        return {"item": args.item, "crates": 12}
+
+    settings = SETTINGS.merged(ModelSettings(tool_choice="required"))
+    model = server_model(server, settings=settings)
+    agent = Agent[None](
+        name="stock", tools=[check_stock], instructions=INSTRUCTIONS, max_tool_iterations=1
+    )
+    result = Runner(agent, model=model, gate=AutoDenyGate(), seed=7).run_sync(
+        None, "How many crates of apples are in stock?"
+    )
+    assert not model.required_tool_choice
+    assert result.history == (
+        "Idle", "Planning", "ToolCalling", "Observing", "Planning", "Responding", "Done"
+    )  # fmt: skip
+    assert isinstance(result.final, Done)
+    assert result.final.spent.model_calls == 2
 
 
 class StockAnswer(BaseModel, frozen=True):

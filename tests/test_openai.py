@@ -27,6 +27,7 @@ from support import CityArgs, FlightArgs, exactly
 from statemachine import (
     Agent,
     Budget,
+    Failed,
     Message,
     ModelReply,
     ModelRequest,
@@ -70,6 +71,7 @@ class Recorded:
     status: int = 200
     delay: float = 0.0
     headers: tuple[tuple[str, str], ...] = ()
+    hang_up: bool = False  # close the connection instead of answering
 
     def payload(self) -> bytes:
         return self.body if isinstance(self.body, bytes) else dumps(self.body).encode()
@@ -129,8 +131,11 @@ class ChatServer:
                     self.requests.append(received)
                     recorded = self.next_reply(received)
                     await anyio.sleep(recorded.delay)
+                    if recorded.hang_up:
+                        return
                     payload = recorded.payload()
-                    phrase = http.HTTPStatus(recorded.status).phrase
+                    known = recorded.status in http.HTTPStatus._value2member_map_
+                    phrase = http.HTTPStatus(recorded.status).phrase if known else "Overloaded"
                     response = [
                         f"HTTP/1.1 {recorded.status} {phrase}",
                         "content-type: application/json",
@@ -740,3 +745,179 @@ def test_bad_settings_fail_at_construction() -> None:
         OpenAICompatibleModel("http://127.0.0.1:8080/v1", " ")
     with pytest.raises(SetupError, match="timeout must be a positive"):
         OpenAICompatibleModel("http://127.0.0.1:8080/v1", "m", timeout=0)
+
+
+# --- failure classes through the SDK ---------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [408, 409, 429, 500, 502, 503, 504, 529])
+async def test_a_failure_that_may_pass_is_unavailable_after_one_request(status: int) -> None:
+    """A request timeout, a conflict, rate limiting and every 5xx but 501: retryable, and
+    the SDK sends the request once (its own retries are off)."""
+    async with chat_server(error(status, "try later"), text("never")) as server:
+        with pytest.raises(ModelUnavailableError) as raised:
+            await adapter(server).complete(ModelRequest(messages=USER))
+    assert (raised.value.status, raised.value.retryable) == (status, True)
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422, 501])
+async def test_a_refused_request_is_permanent_after_one_request(status: int) -> None:
+    """A 4xx (but 408, 409, 429) and a 501 (the server cannot do it): the same request
+    fails again, so it is a ModelRequestError, not retryable."""
+    async with chat_server(error(status, "no such thing"), text("never")) as server:
+        with pytest.raises(ModelRequestError) as raised:
+            await adapter(server).complete(ModelRequest(messages=USER))
+    assert (raised.value.status, raised.value.retryable) == (status, False)
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "wait"),
+    [
+        ({"retry-after": "7"}, 7.0),
+        ({"retry-after": "0.5"}, 0.5),
+        ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),
+        ({"retry-after": "soon"}, None),
+        ({"retry-after": "-3"}, None),
+        ({}, None),
+    ],
+)
+async def test_the_wait_the_server_asks_for_is_read_from_its_headers(
+    headers: dict[str, str], wait: float | None
+) -> None:
+    """Seconds, OpenAI's milliseconds (which win), or an HTTP date (one in the past asks
+    for no wait); anything unreadable is no ask."""
+    async with chat_server(error(429, "slow down", **headers)) as server:
+        with pytest.raises(ModelUnavailableError) as raised:
+            await adapter(server).complete(ModelRequest(messages=USER))
+    assert raised.value.retry_after == wait
+
+
+def test_an_http_date_is_read_as_the_seconds_until_it() -> None:
+    """retry-after as an HTTP date: the seconds from now until then."""
+    from statemachine.models._wire import retry_after
+
+    now = 1_445_412_450.0  # 07:27:30 GMT, 30s before the date
+    assert retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, now) == 30.0
+    assert retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00"}, now) is None
+
+
+async def test_a_connection_reset_before_the_answer_is_unavailable() -> None:
+    """A server that closes the connection on the request: no status, retryable."""
+    async with chat_server(Recorded(b"", hang_up=True)) as server:
+        with pytest.raises(ModelUnavailableError, match="could not reach the model") as raised:
+            await adapter(server).complete(ModelRequest(messages=USER))
+    assert raised.value.status is None
+
+
+# --- tool_choice "required", refused ---------------------------------------------------
+
+# What llama-cpp-python's server answers to tool_choice "required": a 500, no message.
+REQUIRED_REFUSED = Recorded(
+    {"error": {"message": "", "type": "internal_server_error", "param": None, "code": None}},
+    status=500,
+)
+
+
+async def test_a_server_that_refuses_required_is_asked_again_with_the_tool_named() -> None:
+    """tool_choice "required" answered by a 500 with no message: asked again at once with
+    the one tool offered named; the model remembers, and asks so from then on."""
+    request = ModelRequest(
+        messages=USER,
+        tools=ToolRegistry([lookup]).schemas(),
+        settings=ModelSettings(tool_choice="required"),
+    )
+    answer = calls("lookup", '{"city": "Paris"}')
+    async with chat_server(REQUIRED_REFUSED, answer, answer) as server:
+        model = adapter(server)
+        assert model.required_tool_choice
+        first = await model.complete(request)
+        second = await model.complete(request)
+    assert first.tool_calls[0].name == second.tool_calls[0].name == "lookup"
+    assert not model.required_tool_choice
+    choices = [sent.json()["tool_choice"] for sent in server.requests]
+    named = {"type": "function", "function": {"name": "lookup"}}
+    assert choices == ["required", named, named]
+
+
+async def test_with_several_tools_a_refused_required_becomes_auto() -> None:
+    """With more than one tool, no one tool can be named: "auto"."""
+    request = ModelRequest(
+        messages=USER,
+        tools=ToolRegistry([lookup, book]).schemas(),
+        settings=ModelSettings(tool_choice="required"),
+    )
+    async with chat_server(REQUIRED_REFUSED, text("ok")) as server:
+        got = await adapter(server).complete(request)
+    assert got.text == "ok"
+    assert [sent.json()["tool_choice"] for sent in server.requests] == ["required", "auto"]
+
+
+@pytest.mark.parametrize(
+    ("first", "raised", "sent"),
+    [
+        # A 5xx with words of its own is a failure of the server, not of the request.
+        (error(503, "The server is overloaded."), ModelUnavailableError, 1),
+        # A 4xx naming tool_choice is a refusal of "required": asked again; refused twice.
+        (error(400, "tool_choice 'required' is not supported"), ModelRequestError, 2),
+    ],
+)
+async def test_only_a_refusal_of_required_is_asked_again(
+    first: Recorded, raised: type[Exception], sent: int
+) -> None:
+    request = ModelRequest(
+        messages=USER,
+        tools=ToolRegistry([lookup]).schemas(),
+        settings=ModelSettings(tool_choice="required"),
+    )
+    async with chat_server(first, error(400, "still no"), text("never")) as server:
+        with pytest.raises(raised):
+            await adapter(server).complete(request)
+    assert len(server.requests) == sent
+
+
+# --- a tool call cut at max_tokens -----------------------------------------------------
+
+
+async def test_a_tool_call_cut_at_max_tokens_is_a_truncation() -> None:
+    """A forced call whose arguments stop mid-JSON after every token max_tokens allowed
+    (llama-cpp-python's server says tool_calls) is reported as finish_reason length."""
+    cut = completion(
+        {"tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "lookup", "arguments": '{"city": "Pa'}}]},
+        "tool_calls",
+        {"prompt_tokens": 40, "completion_tokens": 3},
+    )  # fmt: skip
+    whole = calls("lookup", '{"city": "Paris"}')  # 17 tokens, whole arguments
+    settings = ModelSettings(max_tokens=3)
+    async with chat_server(cut, whole) as server:
+        model = adapter(server, settings=settings)
+        got = await model.complete(ModelRequest(messages=USER))
+        kept = await model.complete(ModelRequest(messages=USER))
+    assert (got.finish_reason, got.tool_calls[0].arguments) == ("length", '{"city": "Pa')
+    assert kept.finish_reason == "tool_calls"
+
+
+async def test_a_run_whose_tool_call_is_cut_fails_as_a_truncation() -> None:
+    """End to end: the cut call is not routed as an invalid call; the run fails saying
+    that the model's tool call was cut off at the token limit, and nothing runs."""
+    cut = completion(
+        {"tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "book", "arguments": '{"flight": "AF'}}]},
+        "length",
+        {"prompt_tokens": 40, "completion_tokens": 3},
+    )  # fmt: skip
+    agent = Agent[None](name="travel", tools=[lookup, book])
+    async with chat_server(cut, text("never")) as server:
+        result = await Runner(agent, model=adapter(server), gate=AutoDenyGate()).run(
+            None, "Book AF1."
+        )
+    assert result.history == ("Idle", "Planning", "Failed")
+    assert isinstance(result.final, Failed)
+    assert result.final.reason == (
+        "the model's tool call was cut off at the token limit (finish_reason length): "
+        "book with arguments '{\"flight\": \"AF'; raise max_tokens in the model's settings"
+    )
+    assert len(server.requests) == 1

@@ -1,7 +1,7 @@
 """statemachine.models: the model adapters, each a :class:`~statemachine.Model`.
 
 - :class:`OpenAICompatibleModel`: any server that speaks the OpenAI chat-completions
-  protocol over HTTP (needs httpx);
+  protocol over HTTP, through the official ``openai`` SDK (the ``openai`` extra);
 - :class:`AnthropicModel`: Anthropic's Messages API, through the official
   ``anthropic`` SDK (the ``anthropic`` extra);
 - :class:`TokenPrices`: what the two HTTP adapters' tokens cost;
@@ -9,7 +9,7 @@
   process by llama.cpp (the ``local`` extra).
 
 Each adapter's module is imported on first use of one of its names, so that
-``import statemachine.models`` loads neither httpx, the anthropic SDK nor llama.cpp.
+``import statemachine.models`` loads neither httpx, the two SDKs nor llama.cpp.
 The same objects are importable from ``statemachine`` itself.
 """
 
