@@ -115,6 +115,11 @@ def _unanswered(heard: Planning[C], reason: str, prefix: str = "") -> ModelRetry
     return heard.fail(f"{prefix}{reason}")
 
 
+def _passing(reason: str) -> bool:
+    """Whether a model call that gave no reply failed for now (asking again may help)."""
+    return isinstance(reason, _Unanswered) and reason.transient is not None
+
+
 async def _route(
     planning: Planning[C], rt: Runtime, reply: ModelReply
 ) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | ModelRetrying[C] | Failed[C]:
@@ -314,13 +319,14 @@ async def _finalize(
 
 async def _answer(
     planning: Planning[C], rt: Runtime, reply: ModelReply
-) -> Responding[C] | Failed[C]:
+) -> Responding[C] | ModelRetrying[C] | Failed[C]:
     """Put the model's answer through the output guard; every outcome is routed here.
 
     With ``Agent(answer_guard=...)`` the answer must parse into the guard's schema,
     through the validation loop; otherwise it must be a ``CustomerResponse``: plain
     text, not empty, at most 4,000 characters. Retries are model calls, charged to
-    the run's spend.
+    the run's spend; one that fails for now (the service is busy or down) goes to
+    ``ModelRetrying``, as a planning call does, and the model is asked afresh.
     """
     guard = planning.agent.answer_guard
     if guard is None:
@@ -353,6 +359,8 @@ async def _answer(
             return heard.respond(outcome.data.decode(), verified=outcome)
         case Refusal():
             return heard._fail(f"the model refused to answer: {outcome.text}", partial=outcome.text)
+        case Truncated() if stopped and _passing(stopped[-1]):
+            return _unanswered(heard, stopped[-1])
         case Truncated() if stopped:
             best = result.best
             partial = best.raw if isinstance(best, Invalid) else ""
@@ -374,7 +382,7 @@ async def _answer(
 
 async def _text_answer(
     planning: Planning[C], rt: Runtime, reply: ModelReply
-) -> Responding[C] | Failed[C]:
+) -> Responding[C] | ModelRetrying[C] | Failed[C]:
     attempts = planning.agent.answer_attempts
     heard: Planning[C] = planning
     for attempt in range(1, attempts + 1):
@@ -408,6 +416,8 @@ async def _text_answer(
                     "the customer again, as plain text of 1 to 4,000 characters."
                 )
                 again, heard = await _ask(heard, rt, tools=(), note=note)
+                if isinstance(again, str) and _passing(again):
+                    return _unanswered(heard, again)
                 if isinstance(again, str):
                     return heard._fail(again, partial=reply.text)
                 reply = again

@@ -216,9 +216,27 @@ class InvalidThenLate:
         return await OwnTimeout(0.05).complete(request)
 
 
-async def test_a_timeout_while_the_guard_asks_again_is_the_reason() -> None:
-    """The validation loop's retry times out: the run says so, not "cut off at the limit"."""
+async def test_a_timeout_while_the_guard_asks_again_goes_to_model_retrying() -> None:
+    """The validation loop's retry meets the model's own time limit, which the policy
+    retries: the run goes to ModelRetrying as a planning call does, and when the attempts
+    run out it is left to resume, the timeout as the reason."""
     agent = Agent[None](name="a", answer_guard=OutputGuard(Ticket))
+    model = InvalidThenLate()
+    said = await exhausted(agent, model)
+    assert said == (
+        "the model did not answer within its own time limit (the model took longer than "
+        "its 0.05s); the run has no wall-clock budget"
+    )
+    assert model.asked == 2
+
+
+async def test_a_timeout_the_policy_does_not_retry_while_the_guard_asks_again_is_the_reason() -> (
+    None
+):
+    """The same timeout, with a policy that does not retry timeouts: the run fails saying
+    so, not "cut off at the limit", keeping the answer it had."""
+    policy = RetryPolicy(max_attempts=3, retry_on=())
+    agent = Agent[None](name="a", answer_guard=OutputGuard(Ticket), model_retry=policy)
     failed = await run(agent, InvalidThenLate())
     assert failed.reason == (
         "the model did not answer within its own time limit (the model took longer than "

@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from statemachine import (
     Agent,
@@ -23,6 +24,7 @@ from statemachine import (
     Failed,
     ModelRetriesExhaustedError,
     ModelRetrying,
+    OutputGuard,
     Runner,
 )
 from statemachine.models import OpenAICompatibleModel, TokenPrices
@@ -44,9 +46,9 @@ ANSWERED = ("Idle", "Planning", "Responding", "Done")
 class Service:
     """A chat-completions server on 127.0.0.1 that answers from a script, one step a request.
 
-    A step is ``"ok"`` (the answer), an HTTP status with optional headers, ``"reset"``
-    (the connection is reset before any answer), or ``("hang", seconds)`` (no answer
-    for that long, then the answer).
+    A step is ``"ok"`` (the answer), ``("answer", text)`` (an answer with that text), an
+    HTTP status with optional headers, ``"reset"`` (the connection is reset before any
+    answer), or ``("hang", seconds)`` (no answer for that long, then the answer).
     """
 
     def __init__(self) -> None:
@@ -83,8 +85,15 @@ class Service:
         if isinstance(step, tuple) and step[0] == "hang":
             time.sleep(step[1])
             step = "ok"
+        if isinstance(step, tuple) and step[0] == "answer":  # this text, not the usual
+            content = step[1]
+            step = "ok"
+        else:
+            content = "Hello."
         status, headers = (200, {}) if step == "ok" else (step[0], step[1])
-        body = ANSWER if status == 200 else {"error": {"message": f"service said {status}"}}
+        message = {"role": "assistant", "content": content}
+        answer = {**ANSWER, "choices": [{"message": message, "finish_reason": "stop"}]}
+        body = answer if status == 200 else {"error": {"message": f"service said {status}"}}
         content = json.dumps(body).encode()
         try:
             handler.send_response(status)
@@ -359,3 +368,62 @@ async def test_the_time_each_wait_used_counts_against_the_deadline(service: Serv
     )
     assert (service.requests, clock.waits) == (2, [2.0])
     assert result.final.spent.model_calls == 2
+
+
+class Note(BaseModel, frozen=True):
+    """An answer the output guard holds the model to."""
+
+    subject: str
+
+
+def guarded(service: Service, clock: Clock, guard: OutputGuard[Note] | None) -> Runner[None]:
+    agent = Agent[None](name="retrier", answer_guard=guard)
+    model = OpenAICompatibleModel(service.url, "m", timeout=5.0, prices=PRICES)
+    return Runner(agent, model=model, gate=AutoDenyGate(), clock=clock, sleep=clock.sleep, seed=20)
+
+
+async def test_a_503_while_the_output_guard_asks_again_goes_through_model_retrying(
+    service: Service,
+) -> None:
+    """The first answer is not the guard's schema; the guard's request for a better one
+    meets a 503: the run goes to ModelRetrying (not Failed), waits the backoff, and the
+    model, asked afresh, answers. Three requests, three model calls charged."""
+    service.script = [("answer", "no JSON here"), (503, {}), ("answer", '{"subject": "Hi"}')]
+    clock = Clock()
+    result = await guarded(service, clock, OutputGuard(Note)).run(None, "Hi.")
+    assert isinstance(result.final, Done)
+    assert result.history == ("Idle", "Planning", "ModelRetrying", "Planning", "Responding", "Done")
+    assert Note.model_validate_json(result.final.answer) == Note(subject="Hi")
+    assert service.requests == 3
+    assert len(clock.waits) == 1
+    assert within_backoff(clock.waits)
+    spent = result.final.spent
+    assert (spent.model_calls, spent.tokens, spent.cost) == (3, 30, Decimal("0.04"))
+
+
+async def test_a_503_while_a_plain_answer_is_asked_again_goes_through_model_retrying(
+    service: Service,
+) -> None:
+    """No guard of the agent's: an empty answer is asked for again; that request meets a
+    503, and the run retries the model instead of failing."""
+    service.script = [("answer", ""), (503, {"retry-after": "3"})]
+    clock = Clock()
+    result = await guarded(service, clock, None).run(None, "Hi.")
+    assert isinstance(result.final, Done)
+    assert result.history == ("Idle", "Planning", "ModelRetrying", "Planning", "Responding", "Done")
+    assert result.final.answer == "Hello."
+    assert (service.requests, clock.waits) == (3, [3.0])
+    assert result.final.spent.model_calls == 3
+
+
+async def test_a_refused_request_while_the_guard_asks_again_still_fails(
+    service: Service,
+) -> None:
+    """A 400 on the guard's request is permanent: Failed, as before, not retried."""
+    service.script = [("answer", "no JSON here"), (400, {})]
+    clock = Clock()
+    result = await guarded(service, clock, OutputGuard(Note)).run(None, "Hi.")
+    assert isinstance(result.final, Failed)
+    assert result.history == ("Idle", "Planning", "Failed")
+    assert "refused the request with HTTP 400" in result.final.reason
+    assert (service.requests, clock.waits) == (2, [])
