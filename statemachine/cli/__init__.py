@@ -2,9 +2,10 @@
 
 One argparse tree (``_tree``) with the options every command shares (``_options``):
 ``runs`` (list, show, approve, deny, stop, resume, abort, purge), ``stats``,
-``diagram``, ``worker`` and ``init`` (the one command that makes a new store). Each
-command's code is in a module of its own, imported only when that command runs:
-``diagram`` does not pay for the worker's imports.
+``diagram``, ``worker``, ``inbox`` (the approvals inbox's web server) and ``init``
+(the one command that makes a new store). Each command's code is in a module of its
+own, imported only when that command runs: ``diagram`` does not pay for the worker's
+imports.
 
 Every command prints aligned text for a person, or one JSON document with ``--json``.
 Exit codes: 0 done; 1 refused (an unknown run, a run not in a state where the command
@@ -38,6 +39,7 @@ _SAYS: Final = {
     "diagram": "diagram",
     "worker": f"{PROG} worker",
     "init": f"{PROG} init",
+    "inbox": f"{PROG} inbox",
 }
 
 
@@ -77,6 +79,10 @@ def _run(args: argparse.Namespace) -> int:
             from . import _init
 
             return _init.run(args)
+        case "inbox":
+            from . import _inbox
+
+            return _inbox.run(args)
     raise AssertionError(f"no module runs the command {args.command!r}")
 
 

@@ -42,6 +42,7 @@ def tree() -> Parser:
     stats.add_argument("--agent", metavar="NAME", help="only runs of this agent")
     _diagram(commands)
     _worker(commands, [store])
+    _inbox(commands, [store])
     commands.add_parser(
         "init",
         parents=[store],
@@ -200,3 +201,38 @@ def _worker(commands: argparse._SubParsersAction[Parser], parents: list[Parser])
         help="make the store if there is none yet (as init does); else a missing one is refused",
     )
     worker.add_argument("--owner", help="this worker's name in the lease history (host:pid)")
+
+
+def _inbox(commands: argparse._SubParsersAction[Parser], parents: list[Parser]) -> None:
+    inbox = commands.add_parser(
+        "inbox",
+        parents=parents,
+        help="serve the approvals inbox: a web page where operators decide",
+        description=(
+            "Serve the approvals inbox (the inbox extra): the runs that need a person, each "
+            "run's page, and approve, deny, resume, stop, abort and settle, for the operators "
+            "of the configuration file. It binds to loopback unless the file or --host says "
+            "otherwise."
+        ),
+    )
+    inbox.add_argument("--config", metavar="PATH", help="the inbox's TOML configuration file")
+    inbox.add_argument("--host", help="the address to bind (default: the file's, else 127.0.0.1)")
+    inbox.add_argument("--port", type=count, help="the port (default: the file's, else 8765)")
+    inbox.add_argument(
+        "--agent",
+        action="append",
+        metavar="MODULE[:FUNCTION]",
+        help=f"a module whose {FACTORY}(checkpointer) builds a runner: its agent's graph and "
+        "budgets are shown on its runs' pages (repeat for more agents)",
+    )
+    secrets = inbox.add_mutually_exclusive_group()
+    secrets.add_argument(
+        "--hash-password",
+        action="store_true",
+        help="read a password and print its argon2 hash for the configuration file",
+    )
+    secrets.add_argument(
+        "--new-token",
+        action="store_true",
+        help="print a fresh token and the token_hash line for the configuration file",
+    )
