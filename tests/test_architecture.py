@@ -20,6 +20,7 @@ WINGS: tuple[tuple[str, str], ...] = (
     ("statemachine.__main__", "cli"),
     ("statemachine.cli", "cli"),
     ("statemachine.inbox", "inbox"),
+    ("statemachine.mcp", "mcp"),
     ("statemachine.models", "models"),
     ("statemachine.persist", "persist"),
     ("statemachine._lease", "run"),
@@ -32,7 +33,16 @@ WINGS: tuple[tuple[str, str], ...] = (
     ("statemachine.testing", "face"),
     ("statemachine", "core"),  # everything else: the phases and what they are made of
 )
-FLOORS = {"core": 0, "persist": 1, "models": 1, "run": 2, "face": 3, "cli": 4, "inbox": 4}
+FLOORS = {
+    "core": 0,
+    "persist": 1,
+    "models": 1,
+    "mcp": 1,
+    "run": 2,
+    "face": 3,
+    "cli": 4,
+    "inbox": 4,
+}
 # The package itself (statemachine/__init__.py) is the public face: it re-exports all.
 FACE = "statemachine"
 
