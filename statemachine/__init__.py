@@ -68,9 +68,11 @@ from ._governor import (
     Decision,
     LoopGovernor,
     LoopState,
+    SignedSimilarity,
     Similarity,
     Verdict,
     VerdictRecord,
+    lexical_similarity,
     trigram_similarity,
 )
 from ._guard import (
@@ -268,6 +270,7 @@ __all__ = (
     "ScriptExhaustedError",
     "Sealer",
     "SetupError",
+    "SignedSimilarity",
     "Similarity",
     "Spend",
     "StatemachineError",
@@ -302,6 +305,7 @@ __all__ = (
     "dumps",
     "generate_key",
     "idempotency_key",
+    "lexical_similarity",
     "load_decision",
     "load_phase",
     "loads",

@@ -7,25 +7,30 @@ It answers each hook with a :class:`Decision` carrying a :class:`Verdict`:
 - ``before_action`` (run this tool call, or suppress it?): the budget for the
   call, then duplicates in four tiers, cheapest first: exact (the same bytes),
   canonical (the same call once spelled one way), semantic (nearly the same as a
-  call that failed or was refused) and cycle (a block of calls repeating while it
-  adds nothing new);
+  call that failed or was refused, with the same identifiers and amounts) and cycle
+  (a block of calls repeating while it adds nothing new);
 - ``after_action`` (what did the result add?): convergence (a result that repeats
   the evidence gains nothing; three such steps in a row is a plateau) and the
   agent's own completion signal, either of which finalizes the run.
 
 The governor is configuration and holds no memory: everything it remembers is in
 :class:`LoopState`, a pydantic model carried by every phase, so a checkpoint of
-the phase carries it too. Exact and canonical checks are dictionary look-ups; the
-semantic, cycle and convergence checks look at bounded windows. Recording an action
-and settling it each copy the state's tuple of actions once: that work grows with the run.
+the phase carries it too. No check walks the run's actions, so each costs the same
+at any length of the run: the index of a line of states (``_Line``) is kept up as
+actions are recorded and settled; exact and canonical checks are look-ups in it; the
+semantic tier looks up the failed calls of the same tool and anchors and compares
+their signatures (made once per call); the cycle check reads the last
+``cycle_window`` actions and the convergence check compares the new result's
+trigram mask with the masks the evidence window's results keep. The actions are an
+:class:`ActionLog`, which records and settles by sharing all but one chunk.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
-import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Literal, Protocol, Self, final
@@ -34,9 +39,19 @@ import attrs
 from pydantic import BaseModel, PrivateAttr
 
 from . import _json
+from ._actions import EMPTY_LOG, ActionLog, ActionRecord
 from ._budget import Budget, Spend
 from ._errors import SetupError
 from ._fast._pydantic import _trusted
+from ._similarity import (
+    LEXICAL,
+    GramMasks,
+    SignedSimilarity,
+    Similarity,
+    call_anchors,
+    lexical_similarity,
+    trigram_similarity,
+)
 from ._tools import ReadCall, WriteCall, WriteTool
 
 __all__ = [
@@ -45,9 +60,11 @@ __all__ = [
     "Decision",
     "LoopGovernor",
     "LoopState",
+    "SignedSimilarity",
     "Similarity",
     "Verdict",
     "VerdictRecord",
+    "lexical_similarity",
     "trigram_similarity",
 ]
 
@@ -86,94 +103,7 @@ class Decision:
 CONTINUE = Decision(Verdict.CONTINUE)
 
 
-def _each_trigram(text: str) -> Iterator[str]:
-    """The character trigrams of ``text`` with case and spacing folded (repeats included).
-
-    ``folded[i : i + 3]`` for each ``i``, made in C (a text shorter than three characters
-    is its own one trigram).
-    """
-    folded = " ".join(text.lower().split())
-    if len(folded) < 3:
-        return iter((folded,))
-    return map("".join, zip(folded, folded[1:], folded[2:], strict=False))
-
-
-@lru_cache(maxsize=4096)
-def _trigrams(text: str) -> frozenset[str]:
-    return frozenset(_each_trigram(text))
-
-
-# A bitmask is built with ``|=`` until it is this wide, then through a bytearray
-# (each ``|=`` copies the whole int, which grows with the vocabulary).
-_NARROW_BITS = 4096
-# How many masks and trigrams a run keeps before it starts them again (a cache).
-_MASKS_KEPT = 256
-_TRIGRAMS_KEPT = 1 << 14
-# Up to this many failed calls in its window, the semantic check compares trigram sets.
-_FEW_FAILURES = 8
-
-
-@final
-class _GramMasks:
-    """Texts' trigram sets as ints, one bit per trigram of one run's vocabulary.
-
-    Then ``|A & B|`` is ``(a & b).bit_count()`` and ``|A|`` is ``a.bit_count()``: the
-    convergence check compares a result with every text of the evidence window, and the
-    semantic check a call with every failed call of its window, without building a set
-    per comparison. Shared by a loop state and its successors (a cache: what it holds
-    never changes a result).
-    """
-
-    __slots__ = ("_bits", "masks")
-
-    def __init__(self) -> None:
-        self._bits: dict[str, int] = {}
-        # text -> (its mask, its number of trigrams)
-        self.masks: dict[str, tuple[int, int]] = {}
-
-    def start(self, window: int) -> None:
-        """Before a comparison: start again if the cache has grown past its bounds.
-
-        Only here, so that the masks of one comparison all share one vocabulary.
-        """
-        if len(self.masks) > max(_MASKS_KEPT, 4 * window) or len(self._bits) > _TRIGRAMS_KEPT:
-            self._bits = {}
-            self.masks = {}
-
-    def mask(self, text: str, *, keep: bool = True) -> tuple[int, int]:
-        """The bitmask of ``text``'s trigrams, and how many there are.
-
-        ``keep=False`` for a text that will not be compared again as it is (a new call
-        is compared once, and again only if it fails): it is not cached, so the cache
-        fills, and starts again, half as often.
-        """
-        known = self.masks.get(text)
-        if known is not None:
-            return known
-        bits = self._bits
-        positions = []
-        for gram in _each_trigram(text):
-            bit = bits.get(gram)
-            if bit is None:
-                bit = bits[gram] = len(bits)
-            positions.append(bit)
-        if len(bits) <= _NARROW_BITS:
-            mask = 0
-            for bit in positions:
-                mask |= 1 << bit
-        else:
-            packed = bytearray((len(bits) >> 3) + 1)
-            for bit in positions:
-                packed[bit >> 3] |= 1 << (bit & 7)
-            mask = int.from_bytes(packed, "little")
-        known = (mask, mask.bit_count())
-        if keep:
-            self.masks[text] = known
-        return known
-
-
 _SETTLED = frozenset({"ok", "failed", "refused"})
-_UNGROWN: tuple[tuple[ActionRecord, ...], None] = ((), None)
 
 
 # The positions of one key or call id, ascending: one int, or a list when there are more.
@@ -219,26 +149,35 @@ class _Line:
     ``keys`` holds the positions of settled actions only (settled in some state of the
     line), so that a look-up from the end stops at the latest settled action after
     passing over the pending ones alone, never over a run's suppressed calls.
+
+    ``alike`` is the semantic tier's index: the failed and refused calls by tool and
+    anchors (:func:`call_anchors`), each as its rank among the failures and its position.
+    The line's states' failures are each a prefix of the line's ``failures`` (a state that
+    fails a call with fewer failures than the line has starts a line of its own), so a
+    state's own are those of rank below its count. ``signed`` keeps each failed call's
+    signature, by the similarity that made it, made when it is first compared.
     """
 
-    __slots__ = ("calls", "grown", "keys", "size")
+    __slots__ = ("alike", "calls", "failures", "keys", "signed", "size")
 
     def __init__(self) -> None:
         self.size = 0
         self.keys: dict[str, _Positions] = {}
         self.calls: dict[str, _Positions] = {}
-        # The latest record's (actions before, actions after): settling the action it
-        # added then copies ``before`` once, instead of slicing ``after`` and copying that.
-        self.grown: tuple[tuple[ActionRecord, ...], tuple[ActionRecord, ...] | None] = _UNGROWN
+        self.failures = 0
+        self.alike: dict[tuple[str, tuple[str, ...]], tuple[list[int], list[int]]] = {}
+        self.signed: dict[object, dict[int, object]] = {}
 
     @classmethod
-    def of(cls, actions: tuple[ActionRecord, ...]) -> _Line:
-        """The index of ``actions`` (a restored state's, or a branch's)."""
+    def of(cls, actions: Sequence[ActionRecord], failures: tuple[int, ...]) -> _Line:
+        """The index of ``actions`` and ``failures`` (a restored state's, or a branch's)."""
         line = cls()
         for position, action in enumerate(actions):
             line.add(position, action)
             if action.outcome in _SETTLED:
                 line.settled(position, action)
+        for rank, position in enumerate(failures):
+            line.failed(rank, position, actions[position])
         return line
 
     def add(self, position: int, action: ActionRecord) -> None:
@@ -252,7 +191,27 @@ class _Line:
         if action.key != action.exact:
             _insert(self.keys, action.key, position)
 
-    def latest(self, key: str, actions: tuple[ActionRecord, ...]) -> ActionRecord | None:
+    def failed(self, rank: int, position: int, action: ActionRecord) -> None:
+        """Note that the action at ``position`` failed (or was refused), the failure ``rank``."""
+        self.failures = rank + 1
+        found = self.alike.get((action.tool, call_anchors(action.text)))
+        if found is None:
+            self.alike[action.tool, call_anchors(action.text)] = ([rank], [position])
+        else:
+            found[0].append(rank)
+            found[1].append(position)
+
+    def signature(self, signer: SignedSimilarity[Any], position: int, text: str) -> object:
+        """The signature of the failed call at ``position`` (whose text is ``text``)."""
+        signed = self.signed.get(signer)
+        if signed is None:
+            signed = self.signed[signer] = {}
+        found = signed.get(position)
+        if found is None:
+            found = signed[position] = signer.signature(text)
+        return found
+
+    def latest(self, key: str, actions: Sequence[ActionRecord]) -> ActionRecord | None:
         """The latest action of ``actions`` settled with this key."""
         found = self.keys.get(key)
         if found is None:
@@ -275,20 +234,6 @@ class _Line:
         return positions[-1] if positions else None
 
 
-class ActionRecord(BaseModel, frozen=True, extra="forbid", defer_build=True):
-    """One tool call the model asked for, and what became of it."""
-
-    call_id: str
-    tool: str
-    effect: Literal["read", "write"]
-    exact: str
-    key: str
-    text: str
-    outcome: Literal["pending", "ok", "failed", "refused", "suppressed"] = "pending"
-    result: str = ""
-    gain: float | None = None
-
-
 class VerdictRecord(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """A verdict other than continue, as the run's history shows it."""
 
@@ -306,7 +251,7 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
     for the next step to act on; ``paused`` the reason the run waits for a person.
     """
 
-    actions: tuple[ActionRecord, ...] = ()
+    actions: ActionLog = EMPTY_LOG
     evidence: tuple[str, ...] = ()
     tool_iterations: int = 0
     low_gain_streak: int = 0
@@ -322,7 +267,7 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
     _index: _Line | None = PrivateAttr(default=None)
     # The trigram bitmasks of the semantic and convergence checks (a cache), shared the
     # same way.
-    _grams: _GramMasks | None = PrivateAttr(default=None)
+    _grams: GramMasks | None = PrivateAttr(default=None)
 
     def _private(self) -> dict[str, Any]:
         """The private attributes, read without pydantic's slow ``__getattr__``."""
@@ -351,9 +296,12 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         return _trusted(LoopState, values, set(_LOOP_FIELDS), kept)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        """A copy, as pydantic makes it; one with other ``actions`` indexes them anew."""
+        """A copy, as pydantic makes it; one with other ``actions`` indexes them anew (and
+        holds them as an :class:`ActionLog`, whatever sequence they came in)."""
+        if update and "actions" in update and not isinstance(update["actions"], ActionLog):
+            update = {**update, "actions": ActionLog(update["actions"])}
         copied = super().model_copy(update=update, deep=deep)
-        if update and "actions" in update:
+        if update and ("actions" in update or "failures" in update):
             copied._private()["_index"] = None
         return copied
 
@@ -368,15 +316,15 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         private = self._private()
         line: _Line | None = private.get("_index")
         if line is None or line.size < len(self.actions):  # new, or restored: make it
-            line = private["_index"] = _Line.of(self.actions)
+            line = private["_index"] = _Line.of(self.actions, self.failures)
         return line
 
-    def _masks(self) -> _GramMasks:
+    def _masks(self) -> GramMasks:
         """The trigram bitmasks of this run's texts (made on first use)."""
         private = self._private()
-        masks: _GramMasks | None = private.get("_grams")
+        masks: GramMasks | None = private.get("_grams")
         if masks is None:
-            masks = private["_grams"] = _GramMasks()
+            masks = private["_grams"] = GramMasks()
         return masks
 
     def earlier(self, key: str) -> ActionRecord | None:
@@ -390,16 +338,14 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         if line is None or line.size != position:
             # Not made yet, or a later state of this line recorded already: a branch (the
             # default ``LoopState()``, shared by every run that starts from it, is one).
-            line = _Line.of(self.actions)
-        # ``+`` copies the tuple once, in C (unpacking it into a new one copies it twice).
-        actions = self.actions + (action,)  # noqa: RUF005
+            line = _Line.of(self.actions, self.failures)
+        actions = self.actions.appended(action)
         evolved = self._evolve(
             actions=actions,
             tool_iterations=self.tool_iterations + (1 if iteration else 0),
             _index=line,
         )
         line.add(position, action)
-        line.grown = (self.actions, actions)
         return evolved
 
     def settle(
@@ -435,19 +381,18 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
             "gain": gain,
         }
         settled = _trusted(ActionRecord, values, action.__pydantic_fields_set__ | _SETTLED_FIELDS)
-        before, grown = line.grown
-        if position == len(actions) - 1:
-            if actions is grown:  # as record made them: ``before`` is all but the last
-                line.grown = _UNGROWN  # used: let it go
-                changed = before + (settled,)  # noqa: RUF005 - one copy, in C
-            else:
-                changed = actions[:position] + (settled,)  # noqa: RUF005
-        else:
-            changed = actions[:position] + (settled,) + actions[position + 1 :]  # noqa: RUF005
+        changed = actions.replaced(position, settled)
         line.settled(position, action)
         if outcome == "ok":
             return {"actions": changed}
-        return {"actions": changed, "failures": self.failures + (position,)}  # noqa: RUF005
+        rank = len(self.failures)
+        failures = self.failures + (position,)  # noqa: RUF005
+        if rank == line.failures:
+            line.failed(rank, position, settled)
+            return {"actions": changed, "failures": failures}
+        # Another state of the line failed a call first: the failures part ways (a branch).
+        branch = _Line.of(changed, failures)
+        return {"actions": changed, "failures": failures, "_index": branch}
 
     def noted(self, step: int, hook: Hook, decision: Decision, **changes: Any) -> LoopState:
         """A state that remembers ``decision`` (a verdict other than continue)."""
@@ -464,30 +409,6 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
 _LOOP_FIELDS = tuple(LoopState.model_fields)
 _ACTION_FIELDS = ("call_id", "tool", "effect", "exact", "key", "text")
 _SETTLED_FIELDS = frozenset({"outcome", "result", "gain"})
-
-
-class Similarity(Protocol):
-    """How alike two texts are, from 0.0 (nothing shared) to 1.0 (the same)."""
-
-    def __call__(self, first: str, second: str) -> float:
-        """The similarity of ``first`` and ``second``."""
-        ...
-
-
-def trigram_similarity(first: str, second: str) -> float:
-    """Cosine similarity of the texts' sets of character trigrams; case and spacing ignored.
-
-    Dependency-free and good at "the same request, worded a little differently";
-    it knows nothing of meaning (plug in an embedding model for that). Sets, not
-    counts, so that the work is done by C set operations: a few microseconds.
-    """
-    if first == second:
-        return 1.0
-    grams_a = _trigrams(first)
-    grams_b = _trigrams(second)
-    if not grams_a or not grams_b:
-        return 0.0
-    return len(grams_a & grams_b) / math.sqrt(len(grams_a) * len(grams_b))
 
 
 class Check(Protocol):
@@ -547,14 +468,30 @@ def _quote(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _lexical_named(similarity: Similarity) -> Similarity:
+    """``similarity``, with the deprecated name of the lexical one taken as the new."""
+    if similarity is trigram_similarity:
+        warnings.warn(
+            "trigram_similarity is now lexical_similarity (the same function); "
+            "pass LoopGovernor(similarity=lexical_similarity)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return lexical_similarity
+    return similarity
+
+
 @final
 @attrs.frozen(kw_only=True)
 class LoopGovernor:
     """The checks of a run's loop, and their thresholds.
 
-    ``similarity`` is pluggable (default: :func:`trigram_similarity`);
-    ``semantic_threshold`` is how similar a call must be to a failed or refused
-    one to be suppressed; a cycle is a block of 2 or more calls repeated twice
+    ``similarity`` is the semantic tier's (default: :func:`lexical_similarity`; an
+    ``EmbeddingSimilarity`` from the ``embeddings`` extra knows paraphrases) and
+    ``evidence_similarity`` the convergence check's (default: lexical too);
+    ``semantic_threshold`` is how similar a call must be to a failed or refused one of
+    the same tool and the same anchors (identifiers and amounts, compared exactly: see
+    :func:`call_anchors`) to be suppressed; a cycle is a block of 2 or more calls repeated twice
     within ``cycle_window`` calls whose latest repetition gained less than
     ``cycle_gain``; a plateau is ``plateau_steps`` results in a row each gaining
     less than ``plateau_gain`` over the last ``evidence_window`` results.
@@ -564,7 +501,10 @@ class LoopGovernor:
     flagged (a flag on the run, never a stop).
     """
 
-    similarity: Similarity = trigram_similarity
+    similarity: Similarity = attrs.field(default=lexical_similarity, converter=_lexical_named)
+    evidence_similarity: Similarity = attrs.field(
+        default=lexical_similarity, converter=_lexical_named
+    )
     semantic_threshold: float = attrs.field(default=0.92, validator=_fraction)
     semantic_window: int = attrs.field(default=64, validator=_at_least(1))
     cycle_window: int = attrs.field(default=12, validator=_at_least(4))
@@ -576,6 +516,18 @@ class LoopGovernor:
     checks: tuple[Check, ...] = ()
     baseline_steps: float | None = attrs.field(default=None, validator=_positive_or_none)
     baseline_factor: float = attrs.field(default=3.0, validator=_factor)
+    # The semantic tier's similarity as one that signs each text once (None: it cannot).
+    _signer: SignedSimilarity[Any] | None = attrs.field(
+        init=False, default=None, eq=False, repr=False
+    )
+
+    def __attrs_post_init__(self) -> None:
+        signer: SignedSimilarity[Any] | None = None
+        if self.similarity is lexical_similarity:
+            signer = LEXICAL
+        elif isinstance(self.similarity, SignedSimilarity):
+            signer = self.similarity
+        object.__setattr__(self, "_signer", signer)
 
     # -- begin_step ---------------------------------------------------------------
 
@@ -655,11 +607,14 @@ class LoopGovernor:
             "exact": exact,
             # The same hash as canonical_hash(folded arguments), from the text made once.
             "key": key,
-            "text": f"{name}({canonical})",
+            "text": (text := f"{name}({canonical})"),
             "outcome": "pending",
             "result": "",
             "gain": None,
         }
+        # Its anchors, read from the canonical text once here, for the semantic tier (a
+        # cache: a restored run's are read again from the same text).
+        call_anchors(text)
         return _trusted(ActionRecord, values, set(_ACTION_FIELDS))
 
     @staticmethod
@@ -715,51 +670,32 @@ class LoopGovernor:
         return Decision(Verdict.SUPPRESS, reason, message, check)
 
     def _semantic(self, loop: LoopState, action: ActionRecord) -> Decision | None:
-        # Only failed and refused calls count, and only the latest semantic_window.
-        failures = loop.failures[-self.semantic_window :]
-        if not failures:
+        # Only failed and refused calls of the same tool and anchors count, and only the
+        # latest semantic_window failures: an index look-up, then a few comparisons.
+        count = len(loop.failures)
+        if not count:
             return None
-        actions = loop.actions
-        if self.similarity is not trigram_similarity:
-            for position in reversed(failures):
-                earlier = actions[position]
-                if earlier.tool == action.tool:
-                    score = self.similarity(action.text, earlier.text)
-                    if score >= self.semantic_threshold:
-                        return self._near(earlier, score)
+        line = loop._line()
+        found = line.alike.get((action.tool, call_anchors(action.text)))
+        if found is None:
             return None
-        # The default, inlined: the same scores, from trigram sets for a few failures,
-        # else from bitmasks (dearer to make for the new call, cheaper to compare).
-        threshold, tool, sqrt = self.semantic_threshold, action.tool, math.sqrt
-        if len(failures) <= _FEW_FAILURES:
-            grams = _trigrams(action.text)
-            size = len(grams)
-            for position in reversed(failures):
-                earlier = actions[position]
-                if earlier.tool == tool:
-                    theirs = _trigrams(earlier.text)
-                    their_size = len(theirs)
-                    root = sqrt(size * their_size)
-                    # The texts share at most the smaller set: when even that scores
-                    # under the threshold, the score does too (``/ root`` keeps the order).
-                    if (size if size < their_size else their_size) / root >= threshold:
-                        score = len(grams & theirs) / root
-                        if score >= threshold:
-                            return self._near(earlier, score)
-            return None
-        masks = loop._masks()
-        masks.start(max(self.evidence_window, self.semantic_window))
-        mine, size = masks.mask(action.text, keep=False)
-        known = masks.masks
-        for position in reversed(failures):
+        ranks, positions = found
+        oldest = count - self.semantic_window
+        actions, signer, threshold = loop.actions, self._signer, self.semantic_threshold
+        mine: object = None
+        for at in range(bisect.bisect_left(ranks, count) - 1, -1, -1):
+            if ranks[at] < oldest:
+                break
+            position = positions[at]
             earlier = actions[position]
-            if earlier.tool == tool:
-                their_mask, their_size = known.get(earlier.text) or masks.mask(earlier.text)
-                root = sqrt(size * their_size)
-                if (size if size < their_size else their_size) / root >= threshold:
-                    score = (mine & their_mask).bit_count() / root
-                    if score >= threshold:
-                        return self._near(earlier, score)
+            if signer is None:
+                score = self.similarity(action.text, earlier.text)
+            else:
+                if mine is None:
+                    mine = signer.signature(action.text)
+                score = signer.compare(mine, line.signature(signer, position, earlier.text))
+            if score >= threshold:
+                return self._near(earlier, score)
         return None
 
     def _near(self, earlier: ActionRecord, score: float) -> Decision:
@@ -805,22 +741,17 @@ class LoopGovernor:
         window = loop.evidence[-self.evidence_window :]
         if not window:
             return 1.0
-        if self.similarity is trigram_similarity:
-            # The default, inlined: the same scores, from bitmasks (a text has at least
-            # one trigram, so no size is 0).
+        similarity = self.evidence_similarity
+        if similarity is lexical_similarity:
+            # The default, from bitmasks: each text of the window keeps its own (made when
+            # its gain was measured), so only the new result's is made here.
             masks = loop._masks()
-            masks.start(max(self.evidence_window, self.semantic_window))
-            mine, size = masks.mask(result)
-            known = masks.masks
-            sqrt = math.sqrt
-            best = 0.0
-            for seen in window:
-                theirs, their_size = known.get(seen) or masks.mask(seen)
-                score = (mine & theirs).bit_count() / sqrt(size * their_size)
-                if score > best:
-                    best = score
-            return 1.0 - best
-        return 1.0 - max(self.similarity(result, seen) for seen in window)
+            masks.start(self.evidence_window)
+            return 1.0 - masks.best(result, window)
+        if isinstance(similarity, SignedSimilarity):
+            mine = similarity.signature(result)
+            return 1.0 - max(similarity.compare(mine, similarity.signature(s)) for s in window)
+        return 1.0 - max(similarity(result, seen) for seen in window)
 
     def after_action(
         self, loop: LoopState, *, call_id: str, effect: str, result: str, ctx: Any, step: int

@@ -37,6 +37,7 @@ from typing import Any, Final
 import attrs
 
 from .. import _json
+from .._actions import CHUNK, ActionLog
 from .._governor import LoopState
 from .._json import fingerprint
 from .._phases import Phase
@@ -253,6 +254,29 @@ def _tuple_change(
     return whole, ["set", path, whole]
 
 
+def _log_change(
+    old: ActionLog, encoded: list[Any], new: ActionLog, path: list[str]
+) -> tuple[list[Any], list[Any] | None]:
+    """As :func:`_tuple_change`, for the governor's action logs: when ``new`` shares
+    ``old``'s full chunks (it grew from it, or changed a record of its last chunk), only
+    the records after them are compared."""
+    chunks = old.chunks
+    if len(new.chunks) >= len(chunks) and _kept(chunks, new.chunks, 0, len(chunks)):
+        start = len(chunks) * CHUNK
+        tail, rest = old.tail, new[start:]
+        same = 0
+        while same < len(tail) and same < len(rest) and rest[same] is tail[same]:
+            same += 1
+        if same == len(tail):
+            if len(rest) == same:
+                return encoded, None
+            added = [_encode(item) for item in rest[same:]]
+            return encoded + added, ["append", path, added]
+        added = [_encode(item) for item in rest[same:]]
+        return encoded[: start + same] + added, ["splice", path, start + same, added]
+    return _tuple_change(tuple(old), encoded, tuple(new), path)
+
+
 def _same(encoded: Any, before: Any) -> bool:
     """Whether two encodings are the same JSON, exactly (1, 1.0, True and 1.00 differ)."""
     if encoded is before:
@@ -275,6 +299,11 @@ def _loop_change(
             result[name] = encoded[name]
             continue
         path = ["fields", "loop", name]
+        if type(value) is ActionLog and type(before) is ActionLog:
+            result[name], op = _log_change(before, encoded[name], value, path)
+            if op is not None:
+                ops.append(op)
+            continue
         if isinstance(value, tuple) and isinstance(before, tuple):
             result[name], op = _tuple_change(before, encoded[name], value, path)
             if op is not None:

@@ -1,0 +1,281 @@
+"""How alike two texts are, for the loop governor's semantic tier and its convergence check.
+
+- :func:`lexical_similarity` (the default, no dependency): the cosine of the texts' sets of
+  character trigrams. It catches the same words spelled a little differently, not the
+  same request in other words.
+- A :class:`SignedSimilarity` signs a text once (an embedding, a set of trigrams) and
+  compares signatures, so that the governor keeps each call's signature with the call
+  instead of reading its text again at every check. ``EmbeddingSimilarity``
+  (``statemachine._embedding``, the ``embeddings`` extra) is one.
+- :func:`call_anchors`: the parts of a call that no similarity may blur (identifiers,
+  amounts, numbers). Two calls whose anchors differ are never duplicates, however alike
+  the rest of their text is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+from collections.abc import Iterator
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any, Protocol, TypeVar, final, runtime_checkable
+
+__all__ = [
+    "SignedSimilarity",
+    "Similarity",
+    "call_anchors",
+    "lexical_similarity",
+    "trigram_similarity",
+]
+
+Signature = TypeVar("Signature")
+
+
+class Similarity(Protocol):
+    """How alike two texts are, from 0.0 (nothing shared) to 1.0 (the same)."""
+
+    def __call__(self, first: str, second: str) -> float:
+        """The similarity of ``first`` and ``second``."""
+        ...
+
+
+@runtime_checkable
+class SignedSimilarity(Protocol[Signature]):
+    """A similarity that signs each text once and compares the signatures.
+
+    ``compare(signature(a), signature(b))`` must equal ``self(a, b)``. The governor signs
+    a call when it first compares it and keeps the signature with the run's index, so a
+    dear signature (an embedding) is made once per call.
+    """
+
+    def __call__(self, first: str, second: str) -> float:
+        """The similarity of ``first`` and ``second``."""
+        ...
+
+    def signature(self, text: str) -> Signature:
+        """What :meth:`compare` needs of ``text``."""
+        ...
+
+    def compare(self, first: Signature, second: Signature) -> float:
+        """The similarity of the texts these signatures were made from."""
+        ...
+
+
+def _fold(text: str) -> str:
+    """``text`` in lower case with runs of white space made one space."""
+    return " ".join(text.lower().split())
+
+
+def each_trigram(text: str) -> Iterator[str]:
+    """The character trigrams of ``text`` with case and spacing folded (repeats included).
+
+    ``folded[i : i + 3]`` for each ``i``, made in C (a text shorter than three characters
+    is its own one trigram).
+    """
+    folded = _fold(text)
+    if len(folded) < 3:
+        return iter((folded,))
+    return map("".join, zip(folded, folded[1:], folded[2:], strict=False))
+
+
+@lru_cache(maxsize=4096)
+def trigrams(text: str) -> frozenset[str]:
+    """The set of ``text``'s trigrams (see :func:`each_trigram`)."""
+    return frozenset(each_trigram(text))
+
+
+def lexical_similarity(first: str, second: str) -> float:
+    """Cosine similarity of the texts' sets of character trigrams; case and spacing ignored.
+
+    Dependency-free and good at "the same request, worded a little differently"; it
+    knows nothing of meaning ("refund order 1042" and "give the customer their money back
+    for purchase #1042" score 0.11): ``EmbeddingSimilarity`` knows more. Sets, not
+    counts, so that the work is done by C set operations: a few microseconds.
+    """
+    if first == second:
+        return 1.0
+    return _trigram_cosine(trigrams(first), trigrams(second))
+
+
+def _trigram_cosine(first: frozenset[str], second: frozenset[str]) -> float:
+    if not first or not second:
+        return 0.0
+    return len(first & second) / math.sqrt(len(first) * len(second))
+
+
+def trigram_similarity(first: str, second: str) -> float:
+    """Deprecated: :func:`lexical_similarity`, under the name it had before 0.x (issue 22)."""
+    warnings.warn(
+        "trigram_similarity is now lexical_similarity (the same function); import that name",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return lexical_similarity(first, second)
+
+
+@final
+class LexicalSigned:
+    """:func:`lexical_similarity` as a :class:`SignedSimilarity` (signatures: trigram sets)."""
+
+    __slots__ = ()
+
+    def __call__(self, first: str, second: str) -> float:
+        return lexical_similarity(first, second)
+
+    def signature(self, text: str) -> frozenset[str]:
+        return trigrams(text)
+
+    def compare(self, first: frozenset[str], second: frozenset[str]) -> float:
+        if first is second:
+            return 1.0
+        return _trigram_cosine(first, second)
+
+
+LEXICAL = LexicalSigned()
+
+
+# -- anchors -------------------------------------------------------------------------------
+
+# Keys whose string values name a thing (an order, a customer, an account): compared whole.
+_IDENTIFIER_KEY = re.compile(
+    r"(?:^|_)(?:id|ids|uuid|key|customer|user|account|email|order|sku|invoice|iban|phone"
+    r"|reference|ref|number|code)(?:$|_)|(?<=[a-z])(?:Id|ID|Ids|Number|Code)$",
+)
+# Inside free text: a token with a digit in it (an order number, an amount, a date)
+# or an @ (an address), without the punctuation around it.
+_TOKEN = re.compile(r"[^\s,;:!?()\[\]{}\"'<>]*[\d@][^\s,;:!?()\[\]{}\"'<>]*")
+_EDGES = "#$€£¥.,-+*/=%"
+
+
+def _number(text: str) -> str:
+    """A number's text made one spelling per amount (``25``, ``25.0`` and ``25.00`` alike)."""
+    try:
+        value = Decimal(text.replace(",", ""))
+    except InvalidOperation:
+        return text
+    if not value.is_finite():
+        return text
+    return format(value.normalize(), "f")
+
+
+def _anchors_of(value: Any, key: str, found: set[str]) -> None:
+    if isinstance(value, bool) or value is None:
+        found.add(f"{key}={value}")
+    elif isinstance(value, int | float):
+        found.add(f"{key}={_number(repr(value))}")
+    elif isinstance(value, str):
+        if _IDENTIFIER_KEY.search(key):
+            found.add(f"{key}={value.casefold()}")
+        for token in _TOKEN.findall(value):
+            token = token.strip(_EDGES)
+            if token:
+                found.add(_number(token).casefold())
+    elif isinstance(value, dict):
+        for name, inner in value.items():
+            _anchors_of(inner, str(name), found)
+    elif isinstance(value, list):
+        for inner in value:
+            _anchors_of(inner, key, found)
+
+
+@lru_cache(maxsize=8192)
+def call_anchors(text: str) -> tuple[str, ...]:
+    """What of the call ``text`` (``tool({...canonical JSON...})``) is compared exactly.
+
+    Every number, boolean and null (by key), every string under a key that names a thing
+    (``order_id``, ``customer``, ``email``, ``sku``, ``account``, ...) whole, and inside
+    every string each token with a digit or an ``@`` (``#1042``, ``C-881``, ``$25.00``,
+    ``ada@example.com``), amounts written one way (``25`` = ``25.00``). A text that is not
+    a call's is free text: its tokens with a digit or an ``@``.
+    """
+    found: set[str] = set()
+    opening = text.find("(")
+    arguments: Any = text
+    if opening > 0 and text.endswith(")"):
+        try:
+            arguments = json.loads(text[opening + 1 : -1])
+        except ValueError:
+            arguments = text
+    _anchors_of(arguments, "", found)
+    return tuple(sorted(found))
+
+
+# -- trigram bitmasks ----------------------------------------------------------------------
+
+# A bitmask is built with ``|=`` until it is this wide, then through a bytearray
+# (each ``|=`` copies the whole int, which grows with the vocabulary).
+_NARROW_BITS = 4096
+# How many masks and trigrams a run keeps before it starts them again (a cache).
+_MASKS_KEPT = 256
+_TRIGRAMS_KEPT = 1 << 14
+
+
+@final
+class GramMasks:
+    """Texts' trigram sets as ints, one bit per trigram of one run's vocabulary.
+
+    Then ``|A & B|`` is ``(a & b).bit_count()`` and ``|A|`` is ``a.bit_count()``: the
+    convergence check compares a result with every text of the evidence window without
+    building a set per comparison, and a result's mask, made when its gain is measured,
+    is the signature it keeps as evidence. Shared by a loop state and its successors (a
+    cache: what it holds never changes a result).
+    """
+
+    __slots__ = ("_bits", "masks")
+
+    def __init__(self) -> None:
+        self._bits: dict[str, int] = {}
+        # text -> (its mask, its number of trigrams)
+        self.masks: dict[str, tuple[int, int]] = {}
+
+    def start(self, window: int) -> None:
+        """Before a comparison: start again if the cache has grown past its bounds.
+
+        Only here, so that the masks of one comparison all share one vocabulary.
+        """
+        if len(self.masks) > max(_MASKS_KEPT, 4 * window) or len(self._bits) > _TRIGRAMS_KEPT:
+            self._bits = {}
+            self.masks = {}
+
+    def mask(self, text: str, *, keep: bool = True) -> tuple[int, int]:
+        """The bitmask of ``text``'s trigrams, and how many there are.
+
+        ``keep=False`` for a text that will not be compared again as it is: it is not
+        cached, so the cache fills, and starts again, less often.
+        """
+        known = self.masks.get(text)
+        if known is not None:
+            return known
+        bits = self._bits
+        positions = []
+        for gram in each_trigram(text):
+            bit = bits.get(gram)
+            if bit is None:
+                bit = bits[gram] = len(bits)
+            positions.append(bit)
+        if len(bits) <= _NARROW_BITS:
+            mask = 0
+            for bit in positions:
+                mask |= 1 << bit
+        else:
+            packed = bytearray((len(bits) >> 3) + 1)
+            for bit in positions:
+                packed[bit >> 3] |= 1 << (bit & 7)
+            mask = int.from_bytes(packed, "little")
+        known = (mask, mask.bit_count())
+        if keep:
+            self.masks[text] = known
+        return known
+
+    def best(self, text: str, window: tuple[str, ...]) -> float:
+        """The highest lexical similarity of ``text`` to a text of ``window`` (not empty)."""
+        mine, size = self.mask(text)
+        known, mask = self.masks, self.mask
+        theirs = [known.get(seen) or mask(seen) for seen in window]
+        # |A & B| / sqrt(|A| |B|) for each, in C (a text has a trigram: no size is 0).
+        shared = map(int.bit_count, map(mine.__and__, [m for m, _ in theirs]))
+        roots = map(math.sqrt, map(size.__mul__, [s for _, s in theirs]))
+        return max(map(float.__truediv__, map(float, shared), roots))
