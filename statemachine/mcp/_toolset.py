@@ -58,6 +58,25 @@ def declared_effect(tool: MCPTool) -> Effect:
     return "idempotent write" if hints.idempotent_hint is True else "write"
 
 
+def _stderr() -> TextIO:
+    """Where a server's standard error goes by default: this process's, if it is a file.
+
+    ``sys.stderr`` replaced by an object without a file descriptor (a test's capture, a
+    notebook) cannot be handed to a process; the interpreter's own standard error can.
+    """
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (OSError, ValueError, AttributeError):
+            continue
+    raise SetupError(
+        "the MCP server's standard error has nowhere to go (sys.stderr has no file "
+        "descriptor); pass errlog= an open file"
+    )
+
+
 def _log() -> Any:
     import structlog
 
@@ -168,14 +187,15 @@ class MCPTools:
         """A server started as a process (``command args``) and spoken to over its stdin/stdout.
 
         The process is started on ``async with`` (again after it died) and ended when
-        the block ends. Its standard error goes to ``errlog`` (default: ``sys.stderr``).
+        the block ends. Its standard error goes to ``errlog`` (default: this process's
+        standard error).
         """
         parameters = StdioServerParameters(
             command=command, args=list(args), env=None if env is None else dict(env), cwd=cwd
         )
 
         def transport() -> Transport:
-            return stdio_client(parameters, errlog=sys.stderr if errlog is None else errlog)
+            return stdio_client(parameters, errlog=_stderr() if errlog is None else errlog)
 
         return cls(
             server,
