@@ -102,6 +102,7 @@ from ._model import (
     StreamingModel,
     ToolRequest,
     Usage,
+    Transcript,
 )
 from ._money import Money, money_difference, money_sum, to_money
 from ._observe import ProgressLine, configure_logging
@@ -285,6 +286,7 @@ __all__ = (
     "TransitionEvent",
     "Truncated",
     "UnapprovedWriteError",
+    "Transcript",
     "UnknownRunError",
     "UnknownToolError",
     "Usage",

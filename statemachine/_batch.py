@@ -29,7 +29,7 @@ from ._errors import SetupError
 from ._fast._messages import _appended, _asking, _told
 from ._fast._pydantic import _trusted
 from ._governor import Decision, LoopState, Verdict
-from ._model import Message, ToolRequest
+from ._model import Message, ToolRequest, Transcript
 from ._runtime import Runtime
 from ._tools import InvalidCall, ReadCall, WriteCall
 
@@ -119,7 +119,7 @@ class _Taken(NamedTuple):
     """What a transition about one call leaves behind it."""
 
     call_id: str
-    transcript: tuple[Message, ...]  # with the call asked: the queue's message, or one made
+    transcript: Transcript  # with the call asked: the queue's message, or one made
     pending: tuple[ToolRequest, ...]  # the calls still pending after this one
     iteration: bool  # whether this call starts a tool iteration (the first of its reply)
 

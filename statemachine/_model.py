@@ -17,11 +17,13 @@ uses is the final one, checked as ``complete``'s is, never the deltas joined.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from decimal import Decimal
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from itertools import chain, islice
+from typing import Any, Final, Literal, Protocol, TypeVar, final, overload, runtime_checkable
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, GetCoreSchemaHandler, field_validator
+from pydantic_core import core_schema
 
 from . import _json
 from ._errors import ModelResponseError
@@ -36,6 +38,7 @@ __all__ = [
     "ModelSettings",
     "StreamingModel",
     "ToolRequest",
+    "Transcript",
     "Usage",
     "_checked_reply",
 ]
@@ -59,6 +62,126 @@ class Message(BaseModel, frozen=True, extra="forbid", defer_build=True):
     tool_calls: tuple[ToolRequest, ...] = ()
     tool_call_id: str = ""
     name: str = ""
+
+
+@final
+class Transcript(Sequence[Message]):
+    """A conversation that only grows: an immutable sequence of :class:`Message` s whose
+    :meth:`appended` shares the messages already there instead of copying them.
+
+    A phase's ``transcript`` and a :class:`ModelRequest`'s ``messages`` are
+    transcripts, so a run's next phase costs the same whatever the conversation's
+    length, and the phases of one run share one copy of it. Read it as a tuple: it
+    indexes, slices (a slice is a tuple), iterates and has a length, and it is equal to
+    a transcript or a tuple holding the same messages. ``Transcript(messages)`` makes
+    one from any iterable of messages; ``prefixed`` puts messages before it (the system
+    prompt a model is shown), sharing the rest.
+    """
+
+    # A transcript is ``_head`` followed by the first ``_size`` items of ``_items``, a
+    # list shared by every transcript grown from the same one. Items past ``_size``
+    # belong to a longer transcript, and no item is ever changed or removed: appending
+    # to the transcript that ends the list extends the list in place, appending to an
+    # older one copies what it holds (a branch, which a run does not make). An empty
+    # transcript starts a list of its own, so that the shared empty one keeps nothing.
+    __slots__ = ("_head", "_items", "_size")
+
+    _head: tuple[Message, ...]
+    _items: list[Message]
+    _size: int
+
+    def __init__(self, messages: Iterable[Message] = ()) -> None:
+        self._head = ()
+        self._items = list(messages)
+        self._size = len(self._items)
+
+    @classmethod
+    def _of(cls, head: tuple[Message, ...], items: list[Message], size: int) -> Transcript:
+        made = cls.__new__(cls)
+        made._head, made._items, made._size = head, items, size
+        return made
+
+    def appended(self, *messages: Message) -> Transcript:
+        """This transcript with ``messages`` after it (this one is unchanged)."""
+        items, size = self._items, self._size
+        if size and len(items) == size:
+            items.extend(messages)
+            # Another thread may have grown the same list first: then ours are not the
+            # items that follow this transcript's, and it is copied as a branch is.
+            if all(items[size + i] is message for i, message in enumerate(messages)):
+                return Transcript._of(self._head, items, size + len(messages))
+        return Transcript._of(self._head, [*islice(items, size), *messages], size + len(messages))
+
+    def prefixed(self, *messages: Message) -> Transcript:
+        """``messages`` followed by this transcript, which they share."""
+        return Transcript._of(messages + self._head, self._items, self._size)
+
+    def __len__(self) -> int:
+        return len(self._head) + self._size
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        if isinstance(index, slice):
+            return tuple(self)[index] if self._head else tuple(self._items[: self._size][index])
+        length = len(self)
+        at = index + length if index < 0 else index
+        if not 0 <= at < length:
+            raise IndexError(f"transcript index {index} out of range (length {length})")
+        head = len(self._head)
+        return self._head[at] if at < head else self._items[at - head]
+
+    def __iter__(self) -> Iterator[Message]:
+        items = islice(self._items, self._size)
+        return chain(self._head, items) if self._head else items
+
+    def __reversed__(self) -> Iterator[Message]:
+        return reversed(tuple(self))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Transcript):
+            if (
+                other._items is self._items
+                and other._size == self._size
+                and other._head == self._head
+            ):
+                return True
+            return len(other) == len(self) and tuple(self) == tuple(other)
+        if isinstance(other, tuple):
+            return len(other) == len(self) and tuple(self) == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Transcript({list(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Transcript, (tuple(self),))
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        # Validated from any sequence of messages, kept as it is when it is a transcript;
+        # written as the list of its messages.
+        items = handler.generate_schema(tuple[Message, ...])
+        return core_schema.union_schema(
+            [
+                core_schema.is_instance_schema(cls),
+                core_schema.no_info_after_validator_function(cls, items),
+            ],
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                tuple, return_schema=items
+            ),
+        )
+
+
+EMPTY_TRANSCRIPT: Final = Transcript()
+"""The transcript with no message (shared: appending to it copies nothing that is there)."""
 
 
 class Usage(BaseModel, frozen=True, extra="forbid", defer_build=True):
@@ -154,7 +277,7 @@ class ModelRequest(BaseModel, frozen=True, extra="forbid", defer_build=True):
     (its ``settings=``), so that the request's win.
     """
 
-    messages: tuple[Message, ...]
+    messages: Transcript
     tools: tuple[dict[str, Any], ...] = ()
     timeout: float | None = Field(default=None, description="seconds left for this call")
     output_schema: dict[str, Any] | None = Field(

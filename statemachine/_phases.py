@@ -90,7 +90,7 @@ from ._fast._messages import _appended, _result_text, _system, _told
 from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState
 from ._graph import _check_phase_class, _edges, _successors_of
 from ._guard import OutputGuard, Parsed
-from ._model import NO_SETTINGS, Message, ModelSettings, ToolRequest
+from ._model import EMPTY_TRANSCRIPT, NO_SETTINGS, Message, ModelSettings, ToolRequest, Transcript
 from ._model_retry import _retry_model
 from ._planning import _plan
 from ._retry import MODEL_RETRY, RetryPolicy
@@ -135,7 +135,7 @@ class Phase(Generic[C]):
     agent: Agent[C] = attrs.field(eq=False, repr=False)
     ctx: C
     # Left out of repr: a long conversation would flood every log line and traceback.
-    transcript: tuple[Message, ...] = attrs.field(default=(), repr=False)
+    transcript: Transcript = attrs.field(default=EMPTY_TRANSCRIPT, repr=False)
     spent: Spend = Spend.model_construct()
     step: int = 0
     # Out of repr for the same reason as the transcript: it grows with the run.
@@ -319,8 +319,11 @@ class Planning(Active[C]):
         """The reason of the pause this phase waits in (``""``: not paused)."""
         return self.loop.paused
 
-    def messages(self) -> tuple[Message, ...]:
-        """What the model is shown: the instructions, then the conversation."""
+    def messages(self) -> Transcript:
+        """What the model is shown: the instructions, then the conversation (shared)."""
+        transcript = self.transcript
+        if type(transcript) is not Transcript:  # a phase built by hand with a tuple
+            transcript = Transcript(transcript)
         system = self.instructions()
         if not system:
             return self.transcript

@@ -45,7 +45,15 @@ from ._guard import (
     _fallbacks,
     validate_with_retries,
 )
-from ._model import Message, Model, ModelReply, ModelRequest, StreamingModel, _checked_reply
+from ._model import (
+    Message,
+    Model,
+    ModelReply,
+    ModelRequest,
+    StreamingModel,
+    Transcript,
+    _checked_reply,
+)
 from ._retry import _transient_words, _Unanswered
 from ._runtime import Runtime
 
@@ -162,7 +170,8 @@ async def _ask(
     remaining = rt.remaining(planning.agent.budget)
     messages = planning.messages()
     if note:
-        messages = (*messages, Message(role="system", content=note))
+        # A copy, rare: appended in place it would make the transcript's next append copy.
+        messages = Transcript((*messages, Message(role="system", content=note)))
     guard = planning.agent.answer_guard
     schema = None
     if answering and guard is not None and guard.mode is GuardMode.CONSTRAINED:

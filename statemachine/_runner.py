@@ -100,11 +100,11 @@ def _load_deferred() -> None:
 @final
 @attrs.frozen(kw_only=True)
 class RunResult(Generic[C]):
-    """How a run ended (or where it waits for a person), and every phase it went through.
+    """How a run ended (or where it waits for a person), and the phases it went through.
 
-    ``states`` holds every phase, unless the runner was told not to keep them
-    (``Runner(keep_states=False)``): then only the final one. ``path`` holds the kind
-    and step of every phase either way, which ``history`` and ``trace`` read.
+    ``path`` holds the kind and step of every phase, which ``history`` and ``trace``
+    read. ``states`` holds the final phase only, unless the runner was asked to keep
+    every phase (``Runner(keep_states=True)``).
     """
 
     run_id: str
@@ -183,10 +183,10 @@ class Runner(Generic[C]):
     ``statemachine.validation.fallbacks``). With a ``checkpointer`` every run is
     saved as it goes and held under a lease of ``lease`` while it is driven, so
     that many workers can share one store (see :meth:`resume` and :meth:`submit`).
-    ``keep_states=False`` keeps only the final phase in ``RunResult.states`` (the
-    kinds and steps stay in ``RunResult.path``): every phase holds its own copy of the
-    conversation, so keeping them all costs memory, and time, that grow with the
-    square of a run's length (a worker, which reads only the store, needs none).
+    ``keep_states=True`` keeps every phase in ``RunResult.states`` (by default only the
+    final one; the kinds and steps of all are in ``RunResult.path`` either way): the
+    phases share their conversation, but each holds its own fields, so keeping them
+    all costs memory that grows with the run.
     ``fallback_models`` are asked in order when ``model`` (or the one before) is
     unavailable or its circuit breaker is open; each attempt is a ``ModelRetrying``.
     """
@@ -225,7 +225,7 @@ class Runner(Generic[C]):
         lease: timedelta = DEFAULT_LEASE,
         tracer: trace.Tracer | None = None,
         meter: metrics.Meter | None = None,
-        keep_states: bool = True,
+        keep_states: bool = False,
         fallback_models: tuple[Model, ...] = (),
     ) -> None:
         _load_deferred()

@@ -29,6 +29,7 @@ Anything else raises :class:`IllegalTransitionError` before the phase is saved o
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from typing import Any, final
 
 import attrs
@@ -338,7 +339,7 @@ def _asked_problem(after: Phase[Any]) -> str | None:
     return None
 
 
-def _answers(transcript: tuple[Message, ...], calls: tuple[ToolRequest, ...]) -> bool:
+def _answers(transcript: Sequence[Message], calls: tuple[ToolRequest, ...]) -> bool:
     """Whether ``transcript`` ends with one tool message for each of ``calls``, in order."""
     told = transcript[len(transcript) - len(calls) :] if calls else ()
     return len(told) == len(calls) and all(

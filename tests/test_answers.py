@@ -33,7 +33,9 @@ pytestmark = pytest.mark.anyio
 
 
 def run(agent: Agent[Any], model: ScriptedModel, ctx: Any = None, **options: Any) -> Any:
-    return Runner(agent, model=model, gate=AutoDenyGate(), **options).run(ctx, "Help me.")
+    return Runner(agent, model=model, gate=AutoDenyGate(), **options, keep_states=True).run(
+        ctx, "Help me."
+    )
 
 
 async def test_a_text_answer_is_verified_and_its_hash_recorded() -> None:
@@ -257,7 +259,7 @@ def test_a_constrained_answer_guard_refuses_a_backend_that_cannot_enforce_it() -
     """At start-up, not mid-run: Runner refuses a model that cannot decode to a schema."""
     agent = Agent[None](name="triage", answer_guard=OutputGuard(Ticket, mode="constrained"))
     with pytest.raises(SetupError):
-        Runner(agent, model=ScriptedModel([]), gate=AutoDenyGate())
+        Runner(agent, model=ScriptedModel([]), gate=AutoDenyGate(), keep_states=True)
 
 
 async def test_a_constrained_backend_is_sent_the_schema_when_an_answer_is_asked_for() -> None:
@@ -288,7 +290,13 @@ async def test_a_model_service_that_stays_down_leaves_the_run_to_resume_with_its
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    runner = Runner(Agent[None](name="a"), model=Unavailable(), gate=AutoDenyGate(), sleep=sleep)
+    runner = Runner(
+        Agent[None](name="a"),
+        model=Unavailable(),
+        gate=AutoDenyGate(),
+        sleep=sleep,
+        keep_states=True,
+    )
     with pytest.raises(ModelRetriesExhaustedError) as raised:
         await runner.run(None, "Help me.")
     assert raised.value.attempts == raised.value.cap == 4

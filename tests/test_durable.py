@@ -76,7 +76,7 @@ class Shop:
 
 def saving(agent: Agent[None], model: Any, store: Checkpointer) -> Runner[None]:
     """A runner that saves every phase to ``store`` and denies every approval."""
-    return Runner(agent, model=model, gate=AutoDenyGate(), checkpointer=store)
+    return Runner(agent, model=model, gate=AutoDenyGate(), checkpointer=store, keep_states=True)
 
 
 SCRIPT = [
@@ -259,7 +259,11 @@ async def test_a_run_waiting_for_approval_stops_and_resumes_with_the_persons_dec
     """No decision yet: the run waits, interrupted; resumed with an approval it pays once."""
     payments = Payments()
     runner = Runner(
-        payments.agent, model=ScriptedModel(REFUND[:1]), gate=LaterGate(), checkpointer=store
+        payments.agent,
+        model=ScriptedModel(REFUND[:1]),
+        gate=LaterGate(),
+        checkpointer=store,
+        keep_states=True,
     )
     result = await runner.run(None, "Refund order 17", run_id="run-7")
     assert result.status == "paused"
@@ -272,7 +276,11 @@ async def test_a_run_waiting_for_approval_stops_and_resumes_with_the_persons_dec
     waiting = result.final
     approval = Approve.of(waiting.request("run-7"), by="ana@shop.example")
     again = Runner(
-        payments.agent, model=ScriptedModel(REFUND[1:]), gate=LaterGate(), checkpointer=store
+        payments.agent,
+        model=ScriptedModel(REFUND[1:]),
+        gate=LaterGate(),
+        checkpointer=store,
+        keep_states=True,
     )
     resumed = await again.resume("run-7", decision=approval)
     assert isinstance(resumed.final, Done)
@@ -284,7 +292,11 @@ async def test_a_waiting_run_resumed_with_a_denial_pays_nothing(store: Checkpoin
     """Denied at resume: the model is told, nothing is paid."""
     payments = Payments()
     first = Runner(
-        payments.agent, model=ScriptedModel(REFUND[:1]), gate=LaterGate(), checkpointer=store
+        payments.agent,
+        model=ScriptedModel(REFUND[:1]),
+        gate=LaterGate(),
+        checkpointer=store,
+        keep_states=True,
     )
     await first.run(None, "Refund order 17", run_id="run-8")
     again = Runner(
@@ -292,6 +304,7 @@ async def test_a_waiting_run_resumed_with_a_denial_pays_nothing(store: Checkpoin
         model=ScriptedModel([reply("The refund was not approved.")]),
         gate=LaterGate(),
         checkpointer=store,
+        keep_states=True,
     )
     resumed = await again.resume("run-8", decision=Denial(reason="no receipt", denied_by="ana"))
     assert isinstance(resumed.final, Done)
@@ -305,7 +318,11 @@ async def test_each_turn_is_its_own_run_so_a_waiting_turn_blocks_nothing(
     """Turn 1 waits for a refund approval; turn 2 of the same customer runs to the end."""
     payments = Payments()
     waiting = Runner(
-        payments.agent, model=ScriptedModel(REFUND[:1]), gate=LaterGate(), checkpointer=store
+        payments.agent,
+        model=ScriptedModel(REFUND[:1]),
+        gate=LaterGate(),
+        checkpointer=store,
+        keep_states=True,
     )
     await waiting.run(None, "Refund order 17", run_id="thread-1:turn-1")
     answering = Runner(
@@ -313,6 +330,7 @@ async def test_each_turn_is_its_own_run_so_a_waiting_turn_blocks_nothing(
         model=ScriptedModel([reply("Your order ships Monday.")]),
         gate=LaterGate(),
         checkpointer=store,
+        keep_states=True,
     )
     result = await answering.run(None, "When does it ship?", run_id="thread-1:turn-2")
     assert isinstance(result.final, Done)
@@ -414,13 +432,17 @@ async def test_the_run_clock_goes_on_after_a_resume(store: Checkpointer) -> None
     agent = shop.agent(budget=Budget(wall_clock=120))
     before = FakeClock()
     first = Ticking(before, [tool_call("weather", {"city": "Oslo"})], crash_on=2)
-    runner = Runner(agent, model=first, gate=AutoDenyGate(), clock=before, checkpointer=store)
+    runner = Runner(
+        agent, model=first, gate=AutoDenyGate(), clock=before, checkpointer=store, keep_states=True
+    )
     with pytest.raises(RuntimeError):
         await runner.run(None, "Weather?", run_id="run-12")
     assert first.timeouts == [120, 70]
     after = FakeClock(start=1_000.0)  # a new process: its monotonic clock means nothing here
     second = Ticking(after, [reply("Sunny.")])
-    again = Runner(agent, model=second, gate=AutoDenyGate(), clock=after, checkpointer=store)
+    again = Runner(
+        agent, model=second, gate=AutoDenyGate(), clock=after, checkpointer=store, keep_states=True
+    )
     result = await again.resume("run-12")
     assert isinstance(result.final, Done)
     assert second.timeouts == [pytest.approx(70)]
@@ -452,15 +474,15 @@ async def test_start_up_resumes_crashed_runs_but_never_one_waiting_before_a_mone
     payments = Payments()
     refund_then_answer = [*REFUND[:1], reply("Done.")]
     died = Runner(payments.agent, model=DiesOnce(refund_then_answer, 1), gate=LaterGate(),
-                  checkpointer=store)  # fmt: skip
+                  checkpointer=store, keep_states=True)  # fmt: skip
     with pytest.raises(Killed):
         await died.run(None, "Hello", run_id="died")
     failed = Runner(payments.agent, model=Crashing(refund_then_answer, 1), gate=LaterGate(),
-                    checkpointer=store)  # fmt: skip
+                    checkpointer=store, keep_states=True)  # fmt: skip
     with pytest.raises(RuntimeError):
         await failed.run(None, "Hello", run_id="failed")
     waiting = Runner(payments.agent, model=ScriptedModel(REFUND[:1]), gate=LaterGate(),
-                     checkpointer=store)  # fmt: skip
+                     checkpointer=store, keep_states=True)  # fmt: skip
     await waiting.run(None, "Refund order 17", run_id="waiting")
     assert (await store.record("died")).status == RunStatus.RUNNING
     start_up = Runner(
@@ -468,6 +490,7 @@ async def test_start_up_resumes_crashed_runs_but_never_one_waiting_before_a_mone
         model=ScriptedModel([reply("Hello again."), reply("Hello again.")]),
         gate=LaterGate(),
         checkpointer=store,
+        keep_states=True,
     )
     results = await start_up.resume_pending()
     assert sorted(result.run_id for result in results) == ["died", "failed"]

@@ -59,7 +59,7 @@ async def test_a_runs_events_are_its_transitions_in_order_then_its_result() -> N
     model = ScriptedModel(
         [tool_call("weather", {"city": "Oslo"}), reply("Sunny in Oslo today.")], stream_chunks=3
     )
-    runner = Runner(agent(), model=model, gate=AutoDenyGate())
+    runner = Runner(agent(), model=model, gate=AutoDenyGate(), keep_states=True)
     events = await collected(runner, "Weather in Oslo?", run_id="run-1")
     finished = events[-1]
     assert isinstance(finished, RunFinished)
@@ -91,7 +91,7 @@ async def test_a_model_that_cannot_stream_gives_transitions_and_no_deltas() -> N
             return reply("Sunny.")
 
     assert not isinstance(Plain(), StreamingModel)
-    runner = Runner(agent(), model=Plain(), gate=AutoDenyGate())
+    runner = Runner(agent(), model=Plain(), gate=AutoDenyGate(), keep_states=True)
     events = await collected(runner, "Weather?")
     assert not [event for event in events if isinstance(event, TextDelta)]
     assert [type(event).__name__ for event in events] == [
@@ -116,7 +116,9 @@ async def test_run_never_asks_a_model_to_stream() -> None:
             yield ModelChunk(reply=reply("Sunny."))
 
     assert isinstance(Both(), StreamingModel)
-    result = await Runner(agent(), model=Both(), gate=AutoDenyGate()).run(None, "Weather?")
+    result = await Runner(agent(), model=Both(), gate=AutoDenyGate(), keep_states=True).run(
+        None, "Weather?"
+    )
     assert result.ok
     assert asked == ["complete"]
 
@@ -137,7 +139,13 @@ async def test_breaking_out_cancels_the_model_call_and_saves_the_run_cancelled()
         raise AssertionError("the event is never set")
 
     store = MemoryCheckpointer()
-    runner = Runner(agent(), model=FunctionModel(waits), gate=AutoDenyGate(), checkpointer=store)
+    runner = Runner(
+        agent(),
+        model=FunctionModel(waits),
+        gate=AutoDenyGate(),
+        checkpointer=store,
+        keep_states=True,
+    )
     kinds: list[str] = []
     async with runner.events(None, "Weather?", run_id="run-2") as events:
         async for event in events:
@@ -152,7 +160,11 @@ async def test_breaking_out_cancels_the_model_call_and_saves_the_run_cancelled()
     assert record.status == RunStatus.CANCELLED
     assert record.phase == "Planning"
     again = Runner(
-        agent(), model=ScriptedModel([reply("Sunny.")]), gate=AutoDenyGate(), checkpointer=store
+        agent(),
+        model=ScriptedModel([reply("Sunny.")]),
+        gate=AutoDenyGate(),
+        checkpointer=store,
+        keep_states=True,
     )
     assert (await again.resume("run-2")).ok
 
@@ -170,7 +182,13 @@ async def test_a_cancelled_reader_cancels_the_run() -> None:
         raise AssertionError("the event is never set")
 
     store = MemoryCheckpointer()
-    runner = Runner(agent(), model=FunctionModel(waits), gate=AutoDenyGate(), checkpointer=store)
+    runner = Runner(
+        agent(),
+        model=FunctionModel(waits),
+        gate=AutoDenyGate(),
+        checkpointer=store,
+        keep_states=True,
+    )
     with anyio.move_on_after(0.05):
         async with runner.events(None, "Weather?", run_id="run-3") as events:
             async for _ in events:
@@ -190,7 +208,7 @@ async def test_an_error_the_run_raises_is_raised_by_the_iteration() -> None:
             raise KeyError("a bug in the model adapter")
             yield ModelChunk()  # pragma: no cover - makes this a generator
 
-    runner = Runner(agent(), model=Broken(), gate=AutoDenyGate())
+    runner = Runner(agent(), model=Broken(), gate=AutoDenyGate(), keep_states=True)
     kinds: list[str] = []
 
     async def read() -> None:
@@ -214,7 +232,7 @@ async def test_a_stream_without_a_reply_is_a_model_response_error() -> None:
         async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
             yield ModelChunk(text="Sunny")
 
-    runner = Runner(agent(), model=Chatty(), gate=AutoDenyGate())
+    runner = Runner(agent(), model=Chatty(), gate=AutoDenyGate(), keep_states=True)
     events = await collected(runner, "Weather?")
     result = events[-1].result
     assert result.status == "failed"
@@ -232,13 +250,19 @@ async def test_resume_events_streams_a_resumed_run() -> None:
         await never.wait()
         raise AssertionError("the event is never set")
 
-    first = Runner(agent(), model=FunctionModel(waits), gate=AutoDenyGate(), checkpointer=store)
+    first = Runner(
+        agent(),
+        model=FunctionModel(waits),
+        gate=AutoDenyGate(),
+        checkpointer=store,
+        keep_states=True,
+    )
     async with first.events(None, "Weather?", run_id="run-4") as events:
         async for _ in events:
             await anyio.sleep(0.01)
             break
     model = ScriptedModel([reply("Sunny.")], stream_chunks=2)
-    again = Runner(agent(), model=model, gate=AutoDenyGate(), checkpointer=store)
+    again = Runner(agent(), model=model, gate=AutoDenyGate(), checkpointer=store, keep_states=True)
     async with again.resume_events("run-4") as events:
         seen = [event async for event in events]
     assert [e.text for e in seen if isinstance(e, TextDelta)] == ["Sun", "ny."]
@@ -257,7 +281,7 @@ async def test_a_progress_line_shows_the_events_and_the_text_being_written() -> 
     model = ScriptedModel(
         [tool_call("weather", {"city": "Oslo"}), reply("Sunny\nin Oslo.")], stream_chunks=2
     )
-    runner = Runner(agent(), model=model, gate=AutoDenyGate())
+    runner = Runner(agent(), model=model, gate=AutoDenyGate(), keep_states=True)
     screen = Terminal()
     line = ProgressLine(screen, label="oslo: ")
     async with runner.events(None, "Weather?") as events:
@@ -285,6 +309,7 @@ async def test_a_run_started_inside_a_tool_does_not_stream_into_the_outer_listen
         Agent[None](name="inner"),
         model=ScriptedModel([reply("inner answer")], stream_chunks=2),
         gate=AutoDenyGate(),
+        keep_states=True,
     )
 
     @read_tool
@@ -295,7 +320,9 @@ async def test_a_run_started_inside_a_tool_does_not_stream_into_the_outer_listen
 
     outer = Agent[None](name="outer", tools=[ask_inner])
     model = ScriptedModel([tool_call("ask_inner", {"city": "Oslo"}), reply("Done.")])
-    events = await collected(Runner(outer, model=model, gate=AutoDenyGate()), "Go")
+    events = await collected(
+        Runner(outer, model=model, gate=AutoDenyGate(), keep_states=True), "Go"
+    )
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["Done."]
     transitions = [e for e in events if isinstance(e, TransitionEvent)]
     assert {e.state.agent.name for e in transitions} == {"outer"}

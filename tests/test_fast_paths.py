@@ -35,6 +35,7 @@ from statemachine import (
     Idle,
     LoopState,
     Message,
+    ModelRequest,
     Observing,
     Phase,
     Phases,
@@ -45,6 +46,7 @@ from statemachine import (
     Runner,
     Spend,
     ToolCalling,
+    Transcript,
     UnapprovedWriteError,
     _json,
     _seal,
@@ -512,16 +514,16 @@ def test_a_transcript_grows_as_unpacking_it_would_make_it() -> None:
     first = Message(role="user", content="one")
     agent = Agent[None](name="fast", tools=[lookup], instructions="Be brief.")
     hello = Message(role="user", content="hi")
-    seeds: list[Any] = [(first,), [first], Log((first, hello))]
+    seeds: list[Any] = [(first,), [first], Log((first, hello)), Transcript([first])]
     for seed in seeds:
         idle = hand_built(Idle[None], agent=agent, ctx=None, transcript=seed)
         planning = idle.receive("hi")
-        assert type(planning.transcript) is tuple
+        assert type(planning.transcript) is Transcript
         assert planning.transcript == (*seed, hello)
         system = Message(role="system", content="Be brief.")
         assert planning._next(Planning).messages() == (system, *planning.transcript)
         shown = hand_built(Planning[None], agent=agent, ctx=None, transcript=seed).messages()
-        assert type(shown) is tuple
+        assert type(shown) is Transcript
         assert shown == (system, *seed)
     planning = agent.start(None, "hi").receive("hi")
     call = agent.tools.call("lookup", {"key": "k"})
@@ -533,6 +535,105 @@ def test_a_transcript_grows_as_unpacking_it_would_make_it() -> None:
     told = observing.observe().transcript
     assert told[:-1] == calling.transcript
     assert told[-1] == Message(role="tool", content='{"v":1}', tool_call_id="call-1", name="lookup")
+
+
+def said(n: int) -> Message:
+    return Message(role="user", content=f"message {n}")
+
+
+def test_a_transcript_reads_as_the_tuple_of_its_messages() -> None:
+    """Every way of reading a transcript gives what the tuple of its messages gives,
+    for transcripts grown by appending, branched, and prefixed."""
+    plain: tuple[Message, ...] = ()
+    grown = Transcript()
+    kept: list[tuple[Transcript, tuple[Message, ...]]] = []
+    for n in range(40):
+        new = (said(n),) if n % 3 else (said(n), said(n + 100))
+        plain, grown = plain + new, grown.appended(*new)
+        kept.append((grown, plain))
+        if n % 7 == 0:  # a branch from an older transcript leaves the others as they were
+            old, old_plain = kept[n // 2]
+            branched = said(-n)
+            kept.append((old.appended(branched), (*old_plain, branched)))
+        if n % 5 == 0:
+            head = (Message(role="system", content="rules"),)
+            kept.append((grown.prefixed(*head), head + plain))
+    for transcript, expected in kept:
+        assert len(transcript) == len(expected)
+        assert tuple(transcript) == expected
+        assert transcript == expected
+        assert expected == transcript
+        assert transcript == Transcript(expected)
+        assert hash(transcript) == hash(expected)
+        assert list(reversed(transcript)) == list(reversed(expected))
+        for index in range(-len(expected), len(expected)):
+            assert transcript[index] is expected[index]
+        for cut in (
+            slice(None),
+            slice(1, None),
+            slice(-3, None),
+            slice(2, -2),
+            slice(None, None, 2),
+        ):
+            assert transcript[cut] == expected[cut]
+        with pytest.raises(IndexError):
+            transcript[len(expected)]
+    assert Transcript() == ()
+    assert not Transcript()
+
+
+def test_appending_shares_the_messages_and_copies_only_a_branch() -> None:
+    m1, m2, m3, other = said(1), said(2), said(3), said(-3)
+    one = Transcript().appended(m1)
+    two = one.appended(m2)
+    three = two.appended(m3)
+    assert two._items is one._items is three._items  # grown in place, shared
+    branch = two.appended(other)  # two no longer ends the list: a copy
+    assert branch._items is not two._items
+    assert tuple(three) == (m1, m2, m3)
+    assert tuple(branch) == (m1, m2, other)
+    assert tuple(two) == (m1, m2)
+    # The shared empty transcript never holds another run's messages.
+    from statemachine._model import EMPTY_TRANSCRIPT
+
+    EMPTY_TRANSCRIPT.appended(said(9))
+    assert EMPTY_TRANSCRIPT._items == []
+
+
+def test_transcripts_appended_from_many_threads_hold_their_own_messages() -> None:
+    import threading
+
+    base = Transcript([said(0)])
+    results: dict[int, Transcript] = {}
+
+    def grow(n: int) -> None:
+        transcript = base
+        for i in range(200):
+            transcript = transcript.appended(said(n * 1000 + i))
+        results[n] = transcript
+
+    threads = [threading.Thread(target=grow, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for n, transcript in results.items():
+        assert tuple(transcript) == (said(0), *(said(n * 1000 + i) for i in range(200)))
+
+
+def test_a_model_request_keeps_a_transcript_and_validates_a_tuple_into_one() -> None:
+    grown = Transcript([said(1)]).appended(said(2))
+    request = ModelRequest(messages=grown)
+    assert request.messages is grown
+    from_tuple = ModelRequest(messages=(said(1), said(2)))
+    assert type(from_tuple.messages) is Transcript
+    assert from_tuple == request
+    assert from_tuple.model_dump(mode="json") == request.model_dump(mode="json")
+    assert request.model_dump(mode="json")["messages"] == [
+        said(1).model_dump(mode="json"),
+        said(2).model_dump(mode="json"),
+    ]
+    assert ModelRequest.model_validate_json(request.model_dump_json()) == request
 
 
 # --- the canonical arguments that approvals and idempotency keys hash ---------------------

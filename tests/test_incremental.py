@@ -180,7 +180,7 @@ async def lookup(args: LookupArgs) -> dict[str, object]:
 
 def loop_runner(store: Checkpointer, model: Model) -> Runner[None]:
     agent = Agent[None](name="loop", tools=[lookup], budget=Budget(), max_steps=10**9)
-    return Runner(agent, model=model, gate=AutoDenyGate(), checkpointer=store)
+    return Runner(agent, model=model, gate=AutoDenyGate(), checkpointer=store, keep_states=True)
 
 
 async def test_bytes_per_transition_stay_flat_over_a_long_run() -> None:

@@ -399,7 +399,9 @@ def test_constrained_run_never_books_without_approval(
     agent = short_agent(provider)
     model = Recording(constrained)
     gate = AutoDenyGate()
-    result = anyio.run(Runner(agent, model=model, gate=gate, seed=7).run, TRIP, prompt)
+    result = anyio.run(
+        Runner(agent, model=model, gate=gate, seed=7, keep_states=True).run, TRIP, prompt
+    )
     for request, reply in model.replies:
         assert_valid(agent, request, reply)
     assert_no_unapproved_write(agent, model, gate, result.states)
@@ -462,7 +464,9 @@ def test_unconstrained_run_never_books_without_approval(unconstrained: LlamaCppM
     agent = short_agent(provider)
     model = Recording(unconstrained)
     gate = AutoDenyGate()
-    result = anyio.run(Runner(agent, model=model, gate=gate, seed=7).run, TRIP, PROMPTS[1])
+    result = anyio.run(
+        Runner(agent, model=model, gate=gate, seed=7, keep_states=True).run, TRIP, PROMPTS[1]
+    )
     assert result.status in ("done", "failed")
     assert_no_unapproved_write(agent, model, gate, result.states)
     assert provider.charges == []

@@ -45,6 +45,7 @@ async def test_a_travel_run_is_one_span_with_one_child_per_transition() -> None:
         model=model,
         gate=ScriptedGate([True]),
         tracer=tracer,
+        keep_states=True,
     )
     with capture_logs() as logs:
         result = await runner.run(TRIP, ASK, run_id="run-1")
@@ -82,7 +83,11 @@ async def test_a_phase_that_raises_ends_its_span_with_the_error() -> None:
     """The exception is recorded on the transition's span, and the run span still ends."""
     tracer, exporter = tracing()
     runner = Runner(
-        travel_agent(FakeProvider()), model=ScriptedModel([]), gate=ScriptedGate([]), tracer=tracer
+        travel_agent(FakeProvider()),
+        model=ScriptedModel([]),
+        gate=ScriptedGate([]),
+        tracer=tracer,
+        keep_states=True,
     )
     with pytest.raises(Exception, match="scripted model"):
         await runner.run(TRIP, ASK)
@@ -113,6 +118,7 @@ async def test_a_transition_span_that_is_not_recorded_is_still_current_in_its_ph
         model=model,
         gate=ScriptedGate([]),
         tracer=provider.get_tracer("test"),
+        keep_states=True,
     )
     await runner.run(None, "Where?")
     contexts = [span.get_span_context() for span in seen]
@@ -138,12 +144,16 @@ async def test_no_event_is_built_when_nothing_takes_it_and_one_per_transition_wh
     structlog.configure(processors=[count])
     try:
         model = ScriptedModel([tool_call("get_weather", {"city": "Lisbon"}), reply("Sunny.")])
-        runner = Runner(travel_agent(FakeProvider()), model=model, gate=ScriptedGate([]))
+        runner = Runner(
+            travel_agent(FakeProvider()), model=model, gate=ScriptedGate([]), keep_states=True
+        )
         with caplog.at_level(logging.WARNING, logger="statemachine"):
             quiet = await runner.run(TRIP, ASK)
         assert rendered == []
         model = ScriptedModel([tool_call("get_weather", {"city": "Lisbon"}), reply("Sunny.")])
-        runner = Runner(travel_agent(FakeProvider()), model=model, gate=ScriptedGate([]))
+        runner = Runner(
+            travel_agent(FakeProvider()), model=model, gate=ScriptedGate([]), keep_states=True
+        )
         with caplog.at_level(logging.INFO, logger="statemachine"):
             heard = await runner.run(TRIP, ASK)
         assert rendered == ["transition"] * (len(heard.states) - 1)

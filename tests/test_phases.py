@@ -376,7 +376,9 @@ async def test_a_gate_approving_another_call_sends_the_run_back_to_planning() ->
     model = ScriptedModel(
         [tool_call("book", {"flight": "SK1", "price": Decimal("899.90")}), reply("Not booked.")]
     )
-    result = await Runner(agent, model=model, gate=gate).run(None, "Book SK1", run_id="r1")
+    result = await Runner(agent, model=model, gate=gate, keep_states=True).run(
+        None, "Book SK1", run_id="r1"
+    )
     assert result.history == (
         "Idle",
         "Planning",
@@ -735,7 +737,9 @@ async def test_a_write_tool_that_times_out_is_not_retried(recording_sleep: Any) 
     calls = Calls()
     agent = Agent[None](name="a", tools=[book_tool(calls, slow_attempts=1)])
     model = ScriptedModel([tool_call("book", {"flight": "SK1", "price": Decimal("899.90")})])
-    runner = Runner(agent, model=model, gate=AutoApproveGate(), sleep=recording_sleep)
+    runner = Runner(
+        agent, model=model, gate=AutoApproveGate(), sleep=recording_sleep, keep_states=True
+    )
     result = await runner.run(None, "Book SK1")
     assert isinstance(result.final, Failed)
     assert result.final.reason == (
@@ -760,7 +764,9 @@ async def test_a_write_tool_with_a_retryable_error_is_not_retried() -> None:
 
     agent = Agent[None](name="a", tools=[book])
     model = ScriptedModel([tool_call("book", {"flight": "SK1", "price": Decimal("899.90")})])
-    result = await Runner(agent, model=model, gate=AutoApproveGate()).run(None, "Book SK1")
+    result = await Runner(agent, model=model, gate=AutoApproveGate(), keep_states=True).run(
+        None, "Book SK1"
+    )
     assert isinstance(result.final, Failed)
     assert calls.started == ["SK1"]
 
@@ -772,7 +778,9 @@ async def test_an_idempotent_write_tool_is_retried(recording_sleep: Any) -> None
     model = ScriptedModel(
         [tool_call("book", {"flight": "SK1", "price": Decimal("899.90")}), reply("Booked SK1.")]
     )
-    runner = Runner(agent, model=model, gate=AutoApproveGate(), sleep=recording_sleep, seed=1)
+    runner = Runner(
+        agent, model=model, gate=AutoApproveGate(), sleep=recording_sleep, seed=1, keep_states=True
+    )
     result = await runner.run(None, "Book SK1")
     assert result.history == (
         "Idle",
@@ -814,9 +822,9 @@ async def test_a_tools_own_retry_policy_beats_the_agents(
     tool = weather_tool(calls, fails=failures, retry=RetryPolicy(max_attempts=tool_attempts))
     agent = Agent[None](name="a", tools=[tool], retry=RetryPolicy(max_attempts=agent_attempts))
     model = ScriptedModel([tool_call("weather", {"city": "Oslo"})])
-    result = await Runner(agent, model=model, gate=AutoDenyGate(), sleep=recording_sleep).run(
-        None, "Weather?"
-    )
+    result = await Runner(
+        agent, model=model, gate=AutoDenyGate(), sleep=recording_sleep, keep_states=True
+    ).run(None, "Weather?")
     assert isinstance(result.final, Failed)
     assert result.final.reason == (
         f"weather failed {tool_attempts} time(s), the cap is {tool_attempts}; "
@@ -868,7 +876,7 @@ async def test_a_write_the_budget_cannot_pay_for_is_never_put_to_a_person() -> N
     agent = Agent[None](name="a", tools=[book_tool(calls)], budget=Budget(cost=Decimal("50")))
     gate = AutoApproveGate()
     model = ScriptedModel([tool_call("book", {"flight": "SK1", "price": Decimal("60")})])
-    result = await Runner(agent, model=model, gate=gate).run(None, "Book SK1")
+    result = await Runner(agent, model=model, gate=gate, keep_states=True).run(None, "Book SK1")
     assert result.history == ("Idle", "Planning", "Failed")
     assert isinstance(result.final, Failed)
     assert result.final.reason == (
@@ -886,7 +894,9 @@ async def test_the_tool_call_budget_stops_the_call_past_it() -> None:
     model = ScriptedModel(
         [tool_call("weather", {"city": "Oslo"}), tool_call("weather", {"city": "Bergen"})]
     )
-    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Weather?")
+    result = await Runner(agent, model=model, gate=AutoDenyGate(), keep_states=True).run(
+        None, "Weather?"
+    )
     assert isinstance(result.final, Failed)
     assert result.final.reason == (
         "tool-call budget: calling weather would make 2 tool calls, 1 allowed"
@@ -899,7 +909,9 @@ async def test_a_used_up_tool_call_budget_still_lets_the_model_answer() -> None:
     calls = Calls()
     agent = Agent[None](name="a", tools=[weather_tool(calls)], budget=Budget(tool_calls=1))
     model = ScriptedModel([tool_call("weather", {"city": "Oslo"}), reply("Sunny in Oslo.")])
-    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Weather?")
+    result = await Runner(agent, model=model, gate=AutoDenyGate(), keep_states=True).run(
+        None, "Weather?"
+    )
     assert isinstance(result.final, Done)
     assert result.final.answer == "Sunny in Oslo."
     assert calls.started == ["Oslo"]
@@ -921,7 +933,9 @@ async def test_the_token_budget_stops_the_next_model_call() -> None:
     calls = Calls()
     agent = Agent[None](name="a", tools=[weather_tool(calls)], budget=Budget(tokens=10))
     model = ScriptedModel([tool_call("weather", {"city": "Oslo"}, tokens=10), reply("Sunny.")])
-    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Weather?")
+    result = await Runner(agent, model=model, gate=AutoDenyGate(), keep_states=True).run(
+        None, "Weather?"
+    )
     assert isinstance(result.final, Failed)
     assert result.final.reason == (
         "token budget: 10 of 10 tokens used, no room for the next model call"
@@ -952,7 +966,7 @@ async def test_the_wall_clock_budget_is_measured_with_the_runtime_clock(fake_clo
         40.0,
         [tool_call("weather", {"city": "Oslo"}), tool_call("weather", {"city": "Bergen"})],
     )
-    runner = Runner(agent, model=model, gate=AutoDenyGate(), clock=fake_clock)
+    runner = Runner(agent, model=model, gate=AutoDenyGate(), clock=fake_clock, keep_states=True)
     result = await runner.run(None, "Weather?")
     assert isinstance(result.final, Failed)
     assert result.final.reason == (
@@ -1048,7 +1062,9 @@ async def test_a_subclassed_planning_phase_is_used_for_every_planning_step() -> 
     """Phases(planning=TripPlanning) makes every Planning of the run a TripPlanning."""
     agent = Agent[Trip](name="trip", phases=Phases[Trip](planning=TripPlanning))
     model = ScriptedModel([reply("Take the train.")])
-    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(Trip("Oslo"), "How?")
+    result = await Runner(agent, model=model, gate=AutoDenyGate(), keep_states=True).run(
+        Trip("Oslo"), "How?"
+    )
     assert isinstance(result.states[1], TripPlanning)
     assert model.requests[0].messages[0] == Message(role="system", content="Plan a trip to Oslo.")
 

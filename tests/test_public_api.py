@@ -136,6 +136,7 @@ PUBLIC = {
     "ToolRequest",
     "TransitionEvent",
     "Truncated",
+    "Transcript",
     "UnapprovedWriteError",
     "UnknownRunError",
     "UnknownToolError",

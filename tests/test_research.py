@@ -103,7 +103,7 @@ async def run_agent(
     backend = backend or RecordingBackend()
     agent = research_agent(approved, backend=backend)
     door = StructuredDoor(ScriptedModel(turns), tools=agent.tools)
-    result = await Runner(agent, model=door, gate=AutoDenyGate()).run(
+    result = await Runner(agent, model=door, gate=AutoDenyGate(), keep_states=True).run(
         ctx or ResearchContext(approved), approved.contract.brief
     )
     return result, door, backend
@@ -424,7 +424,9 @@ def test_the_search_budget_is_shared_by_every_call_of_a_run_and_survives_a_resto
     )
     assert restored.kind == "Planning"
     door = StructuredDoor(ScriptedModel(turns[1:]), tools=agent.tools)
-    again = anyio.run(lambda: Runner(agent, model=door, gate=AutoDenyGate()).drive(restored))
+    again = anyio.run(
+        lambda: Runner(agent, model=door, gate=AutoDenyGate(), keep_states=True).drive(restored)
+    )
     (_, second_again) = reports(again)
     assert statuses(second_again) == {"d": "ran", "e": "no_budget", "f": "no_budget"}
     assert backend.queries == ["starfish"]

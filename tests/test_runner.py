@@ -100,7 +100,7 @@ async def test_a_read_tool_run_records_its_history_trace_and_spend() -> None:
             reply("Sunny in Oslo.", tokens=5, cost="0.02"),
         ]
     )
-    runner = Runner(service.agent(), model=model, gate=AutoDenyGate())
+    runner = Runner(service.agent(), model=model, gate=AutoDenyGate(), keep_states=True)
     result = await runner.run(None, "Weather in Oslo?", run_id="run-42")
     assert result.ok is True
     assert result.run_id == "run-42"
@@ -174,7 +174,8 @@ async def test_an_approved_write_runs_once_with_exact_arguments() -> None:
     model = ScriptedModel(
         [tool_call("book", {"flight": "SK1", "price": Decimal("899.90")}), reply("Booked.")]
     )
-    result = await Runner(service.agent(), model=model, gate=gate).run(None, "Book SK1")
+    runner = Runner(service.agent(), model=model, gate=gate, keep_states=True)
+    result = await runner.run(None, "Book SK1")
     assert result.history == (
         "Idle",
         "Planning",
@@ -257,6 +258,7 @@ async def test_on_transition_sees_every_transition_in_order() -> None:
         model=model,
         gate=AutoDenyGate(),
         on_transition=lambda old, new: seen.append((old, new)),
+        keep_states=True,
     )
     result = await runner.run(None, "Oslo?")
     assert seen == list(itertools.pairwise(result.states))
@@ -419,23 +421,19 @@ def _repeating_model() -> ScriptedModel:
     )
 
 
-async def test_a_runner_that_keeps_no_states_keeps_the_final_phase_and_the_same_history() -> None:
-    """keep_states=False: states holds only the final phase; history, trace, path and the
-    final phase are those of a runner that keeps every phase."""
+async def test_a_runner_keeps_only_the_final_phase_by_default_and_the_same_history() -> None:
+    """The default: states holds only the final phase; history, trace, path and the
+    final phase are those of a runner that keeps every phase (keep_states=True)."""
     seen: list[weakref.ref[Phase[None]]] = []
 
     def remember(before: Phase[None], after: Phase[None]) -> None:
         seen.append(weakref.ref(after))
 
-    kept = await Runner(Service().agent(), model=_repeating_model(), gate=AutoDenyGate()).run(
-        None, "Weather in Oslo?"
-    )
+    kept = await Runner(
+        Service().agent(), model=_repeating_model(), gate=AutoDenyGate(), keep_states=True
+    ).run(None, "Weather in Oslo?")
     lean_runner = Runner(
-        Service().agent(),
-        model=_repeating_model(),
-        gate=AutoDenyGate(),
-        keep_states=False,
-        on_transition=remember,
+        Service().agent(), model=_repeating_model(), gate=AutoDenyGate(), on_transition=remember
     )
     lean = await lean_runner.run(None, "Weather in Oslo?")
     assert "-[suppress: exact]->" in kept.trace()
@@ -452,15 +450,19 @@ async def test_a_runner_that_keeps_no_states_keeps_the_final_phase_and_the_same_
     assert all(phase is None for phase in alive[:-1]), [type(p).__name__ for p in alive]
 
 
-async def test_a_runner_keeps_every_state_by_default() -> None:
-    """The default: every phase stays in states, in order, each the object the run made."""
+async def test_a_runner_asked_to_keep_every_state_keeps_them() -> None:
+    """keep_states=True: every phase stays in states, in order, each the object the run made."""
     made: list[Phase[None]] = []
 
     def remember(before: Phase[None], after: Phase[None]) -> None:
         made.append(after)
 
     runner = Runner(
-        Service().agent(), model=_repeating_model(), gate=AutoDenyGate(), on_transition=remember
+        Service().agent(),
+        model=_repeating_model(),
+        gate=AutoDenyGate(),
+        on_transition=remember,
+        keep_states=True,
     )
     result = await runner.run(None, "Weather in Oslo?")
     assert len(result.states) == len(result.path) == len(made) + 1

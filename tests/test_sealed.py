@@ -154,7 +154,9 @@ class AsksTheGateItself(Planning[None]):
 
 async def test_a_planning_subclass_cannot_approve_its_own_write() -> None:
     """request_approval(call).approve(...) inside advance is refused by the runner; 0 charges."""
-    runner = Runner(shop(SelfApproving), model=paying_model(), gate=AutoDenyGate())
+    runner = Runner(
+        shop(SelfApproving), model=paying_model(), gate=AutoDenyGate(), keep_states=True
+    )
     with pytest.raises(IllegalTransitionError, match="it is 2 transitions away, not one"):
         await runner.run(None, "Pay Ada")
     assert CHARGED == []
@@ -162,11 +164,15 @@ async def test_a_planning_subclass_cannot_approve_its_own_write() -> None:
 
 async def test_a_gate_asked_from_planning_does_not_skip_await_approval() -> None:
     """Even the real gate's yes cannot take Planning straight to a write: 0 charges."""
-    runner = Runner(shop(AsksTheGateItself), model=paying_model(), gate=AutoApproveGate())
+    runner = Runner(
+        shop(AsksTheGateItself), model=paying_model(), gate=AutoApproveGate(), keep_states=True
+    )
     with pytest.raises(IllegalTransitionError):
         await runner.run(None, "Pay Ada")
     assert CHARGED == []
-    denied = Runner(shop(AsksTheGateItself), model=paying_model(), gate=AutoDenyGate())
+    denied = Runner(
+        shop(AsksTheGateItself), model=paying_model(), gate=AutoDenyGate(), keep_states=True
+    )
     with pytest.raises(IllegalTransitionError):  # request and deny: two transitions too
         await denied.run(None, "Pay Ada")
     assert CHARGED == []
@@ -174,7 +180,9 @@ async def test_a_gate_asked_from_planning_does_not_skip_await_approval() -> None
 
 async def test_a_gate_cannot_hand_back_an_approval_of_its_own() -> None:
     """A gate answering an Approval (say, one recorded in another run) is refused: 0 charges."""
-    first = await Runner(shop(), model=paying_model(), gate=AutoApproveGate()).run(None, "Pay")
+    first = await Runner(
+        shop(), model=paying_model(), gate=AutoApproveGate(), keep_states=True
+    ).run(None, "Pay")
     recorded = next(s.call.approval for s in first.states if isinstance(s, ToolCalling))
     assert [Decimal("10.00")] == CHARGED
 
@@ -183,7 +191,9 @@ async def test_a_gate_cannot_hand_back_an_approval_of_its_own() -> None:
             return recorded
 
     with pytest.raises(Exception, match="a gate answers Approve"):
-        await Runner(shop(), model=paying_model(), gate=Replaying()).run(None, "Pay")
+        await Runner(shop(), model=paying_model(), gate=Replaying(), keep_states=True).run(
+            None, "Pay"
+        )
     assert [Decimal("10.00")] == CHARGED
 
 
@@ -197,9 +207,9 @@ async def waiting_run(store: MemoryCheckpointer, run_id: str) -> AwaitApproval[N
 
             return Pending()
 
-    result = await Runner(shop(), model=paying_model(), gate=Later(), checkpointer=store).run(
-        None, "Pay Ada", run_id=run_id
-    )
+    result = await Runner(
+        shop(), model=paying_model(), gate=Later(), checkpointer=store, keep_states=True
+    ).run(None, "Pay Ada", run_id=run_id)
     assert isinstance(result.final, AwaitApproval)
     return result.final
 
@@ -213,7 +223,11 @@ async def test_an_approval_of_one_run_is_refused_in_another() -> None:
     with pytest.raises(DecisionRefusedError, match="the approval is for run 'a'"):
         await store.submit_decision("b", dump_decision(yes_for_a))
     runner = Runner(
-        shop(), model=ScriptedModel([reply("Paid.")]), gate=AutoDenyGate(), checkpointer=store
+        shop(),
+        model=ScriptedModel([reply("Paid.")]),
+        gate=AutoDenyGate(),
+        checkpointer=store,
+        keep_states=True,
     )
     with pytest.raises(DecisionRefusedError, match="does not answer the call this run waits for"):
         await runner.resume("b", decision=yes_for_a)
@@ -359,7 +373,7 @@ async def test_a_runner_refuses_a_hand_built_phase() -> None:
     """statemachine.testing's phases are for unit tests: a Runner will not drive one."""
     agent = shop()
     planning = hand_built(Planning[None], agent=agent, ctx=None)
-    runner = Runner(agent, model=paying_model(), gate=AutoApproveGate())
+    runner = Runner(agent, model=paying_model(), gate=AutoApproveGate(), keep_states=True)
     with pytest.raises(PhaseForgedError, match=r"built with statemachine\.testing"):
         await runner.drive(planning)
 
@@ -391,7 +405,13 @@ async def test_advance_must_return_what_one_of_its_transitions_made(
 ) -> None:
     """A phase advance built, or the same phase again, is refused before anything is saved."""
     store = MemoryCheckpointer()
-    runner = Runner(shop(cls), model=paying_model(), gate=AutoApproveGate(), checkpointer=store)
+    runner = Runner(
+        shop(cls),
+        model=paying_model(),
+        gate=AutoApproveGate(),
+        checkpointer=store,
+        keep_states=True,
+    )
     with pytest.raises(IllegalTransitionError, match=problem):
         await runner.run(None, "hi", run_id="r")
     assert [entry.phase for entry in await store.history("r")] == ["Idle", "Planning"]
@@ -443,7 +463,7 @@ async def test_a_phase_changed_in_place_cannot_lower_what_the_run_spent() -> Non
     model = ScriptedModel(
         [tool_call("find", {"query": "q"}, tokens=5), tool_call("find", {"query": "r"})]
     )
-    runner = Runner(shop(Thrifty), model=model, gate=AutoDenyGate())
+    runner = Runner(shop(Thrifty), model=model, gate=AutoDenyGate(), keep_states=True)
     with pytest.raises(IllegalTransitionError, match="counts less spend"):
         await runner.run(None, "hi")
 
@@ -458,7 +478,7 @@ async def test_the_runtime_and_the_agent_cannot_be_changed_from_a_phase(
     agent = Agent[None](
         name="shop", tools=[pay, find], budget=Budget(cost=Decimal(5)), phases=Phases(planning=cls)
     )
-    runner = Runner(agent, model=paying_model(), gate=AutoDenyGate())
+    runner = Runner(agent, model=paying_model(), gate=AutoDenyGate(), keep_states=True)
     with pytest.raises(IllegalTransitionError, match=problem):
         await runner.run(None, "Pay Ada")
     assert CHARGED == []
@@ -477,7 +497,7 @@ async def test_a_retry_cannot_start_its_attempts_again() -> None:
 
     agent = Agent[None](name="f", tools=[flaky], phases=Phases(retrying=Forgetful))
     model = ScriptedModel([tool_call("flaky", {"query": "q"})])
-    runner = Runner(agent, model=model, gate=AutoDenyGate())
+    runner = Runner(agent, model=model, gate=AutoDenyGate(), keep_states=True)
     with pytest.raises(IllegalTransitionError, match="a retry is attempt"):
         await runner.run(None, "hi")
     assert len(calls) == 2  # attempt 1, then the attempt 2 the forged Retrying made: no more
@@ -516,13 +536,21 @@ async def test_runs_saved_before_sealed_approvals_resume_and_pay_once(tmp_path: 
         assert (approval.run_id, approval.call_id) == ("approved-then-crashed", restored.call_id)
         assert approval.approved_by == "lin@old.example"
         runner = Runner(
-            agent, model=ScriptedModel([reply("Paid.")]), gate=AutoDenyGate(), checkpointer=store
+            agent,
+            model=ScriptedModel([reply("Paid.")]),
+            gate=AutoDenyGate(),
+            checkpointer=store,
+            keep_states=True,
         )
         crashed = await runner.resume("approved-then-crashed")
         assert isinstance(crashed.final, Done)
         assert paid == ["10.00"]
         second = Runner(
-            agent, model=ScriptedModel([reply("Paid.")]), gate=AutoDenyGate(), checkpointer=store
+            agent,
+            model=ScriptedModel([reply("Paid.")]),
+            gate=AutoDenyGate(),
+            checkpointer=store,
+            keep_states=True,
         )
         decided = await second.resume("decided-while-waiting")
         assert decided.history[:3] == ("AwaitApproval", "ToolCalling", "Observing")
@@ -558,7 +586,11 @@ async def test_a_subclass_with_a_field_a_method_and_an_advance_runs_and_restores
     agent = shop(NotingPlanning)
     async with SQLiteCheckpointer(tmp_path / "runs.db") as store:
         result = await Runner(
-            agent, model=paying_model(), gate=AutoApproveGate(), checkpointer=store
+            agent,
+            model=paying_model(),
+            gate=AutoApproveGate(),
+            checkpointer=store,
+            keep_states=True,
         ).run(None, "Pay Ada", run_id="r")
         assert isinstance(result.final, Done)
         assert [Decimal("10.00")] == CHARGED
@@ -586,7 +618,7 @@ async def test_a_phase_cannot_run_a_write_under_a_gate_of_its_own() -> None:
     """A runtime a phase subclass makes (its own approving gate) runs none of the run's
     tools: the phases of a Runner's run run their tools with the runner's runtime only."""
     agent = Agent[None](name="shop", tools=[pay, find], phases=Phases(await_approval=OwnGate))
-    runner = Runner(agent, model=paying_model(), gate=AutoDenyGate())
+    runner = Runner(agent, model=paying_model(), gate=AutoDenyGate(), keep_states=True)
     with pytest.raises(UnapprovedWriteError, match="another runtime than the one its run has"):
         await runner.run(None, "Pay Ada")
     assert CHARGED == []
@@ -607,7 +639,11 @@ async def test_a_stored_approval_of_an_earlier_call_is_refused_and_dropped() -> 
     other = waiting.request("r").model_copy(update={"call_id": "call-99"})
     await store.submit_decision("r", dump_decision(Approve.of(other, by="lin")))
     runner = Runner(
-        shop(), model=ScriptedModel([reply("Paid.")]), gate=AutoDenyGate(), checkpointer=store
+        shop(),
+        model=ScriptedModel([reply("Paid.")]),
+        gate=AutoDenyGate(),
+        checkpointer=store,
+        keep_states=True,
     )
     with pytest.raises(DecisionRefusedError, match="it was given for call id 'call-99'"):
         await runner.resume("r")
@@ -662,7 +698,7 @@ async def test_an_approval_changed_in_place_no_longer_approves_anything() -> Non
         tools=[pay, find],
         phases=Phases(planning=Stash, await_approval=Rebinding),
     )
-    runner = Runner(agent, model=paying_model(), gate=CheapOnly())
+    runner = Runner(agent, model=paying_model(), gate=CheapOnly(), keep_states=True)
     with pytest.raises(UnapprovedWriteError, match="its approval was changed after it was given"):
         await runner.run(None, "Pay Ada")
     assert CHARGED == []
@@ -688,5 +724,5 @@ async def test_a_retrying_subclass_cannot_widen_the_agents_retry_cap() -> None:
     agent = Agent[None](name="f", tools=[flaky], phases=Phases(retrying=Lenient))
     model = ScriptedModel([tool_call("flaky", {"query": "q"})])
     with pytest.raises(IllegalTransitionError, match="past the retry cap of 2"):
-        await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "hi")
+        await Runner(agent, model=model, gate=AutoDenyGate(), keep_states=True).run(None, "hi")
     assert len(calls) == 2

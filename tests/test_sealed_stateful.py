@@ -101,7 +101,13 @@ class Payments(RuleBasedStateMachine):
 
     def runner(self, decision: str = "pending") -> Runner[None]:
         gate = Gate(decision, self.asked)
-        return Runner(self.agent, model=FunctionModel(answer), gate=gate, checkpointer=self.store)
+        return Runner(
+            self.agent,
+            model=FunctionModel(answer),
+            gate=gate,
+            checkpointer=self.store,
+            keep_states=True,
+        )
 
     def keep(self, result: RunResult[None]) -> None:
         self.results.append(result)

@@ -42,7 +42,6 @@ from statemachine import (
     Decision,
     LoopGovernor,
     LoopState,
-    Message,
     Observing,
     Phases,
     Planning,
@@ -50,6 +49,7 @@ from statemachine import (
     Runtime,
     Spend,
     ToolCalling,
+    Transcript,
     Verdict,
     dumps,
     read_tool,
@@ -126,7 +126,7 @@ class FetchReport(BaseModel):
     note: str = ""
 
 
-def returned_documents(messages: tuple[Message, ...]) -> frozenset[str]:
+def returned_documents(messages: Transcript) -> frozenset[str]:
     """The ids of the documents the run's tools returned: search hits and fetched documents."""
     found: set[str] = set()
     for message in messages:
@@ -163,7 +163,7 @@ class RunSoFar:
     started: float | None = None
 
     @classmethod
-    def of(cls, transcript: tuple[Message, ...], spent: Spend, rt: Runtime) -> RunSoFar:
+    def of(cls, transcript: Transcript, spent: Spend, rt: Runtime) -> RunSoFar:
         """Count the searches that ran and the fetches made, from the tool results."""
         searches = fetches = 0
         queries: dict[str, str] = {}

@@ -39,6 +39,7 @@ from statemachine import (
     ModelReply,
     ModelRequest,
     ToolRegistry,
+    Transcript,
     Usage,
     loads,
     money_sum,
@@ -137,16 +138,20 @@ class StructuredDoor:
             if role != "writer" or attempt == self.attempts:
                 # A bad tool call goes on to the library's routing, which tells the model.
                 return reply.model_copy(update={"usage": usage})
-            messages = (
-                *messages,
-                Message(role="assistant", content=reply.text),
-                Message(
-                    role="system",
-                    content=(
-                        "Your answer was not accepted: "
-                        + "; ".join(problems)
-                        + '. Reply again with JSON only: {"answer": "...", "sources": '
-                        '["d01", ...]}, citing only documents returned to you.'
+            # A transcript of its own: one appended to the request's would extend the list it
+            # shares with the run's conversation, and the run's next message would copy it.
+            messages = Transcript(
+                (
+                    *messages,
+                    Message(role="assistant", content=reply.text),
+                    Message(
+                        role="system",
+                        content=(
+                            "Your answer was not accepted: "
+                            + "; ".join(problems)
+                            + '. Reply again with JSON only: {"answer": "...", "sources": '
+                            '["d01", ...]}, citing only documents returned to you.'
+                        ),
                     ),
                 ),
             )
@@ -166,7 +171,7 @@ class StructuredDoor:
         return ()
 
     def _writer(
-        self, reply: ModelReply, messages: tuple[Message, ...]
+        self, reply: ModelReply, messages: Transcript
     ) -> tuple[WriterOutput | None, tuple[str, ...]]:
         if reply.tool_calls:
             return None, ("a tool call was sent where the answer was due",)

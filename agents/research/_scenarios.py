@@ -125,7 +125,8 @@ async def _run(
 ) -> Outcome:
     agent = research_agent(approved, backend=backend)
     door = StructuredDoor(ScriptedModel(turns), tools=agent.tools)
-    runner = Runner(agent, model=door, gate=AutoDenyGate(), seed=7)
+    # Every phase kept: a scenario's outcome shows (and its tests read) the whole run.
+    runner = Runner(agent, model=door, gate=AutoDenyGate(), seed=7, keep_states=True)
     result = await runner.run(ResearchContext(approved), approved.contract.brief)
     return Outcome(title=title, result=result, contract=approved, door=door, backend=backend)
 

@@ -36,7 +36,6 @@ from statemachine import (
     AwaitApproval,
     Budget,
     Failed,
-    Message,
     ModelRetrying,
     Money,
     Observing,
@@ -48,6 +47,7 @@ from statemachine import (
     Runtime,
     ToolCalling,
     ToolError,
+    Transcript,
     current_idempotency_key,
     loads,
     read_tool,
@@ -198,7 +198,7 @@ class RefundArgs(BaseModel):
     reason: str = Field(min_length=1)
 
 
-def _last_verification(transcript: tuple[Message, ...]) -> VerifyArgs | None:
+def _last_verification(transcript: Transcript) -> VerifyArgs | None:
     """The arguments of the last ``verify_customer`` call the service answered yes to."""
     asked: dict[str, str] = {}
     found: VerifyArgs | None = None
@@ -217,7 +217,7 @@ def _last_verification(transcript: tuple[Message, ...]) -> VerifyArgs | None:
     return found
 
 
-def reestablish(desk: SupportDesk, run_id: str, transcript: tuple[Message, ...]) -> bool:
+def reestablish(desk: SupportDesk, run_id: str, transcript: Transcript) -> bool:
     """Make sure this process knows who was verified in run ``run_id``; whether anyone was.
 
     Nothing to do when the session knows already. Otherwise (a fresh process after a

@@ -39,6 +39,7 @@ from statemachine import (
     ModelRequest,
     Pending,
     Runner,
+    Transcript,
     SQLiteCheckpointer,
     loads,
     money_difference,
@@ -70,11 +71,11 @@ _CODE = re.compile(r"code\s+(?:is\s+)?(\d+)", re.IGNORECASE)
 _CUSTOMER = re.compile(r"Customer:\s+(\S+)")
 
 
-def _said(messages: tuple[Message, ...], role: str) -> str:
+def _said(messages: Transcript, role: str) -> str:
     return next((message.content for message in messages if message.role == role), "")
 
 
-def _answers(messages: tuple[Message, ...], tool: str) -> list[str]:
+def _answers(messages: Transcript, tool: str) -> list[str]:
     """What each call of ``tool`` answered (or what the run was told instead), in order."""
     return [
         message.content for message in messages if message.role == "tool" and message.name == tool

@@ -533,6 +533,7 @@ async def plan_and_book(
         sleep=sleep,
         seed=seed,
         fallbacks=fallbacks,
+        keep_states=True,  # the brief is checked against every weather lookup's output
     )
     question = f"Which of {_and(request.cities)} will be sunniest for {request.traveller}?"
     research = await researcher.run(request, question)
@@ -548,6 +549,7 @@ async def plan_and_book(
         sleep=sleep,
         seed=seed,
         fallbacks=fallbacks,
+        keep_states=True,  # the handoff's outcome holds both runs whole
     )
     order = f"Book a flight to {booking.destination} for {booking.traveller}."
     booked = await booker.run(booking, order)

@@ -79,7 +79,13 @@ async def _run(
     agent = travel_agent(provider, budget=budget)
     approval_gate: ApprovalGate = gate
     runner = Runner(
-        agent, model=model, gate=approval_gate, sleep=sleep, seed=7, on_transition=on_transition
+        agent,
+        model=model,
+        gate=approval_gate,
+        sleep=sleep,
+        seed=7,
+        on_transition=on_transition,
+        keep_states=True,
     )
     result = await runner.run(TRIP, ASK)
     return Outcome(

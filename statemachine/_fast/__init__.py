@@ -14,8 +14,10 @@ rule.
 - ``_messages._asking`` / ``_system`` / ``_told``: the conversation's messages made as
   pydantic would make them
   (``test_the_messages_of_a_tool_call_are_the_models_pydantic_would_make``).
-- ``_messages._appended``: a transcript grown by concatenation, one copy instead of two
-  (``test_a_transcript_grows_as_unpacking_it_would_make_it``).
+- ``_messages._appended``: a transcript grown by ``Transcript.appended``, which shares the
+  messages already there (``test_a_transcript_grows_as_unpacking_it_would_make_it``,
+  ``test_a_transcript_reads_as_the_tuple_of_its_messages`` and the branch and thread
+  cases beside them).
 - ``_messages._result_text``: a tool's result written by the C JSON encoder when that is
   provably the same text as ``_json.dumps`` (the ``written(...)`` cases).
 """

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
 from .. import _json
-from .._model import Message, ModelRequest, ToolRequest
+from .._model import Message, ModelRequest, ToolRequest, Transcript
 from ._pydantic import _trusted
 
 __all__ = [
@@ -80,15 +81,14 @@ def _told(content: str, call_id: str, name: str) -> Message:
 _REQUEST_FIELDS = tuple(ModelRequest.model_fields)
 
 
-def _appended(transcript: tuple[Message, ...], *new: Message) -> tuple[Message, ...]:
-    """``(*transcript, *new)``, by concatenation when ``transcript`` is a tuple.
+def _appended(transcript: Sequence[Message], *new: Message) -> Transcript:
+    """``transcript`` with ``new`` after it, sharing its messages when it is a transcript.
 
-    Unpacking copies a long conversation twice (into a list, then a tuple); ``+``
-    copies it once. Anything else given as a transcript is unpacked, as before.
+    A phase built by hand may hold a tuple: it becomes a transcript here.
     """
-    if type(transcript) is tuple:
-        return transcript + new
-    return (*transcript, *new)
+    if type(transcript) is Transcript:
+        return transcript.appended(*new)
+    return Transcript((*transcript, *new))
 
 
 def _result_text(value: Any) -> str:

@@ -411,7 +411,7 @@ class AnthropicModel:
 # --- the request -----------------------------------------------------------------------
 
 
-def _conversation(messages: tuple[Message, ...]) -> tuple[str, list[dict[str, Any]]]:
+def _conversation(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
     """The system text, and the other messages as turns of alternating roles."""
     system: list[str] = []
     turns: list[dict[str, Any]] = []

@@ -60,7 +60,7 @@ from .._errors import (
 )
 from .._governor import LoopState
 from .._guard import Parsed, Repair
-from .._model import Message, ToolRequest
+from .._model import Message, ToolRequest, Transcript
 from .._phases import Agent, AnyPhase, Done, Failed, Phase
 from .._schema import Diagnostic
 from .._seal import _UNSAVED, _Ticket
@@ -632,7 +632,7 @@ class _Loader:
             case "ctx":
                 return self.ctx(value)
             case "transcript":
-                return tuple(Message.model_validate(_decode(item)) for item in value)
+                return Transcript(Message.model_validate(_decode(item)) for item in value)
             case "pending":
                 return tuple(ToolRequest.model_validate(_decode(item)) for item in value)
             case "spent":

@@ -31,7 +31,7 @@ import functools
 import itertools
 import operator
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -40,6 +40,7 @@ from .. import _json
 from .._actions import CHUNK, ActionLog
 from .._governor import LoopState
 from .._json import fingerprint
+from .._model import Transcript
 from .._phases import Phase
 from .._seal import _UNSAVED
 from ._codec import (
@@ -254,6 +255,21 @@ def _tuple_change(
     return whole, ["set", path, whole]
 
 
+def _transcript_change(
+    old: Sequence[Any], encoded: list[Any], new: Sequence[Any], path: list[str]
+) -> tuple[list[Any], list[Any] | None]:
+    """As :func:`_tuple_change`, for transcripts: one that grew from ``old`` (the same
+    shared messages, longer) gives its new messages without comparing the others."""
+    if type(old) is Transcript and type(new) is Transcript:
+        size = old._size
+        if new._items is old._items and new._head == old._head and new._size >= size:
+            if new._size == size:
+                return encoded, None
+            added = [_encode(item) for item in new._items[size : new._size]]
+            return encoded + added, ["append", path, added]
+    return _tuple_change(tuple(old), encoded, tuple(new), path)
+
+
 def _log_change(
     old: ActionLog, encoded: list[Any], new: ActionLog, path: list[str]
 ) -> tuple[list[Any], list[Any] | None]:
@@ -391,8 +407,8 @@ class PhaseDumper:
             encoded = fields_before[name]
             if value is previous and name in _SAME_BY_IDENTITY:
                 fields[name] = encoded
-            elif name == "transcript" and type(value) is tuple and type(previous) is tuple:
-                fields[name], op = _tuple_change(previous, encoded, value, path)
+            elif name == "transcript" and isinstance(previous, Sequence):
+                fields[name], op = _transcript_change(previous, encoded, value, path)
                 if op is not None:
                     changed.append(op)
             elif name == "loop" and type(value) is LoopState and type(previous) is LoopState:
