@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from argon2 import PasswordHasher
 from inbox_support import (
     AMOUNT,
     ASK,
@@ -46,7 +49,7 @@ from statemachine import (
     dump_decision,
     write_tool,
 )
-from statemachine.inbox import inbox_app, load_config
+from statemachine.inbox import InboxConfigError, inbox_app, load_config
 from statemachine.testing import ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio
@@ -422,3 +425,53 @@ async def test_the_inbox_on_postgresql(pg_cluster: Cluster, tmp_path: Path) -> N
                 assert (await client.post(f"/runs/{run_id}/approve", data=form)).status_code == 409
             assert (await worker_runner(store, payments=payments).resume(run_id)).status == "done"
             assert payments.count() == 1
+
+
+def test_the_configuration_binds_to_loopback_and_refuses_what_it_cannot_use(
+    tmp_path: Path,
+) -> None:
+    config = load_config(write_config(tmp_path))
+    assert (config.bind, config.port) == ("127.0.0.1", 8765)
+    assert config.operators["bo"].up_to == Decimal("50.00")
+    assert config.link("r-1") == "http://inbox.test/runs/r-1"
+    assert config.check_login("ana", PASSWORDS["ana"]) == config.operators["ana"]
+    assert config.check_login("ana", PASSWORDS["bo"]) is None
+    assert config.check_login("nobody", PASSWORDS["ana"]) is None
+    good = (tmp_path / "inbox.toml").read_text()
+    bad = {
+        'role = "view"': ('role = "admin"', "has role 'admin'; use view or decide"),
+        'up_to = "50.00"': ("up_to = 50.0", 'write the amount as a string, e.g. up_to = "500.00"'),
+        'password_hash = "$argon2': ('password_hash = "plain', "needs one argon2 password_hash"),
+    }
+    for before, (after, said) in bad.items():
+        (tmp_path / "bad.toml").write_text(good.replace(before, after, 1))
+        with pytest.raises(InboxConfigError, match=re.escape(said)):
+            load_config(tmp_path / "bad.toml")
+    (tmp_path / "none.toml").write_text("[inbox]\n")
+    with pytest.raises(InboxConfigError, match=re.escape("no [[operators]]; nobody could log in")):
+        load_config(tmp_path / "none.toml")
+
+
+def test_the_command_hashes_a_password_and_refuses_a_missing_configuration(
+    tmp_path: Path,
+) -> None:
+    command = [sys.executable, "-m", "statemachine", "inbox"]
+    hashed = subprocess.run(
+        [*command, "--hash-password"], input="a long password\n", capture_output=True, text=True
+    )
+    assert hashed.returncode == 0, hashed.stderr
+    assert PasswordHasher().verify(hashed.stdout.strip(), "a long password")
+    token = subprocess.run([*command, "--new-token"], capture_output=True, text=True)
+    given, line = token.stdout.splitlines()
+    secret = given.removeprefix("token (give it to the operator): ")
+    assert PasswordHasher().verify(line.removeprefix('token_hash = "').rstrip('"'), secret)
+    missing = subprocess.run(command, capture_output=True, text=True)
+    assert (missing.returncode, missing.stderr) == (
+        2,
+        "statemachine inbox: give the configuration file: statemachine inbox --config inbox.toml\n",
+    )
+    wrong = subprocess.run(
+        [*command, "--config", str(tmp_path / "absent.toml")], capture_output=True, text=True
+    )
+    assert wrong.returncode == 2
+    assert "cannot read the inbox configuration" in wrong.stderr

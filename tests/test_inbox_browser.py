@@ -12,6 +12,7 @@ The system's chromium is used (``executable_path``): Playwright downloads no bro
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -25,11 +26,12 @@ from typing import Final
 
 import anyio
 import pytest
-from inbox_support import PASSWORDS, waiting_refund, write_config
+from inbox_support import PASSWORDS, WEBHOOK_VAR, Receiver, waiting_refund, write_config
 from playwright.sync_api import Page, expect, sync_playwright
 
 from agents.support import PaymentsService
 from statemachine import RunStatus, SQLiteCheckpointer
+from statemachine.inbox import SIGNATURE_HEADER, verify
 
 CHROMIUM: Final = Path("/usr/bin/chromium")
 ARTIFACTS: Final = Path(__file__).parent / "artifacts" / "inbox"
@@ -92,13 +94,20 @@ class Site:
 
 
 @pytest.fixture
-def site(tmp_path: Path) -> Iterator[Site]:
-    """Two waiting refunds, the inbox serving them and a worker going on with decided runs."""
+def receiver() -> Iterator[Receiver]:
+    with Receiver([]) as listening:
+        yield listening
+
+
+@pytest.fixture
+def site(tmp_path: Path, receiver: Receiver) -> Iterator[Site]:
+    """Two waiting refunds, the inbox serving them (and announcing them to ``receiver``),
+    and a worker going on with decided runs."""
     if not CHROMIUM.exists():
         pytest.fail("Debian's chromium is not installed: apt-get install -y chromium (.ci/run)")
     made = Site(tmp_path)
     made.runs = [anyio.run(made.submit, waiting_ask) for waiting_ask in _ASKS]
-    config = write_config(tmp_path)
+    config = write_config(tmp_path, webhook=receiver.url)
     env = {**os.environ, "SUPPORT_PAYMENTS_DB": str(made.payments)}
     command = [sys.executable, "-m", "statemachine"]
     store = ["--db", str(made.db)]
@@ -126,6 +135,10 @@ def site(tmp_path: Path) -> Iterator[Site]:
 _ASKS: Final = ("Order 2077 never arrived. My code is 4417. Refund it, please.", DENY_ASK)
 
 
+# The README's two pictures (docs/inbox.png, docs/run.png) are these, cut to their top.
+_TOP: Final = {"x": 0, "y": 0, "width": 1200}
+
+
 def _shot(page: Page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
@@ -150,7 +163,9 @@ def _decided_and_finished(page: Page, site: Site, run_id: str) -> None:
         assert thread.submit(anyio.run, site.status, run_id).result() == RunStatus.COMPLETED
 
 
-def test_an_operator_approves_then_denies_in_a_real_browser(site: Site, tmp_path: Path) -> None:
+def test_an_operator_approves_then_denies_in_a_real_browser(
+    site: Site, receiver: Receiver, tmp_path: Path
+) -> None:
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     ARTIFACTS.mkdir(parents=True)
     approved, denied = site.runs
@@ -170,12 +185,20 @@ def test_an_operator_approves_then_denies_in_a_real_browser(site: Site, tmp_path
             expect(page.locator(f'a[href="/runs/{approved}"]')).to_be_visible()
             expect(page.get_by_text("$87.77")).to_be_visible()
             _shot(page, "2-inbox")
+            page.screenshot(
+                path=str(ARTIFACTS / "readme-inbox.png"),
+                clip=_TOP | {"height": 250},
+                full_page=True,
+            )
 
             page.click(f'a[href="/runs/{approved}"]')
             expect(page.locator("#status")).to_have_text("interrupted")
             expect(page.locator(".pending")).to_contain_text("refund")
             expect(page.locator("svg .node.current")).to_have_count(1)
             _shot(page, "3-run-waiting")
+            page.screenshot(
+                path=str(ARTIFACTS / "readme-run.png"), clip=_TOP | {"height": 1140}, full_page=True
+            )
             page.click("#approve")
             expect(page.locator(".flash")).to_contain_text("approved refund(")
             _decided_and_finished(page, site, approved)
@@ -200,6 +223,12 @@ def test_an_operator_approves_then_denies_in_a_real_browser(site: Site, tmp_path
             _shot(page, "7-audit")
         finally:
             browser.close()
+    # The inbox process announced both waiting runs to the webhook, each once, signed.
+    announced = sorted(json.loads(body)["run_id"] for _, body in receiver.received)
+    assert announced == sorted(site.runs)
+    secret = os.environ[WEBHOOK_VAR].encode()
+    for headers, body in receiver.received:
+        assert verify(secret, body, headers[SIGNATURE_HEADER.lower()])
     assert sorted(path.name for path in ARTIFACTS.iterdir()) == [
         "1-login.png",
         "2-inbox.png",
@@ -208,4 +237,6 @@ def test_an_operator_approves_then_denies_in_a_real_browser(site: Site, tmp_path
         "5-run-denying.png",
         "6-run-denied.png",
         "7-audit.png",
+        "readme-inbox.png",
+        "readme-run.png",
     ]

@@ -10,52 +10,18 @@ import hmac
 import json
 import os
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from inbox_support import WEBHOOK_VAR, waiting_refund, write_config
+from inbox_support import WEBHOOK_VAR, Receiver, waiting_refund, write_config
 
 from agents.support import PaymentsService, worker_runner
 from statemachine import Approve, RunStatus, SQLiteCheckpointer, dump_decision
 from statemachine.inbox import SIGNATURE_HEADER, WaitingNotifier, load_config, verify
 
 pytestmark = pytest.mark.anyio
-
-
-class Receiver:
-    """A loopback HTTP server that records every POST and answers with the next status."""
-
-    def __init__(self, statuses: list[int]) -> None:
-        self.statuses = statuses
-        self.received: list[tuple[dict[str, str], bytes]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                receiver.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                status = receiver.statuses.pop(0) if receiver.statuses else 200
-                self.send_response(status)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-    def __enter__(self) -> Receiver:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

@@ -103,9 +103,11 @@ class WaitingNotifier:
     async def new_events(self) -> list[tuple[str, bytes]]:
         """The runs waiting for a person that were not announced yet: (event, JSON body)."""
         records = await self.store.registry(status=list(NEEDS_A_PERSON))
+        waiting = {f"{record.run_id}:{record.seq}": record for record in records}
+        # Only waits still going on are remembered: the set does not grow with the runs.
+        self._announced &= set(waiting)
         found: list[tuple[str, bytes]] = []
-        for record in records:
-            event = f"{record.run_id}:{record.seq}"
+        for event, record in waiting.items():
             if record.decision_pending or event in self._announced:
                 continue
             self._announced.add(event)

@@ -89,16 +89,16 @@ async def inbox_rows(store: Checkpointer) -> list[dict[str, Any]]:
 
 # Where each phase sits (its box's centre), so that the run's usual loop reads left to right.
 _PLACES: Final[dict[str, tuple[int, int]]] = {
-    "Idle": (70, 140),
-    "Planning": (230, 140),
-    "ModelRetrying": (230, 40),
-    "AwaitApproval": (420, 40),
-    "ToolCalling": (600, 140),
-    "Retrying": (780, 140),
-    "Observing": (420, 240),
-    "Responding": (230, 240),
-    "Done": (230, 330),
-    "Failed": (780, 280),
+    "Idle": (80, 170),
+    "Planning": (240, 170),
+    "ModelRetrying": (240, 70),
+    "AwaitApproval": (430, 70),
+    "ToolCalling": (610, 170),
+    "Retrying": (790, 170),
+    "Observing": (430, 270),
+    "Responding": (240, 270),
+    "Done": (240, 360),
+    "Failed": (790, 310),
 }
 _HALF_W: Final = 70
 _HALF_H: Final = 18
@@ -142,7 +142,7 @@ def diagram(graph: Graph, path: Sequence[str], current: str) -> dict[str, Any]:
     names, edges = graph
     places = dict(_PLACES)
     for extra, name in enumerate(n for n in dict.fromkeys([*names, *path]) if n not in places):
-        places[name] = (70 + 180 * (extra % 5), 400 + 60 * (extra // 5))
+        places[name] = (80 + 180 * (extra % 5), 430 + 60 * (extra // 5))
     taken: dict[tuple[str, str], int] = {}
     for step in itertools.pairwise(path):
         taken[step] = taken.get(step, 0) + 1
