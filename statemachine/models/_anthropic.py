@@ -30,10 +30,16 @@ Numbers sent (the tools' schemas, past tool inputs) pass through the SDK's JSON
 encoder, which knows no ``Decimal``: a whole one goes as an integer, any other as a
 float (17 significant digits).
 
-The SDK's own retries are off (``max_retries=0``): a 429, a 529 (overloaded), a 5xx
-or a connection that fails raises :class:`ModelUnavailableError` at once (with the
-server's ``retry-after``), and whether to try again is the caller's policy; another
-4xx raises :class:`ModelRequestError`; a body that is not a message
+``stream`` asks the same through the SDK's message stream: the ``text_delta`` events
+are yielded as they come, then the reply the events make up (a tool call's input
+from the exact JSON text of its ``input_json_delta`` events); an ``error`` event in
+the stream is mapped by its type, as its status would be.
+
+The SDK's own retries are off (``max_retries=0``): a 408, 409, 429, a 529
+(overloaded), another 5xx (but 501) or a connection that fails raises
+:class:`ModelUnavailableError` at once (with the server's ``retry-after``), and
+whether to try again is the caller's policy (the phases'); another 4xx, or a 501,
+raises :class:`ModelRequestError`; a body that is not a message
 :class:`ModelResponseError`. The time limit is the smaller of the adapter's
 ``timeout`` and the run's time left; at the limit the call is cancelled and
 :class:`TimeoutError` raised. No SDK exception escapes.
@@ -41,12 +47,14 @@ server's ``retry-after``), and whether to try again is the caller's policy; anot
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
-from decimal import Decimal
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self, final
+from typing import TYPE_CHECKING, Any, Final, Literal, Self, final
 
 import anyio
 
@@ -61,6 +69,7 @@ from .._model import (
     NO_SETTINGS,
     TOOL_CHOICE_MODES,
     Message,
+    ModelChunk,
     ModelReply,
     ModelRequest,
     ModelSettings,
@@ -68,9 +77,14 @@ from .._model import (
     Usage,
 )
 from ._prices import TokenPrices
+from ._wire import EXCERPT_CHARS as _EXCERPT_CHARS
+from ._wire import clip as _clip
+from ._wire import retry_after
+from ._wire import wire as _wire
 
 if TYPE_CHECKING:
     import anthropic
+    from anthropic.lib.streaming import AsyncMessageStream
     from anthropic.types import Message as AnthropicMessage
 
 # The SDK is imported where a client is made, not at the top: building the model's
@@ -106,7 +120,14 @@ _OWN_PARAMETERS = frozenset(
         "output_config",
     }
 )
-_EXCERPT_CHARS = 300
+# Statuses of a request that may succeed if sent again later (and every 5xx but those
+# that say the server cannot do it; 529 is the API's "overloaded").
+_TRANSIENT: Final = frozenset({408, 409, 429})
+_UNSUPPORTED: Final = frozenset({501, 505})
+# The types of an error event in a stream that may pass, as their statuses would.
+_TRANSIENT_EVENTS: Final = frozenset(
+    {"overloaded_error", "rate_limit_error", "api_error", "timeout_error"}
+)
 
 
 @final
@@ -290,18 +311,85 @@ class AnthropicModel:
         :class:`ModelResponseError`.
         """
         parameters = self.parameters(request)
+        limit = self._limit(request)
+        async with self._sdk() as client:
+            with self._timed(limit), anyio.fail_after(limit), self._sdk_errors():
+                raw = await client.messages.with_raw_response.create(**parameters, timeout=limit)
+                body = bytes(raw.http_response.content)
+        return self._read(body)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """:meth:`complete`, streamed: the text as the API writes it, then the reply.
+
+        The SDK's message stream puts the events together; a tool call's input is the
+        exact JSON text its ``input_json_delta`` events sent. The same time limit bounds
+        the whole stream, and the same errors are raised; an error event in the stream
+        (``overloaded_error``, ...) or a stream that stops before ``message_stop``
+        raises :class:`ModelUnavailableError`.
+        """
+        parameters = self.parameters(request)
+        limit = self._limit(request)
+        deadline = anyio.current_time() + limit
+        async with self._sdk() as client, AsyncExitStack() as stack:
+            with self._timed(limit), anyio.fail_after(limit), self._sdk_errors():
+                events = await client.messages.stream(**parameters, timeout=limit).__aenter__()
+            stack.push_async_callback(_shut, events)
+            inputs: dict[int, str] = {}  # a tool_use block's index: its input's JSON text
+            stopped = False
+            while not stopped:
+                with (
+                    self._timed(limit),
+                    anyio.fail_after(deadline - anyio.current_time()),
+                    self._sdk_errors(),
+                ):
+                    event = await anext(events, None)
+                if event is None:
+                    break
+                stopped = event.type == "message_stop"
+                if event.type == "text" and event.text:
+                    yield ModelChunk(text=event.text)
+                elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+                    inputs[event.index] = inputs.get(event.index, "") + event.delta.partial_json
+            if not stopped:
+                raise ModelUnavailableError(
+                    "the stream ended before the answer did (no message_stop)",
+                    url=self._url,
+                    status=200,
+                )
+            yield ModelChunk(reply=self._reply(events.current_message_snapshot, b"", inputs))
+
+    def _limit(self, request: ModelRequest) -> float:
+        """The seconds this call may take; :class:`TimeoutError` when none are left."""
         limit = self._timeout if request.timeout is None else min(self._timeout, request.timeout)
         if limit <= 0:
             raise TimeoutError(f"no time was left to ask the model at {self._url}")
+        return limit
+
+    @contextmanager
+    def _timed(self, limit: float) -> Generator[None]:
+        """The ``TimeoutError`` of a call that ran past ``limit``, saying so."""
         try:
-            with anyio.fail_after(limit):
-                body = await self._send(parameters, limit)
+            yield
         except TimeoutError:
             raise TimeoutError(
                 f"the model at {self._url} did not answer within {limit:.2f}s; "
                 "the request was cancelled"
             ) from None
-        return self._read(body)
+
+    @asynccontextmanager
+    async def _sdk(self) -> AsyncGenerator[anthropic.AsyncAnthropic]:
+        """The client to send with: the injected one, the block's, or one of its own,
+        closed when the call ends (even when the deadline cancelled it)."""
+        client = self._client or self._owned
+        if client is not None:
+            yield client
+            return
+        fresh = self._new_client()
+        try:
+            yield fresh
+        finally:
+            with anyio.CancelScope(shield=True):
+                await fresh.close()
 
     def _new_client(self) -> anthropic.AsyncAnthropic:
         try:
@@ -316,36 +404,37 @@ class AnthropicModel:
             api_key=self._api_key, base_url=self._base_url, max_retries=0
         )
 
-    async def _send(self, parameters: dict[str, Any], limit: float) -> bytes:
-        """The body of a 2xx answer; the SDK's errors mapped to the library's."""
+    @contextmanager
+    def _sdk_errors(self) -> Generator[None]:
+        """The SDK's errors (and its transport's, while a stream is read) as the library's."""
         import anthropic
+        import httpx2  # the anthropic SDK's HTTP client; a stream's reads raise its errors
 
-        client = self._client or self._owned
-        fresh = None
-        if client is None:
-            client = fresh = self._new_client()
         try:
-            raw = await client.messages.with_raw_response.create(**parameters, timeout=limit)
-            return bytes(raw.http_response.content)
-        except anthropic.APITimeoutError as error:
+            yield
+        except json.JSONDecodeError:
+            raise ModelResponseError("an event's data is not JSON", url=self._url) from None
+        except (anthropic.APITimeoutError, httpx2.TimeoutException) as error:
             raise TimeoutError(str(error) or "timed out") from error
         except anthropic.APIStatusError as error:
             raise self._refused(error) from error
-        except anthropic.APIConnectionError as error:
-            raise ModelUnavailableError(str(error), url=self._url) from error
-        finally:
-            if fresh is not None:
-                # Closed even when the deadline cancelled the call: no pool is left open.
-                with anyio.CancelScope(shield=True):
-                    await fresh.close()
+        except (anthropic.APIConnectionError, httpx2.HTTPError) as error:
+            cause = error.__cause__ if isinstance(error, anthropic.APIConnectionError) else None
+            detail = str(cause or error) or type(cause or error).__name__
+            raise ModelUnavailableError(detail, url=self._url) from error
 
     def _refused(self, error: anthropic.APIStatusError) -> Exception:
+        """The error for an answer with an error status, or an error event in a stream."""
         status = error.status_code
         detail = _server_message(error)
-        if status == 429 or status >= 500:  # 529: overloaded
-            return ModelUnavailableError(
-                detail, url=self._url, status=status, retry_after=_retry_after(error)
-            )
+        if status < 300:  # an error event, after the stream's 200: its type says which
+            if _error_type(error) in _TRANSIENT_EVENTS:
+                detail = f"the stream broke off with an error: {detail}"
+                return ModelUnavailableError(detail, url=self._url, status=status)
+            return ModelRequestError(detail, url=self._url, status=status)
+        if status in _TRANSIENT or (status >= 500 and status not in _UNSUPPORTED):
+            wait = retry_after(error.response.headers)
+            return ModelUnavailableError(detail, url=self._url, status=status, retry_after=wait)
         return ModelRequestError(detail, url=self._url, status=status)
 
     def _read(self, body: bytes) -> ModelReply:
@@ -364,14 +453,19 @@ class AnthropicModel:
             raise self._malformed(body, f"{where}: {first['msg']}") from None
         return self._reply(message, body)
 
-    def _reply(self, message: AnthropicMessage, body: bytes) -> ModelReply:
+    def _reply(
+        self, message: AnthropicMessage, body: bytes, inputs: dict[int, str] | None = None
+    ) -> ModelReply:
+        """The reply ``message`` holds; ``inputs``: a streamed tool_use block's input text,
+        by the block's index, which is read exactly (the SDK's own reading is floats)."""
         texts: list[str] = []
         calls: list[ToolRequest] = []
-        for block in message.content:
+        for index, block in enumerate(message.content):
             if block.type == "text":
                 texts.append(block.text)
             elif block.type == "tool_use":
-                arguments = _json.dumps(block.input)
+                streamed = None if inputs is None else inputs.get(index)
+                arguments = _json.dumps(block.input) if streamed is None else _exact(streamed)
                 calls.append(ToolRequest(name=block.name, arguments=arguments, id=block.id))
         # A reason that is missing, or newer than this adapter: say what the reply holds.
         held: _FinishReason = "tool_calls" if calls else "stop"
@@ -499,17 +593,6 @@ def _tool_choice(settings: ModelSettings, tools: list[dict[str, Any]]) -> dict[s
     return out
 
 
-def _wire(value: Any) -> Any:
-    """``value`` with every ``Decimal`` made a number the SDK's JSON encoder writes."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, dict):
-        return {key: _wire(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_wire(item) for item in value]
-    return value
-
-
 # --- errors ----------------------------------------------------------------------------
 
 
@@ -520,17 +603,29 @@ def _server_message(error: anthropic.APIStatusError) -> str:
     message = said.get("message") if isinstance(said, dict) else None
     if isinstance(message, str) and message:
         return _clip(message)
+    if error.status_code < 300:  # an event of a stream, whose body is not read as a whole
+        return _clip(str(body)) or "no message"
     text = error.response.text.strip()
     return _clip(text) or error.response.reason_phrase or "no message"
 
 
-def _retry_after(error: anthropic.APIStatusError) -> float | None:
+def _error_type(error: anthropic.APIStatusError) -> str:
+    body = error.body
+    said = body.get("error") if isinstance(body, dict) else None
+    kind = said.get("type") if isinstance(said, dict) else None
+    return kind if isinstance(kind, str) else ""
+
+
+def _exact(text: str) -> str:
+    """A streamed tool input's JSON text, written as a non-streamed reply's is; the text
+    as it came when it is not JSON (cut off at ``max_tokens``)."""
     try:
-        seconds = float(error.response.headers.get("retry-after", ""))
-    except ValueError:  # absent, or an HTTP date: not worth guessing
-        return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+        return _json.dumps(_json.loads(text, bounded=True))
+    except (ValueError, RecursionError):
+        return text
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= _EXCERPT_CHARS else text[:_EXCERPT_CHARS] + "..."
+async def _shut(events: AsyncMessageStream[Any]) -> None:
+    """Close a stream's response, even while the reader is being cancelled."""
+    with anyio.CancelScope(shield=True):
+        await events.close()
