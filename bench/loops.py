@@ -13,9 +13,11 @@
   ``ToolCalling.execute`` (budget check, deadline, the tool), ``Observing.observe``
   (the result as JSON, the governor's convergence check).
 - ``ours``: the full run in memory: ``Runner`` with the scripted turns, the governor,
-  the budget and the default (no-op) tracer.
-- ``ours-lean``: the same with ``Runner(keep_states=False)``: the result keeps only the
-  final phase, not every phase with its own copy of the conversation.
+  the budget and the default (no-op) tracer; the result keeps the final phase and the
+  path (the default).
+- ``ours-kept``: the same with ``Runner(keep_states=True)``: the result keeps every phase.
+- ``ours-long`` / ``ours-sqlite-long``: ``ours`` / ``ours-sqlite`` timing each transition,
+  for long runs: the cost per transition at the start and at the end of the run.
 - ``ours-otel``: the same with the OpenTelemetry SDK on (a batch span processor and
   an exporter that drops the spans), for the tracing overhead.
 - ``ours-sqlite``: the full run with ``SQLiteCheckpointer`` saving after every transition.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -169,16 +172,81 @@ def ours(calls: int, db: str | None, cap: Cap) -> Run:
     return _run_ours(runner, counted)
 
 
-def ours_lean(calls: int, db: str | None, cap: Cap) -> Run:
+def ours_kept(calls: int, db: str | None, cap: Cap) -> Run:
     counted, count = _counter()
     runner = Runner(
         _agent(),
         model=CappedModel(calls, cap),
         gate=AutoDenyGate(),
         on_transition=count,
-        keep_states=False,
+        keep_states=True,
     )
     return _run_ours(runner, counted)
+
+
+# The window a long run's start and end are measured over: WINDOW transitions after the
+# first SKIP (the run settling in), and the last WINDOW.
+SKIP, WINDOW = 300, 3000
+
+
+def _clocked() -> tuple[list[float], Any]:
+    times: list[float] = []
+    clock = time.perf_counter
+
+    def stamp(before: Phase[None], after: Phase[None]) -> None:
+        times.append(clock())
+
+    return times, stamp
+
+
+def _start_and_end(times: list[float]) -> dict[str, Any]:
+    """Microseconds per transition over the first and the last window of a long run."""
+    if len(times) < SKIP + 2 * WINDOW + 1:
+        return {}
+    start = (times[SKIP + WINDOW] - times[SKIP]) / WINDOW * 1e6
+    end = (times[-1] - times[-1 - WINDOW]) / WINDOW * 1e6
+    return {"start_us": start, "end_us": end, "end_over_start": end / start}
+
+
+def ours_long(calls: int, db: str | None, cap: Cap) -> Run:
+    times, stamp = _clocked()
+    runner = Runner(
+        _agent(), model=CappedModel(calls, cap), gate=AutoDenyGate(), on_transition=stamp
+    )
+
+    def run() -> Outcome:
+        capped = False
+        try:
+            anyio.run(runner.run, None, "go")
+        except CapReachedError:
+            capped = True
+        return Outcome(len(times), {"capped": capped, **_start_and_end(times)})
+
+    return run
+
+
+def ours_sqlite_long(calls: int, db: str | None, cap: Cap) -> Run:
+    assert db is not None, "run with --store"
+    times, stamp = _clocked()
+    model = CappedModel(calls, cap)
+
+    async def go() -> Outcome:
+        async with SQLiteCheckpointer(db) as checkpointer:
+            runner = Runner(
+                _agent(),
+                model=model,
+                gate=AutoDenyGate(),
+                on_transition=stamp,
+                checkpointer=checkpointer,
+            )
+            capped = False
+            try:
+                await runner.run(None, "go", run_id="bench")
+            except CapReachedError:
+                capped = True
+        return Outcome(len(times), {"capped": capped, **_start_and_end(times)})
+
+    return lambda: anyio.run(go)
 
 
 def ours_otel(calls: int, db: str | None, cap: Cap) -> Run:
@@ -439,7 +507,9 @@ WORKLOADS: dict[str, Workload] = {
     "ours-bare": ours_bare,
     "ours-phases": ours_phases,
     "ours": ours,
-    "ours-lean": ours_lean,
+    "ours-kept": ours_kept,
+    "ours-long": ours_long,
+    "ours-sqlite-long": ours_sqlite_long,
     "ours-otel": ours_otel,
     "ours-sqlite": ours_sqlite,
     "floor-sqlite-full": floor_sqlite_full,

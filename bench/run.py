@@ -56,6 +56,10 @@ class Settings:
     size_cap_s: float = 90.0  # a growth run stops here and reports how far it got
     memory_cap_s: float = 60.0  # likewise a run traced by tracemalloc (several times slower)
     import_repeats: int = 7
+    # Long runs (tool calls: about three transitions each), in memory and durable.
+    long_calls: int = 33_334  # about 100,000 transitions
+    long_durable_calls: int = 10_000  # about 30,000 transitions
+    long_cap_s: float = 600.0
     quick: bool = False
 
 
@@ -67,6 +71,9 @@ QUICK = Settings(
     size_cap_s=20.0,
     memory_cap_s=20.0,
     import_repeats=2,
+    long_calls=3_000,
+    long_durable_calls=3_000,
+    long_cap_s=60.0,
     quick=True,
 )
 
@@ -90,7 +97,7 @@ IN_MEMORY = (
     Framework("statemachine: bare typed transition", "ours-bare", True, "statemachine"),
     Framework("statemachine: phase methods, no runner", "ours-phases", True, "statemachine"),
     Framework("statemachine: full run (Runner)", "ours", True, "statemachine"),
-    Framework("statemachine: full run, keep_states=False", "ours-lean", True, "statemachine"),
+    Framework("statemachine: full run, keep_states=True", "ours-kept", True, "statemachine"),
     Framework("statemachine: full run, OTel SDK on", "ours-otel", True, "opentelemetry-sdk"),
     Framework("transitions", "transitions", False, "transitions"),
     Framework("python-statemachine", "python-statemachine", False, "python-statemachine"),
@@ -423,10 +430,11 @@ def markdown(results: dict[str, Any]) -> str:
         f"Tracing overhead (OpenTelemetry SDK with a batch processor vs the default no-op"
         f" tracer): {_fmt(otel and ours and otel - ours, '{:,.1f}')} us per transition.",
         "",
-        "LangGraph / full run with `Runner(keep_states=False)` (only the final phase kept"
-        " in `RunResult.states`): "
-        + _fmt(_ratio(_us(memory, "langgraph"), _us(memory, "ours-lean")), "{:.2f}x")
-        + " (the target row below uses the default, which keeps every phase).",
+        "LangGraph / full run with `Runner(keep_states=True)` (every phase kept in"
+        " `RunResult.states`): "
+        + _fmt(_ratio(_us(memory, "langgraph"), _us(memory, "ours-kept")), "{:.2f}x")
+        + " (the target rows below use the default, which keeps the final phase and the"
+        " path).",
         "",
         "### Durable: a SQLite checkpoint after every transition",
         "",
@@ -476,11 +484,149 @@ def markdown(results: dict[str, Any]) -> str:
     extras = results.get("extras", {})
     if extras:
         lines += _extras_markdown(extras)
+    lines += _long_markdown(results.get("long", {}))
     lines += ["", "### Targets of issue 9", "", "| target | measured | met |", "|---|---:|---|"]
     for row in results["targets"]:
         met = "n/a" if row["met"] is None else ("met" if row["met"] else "**missed**")
         lines.append(f"| {row['target']} | {row['figure'] or 'n/a'} | {met} |")
+    lines += ["", "### Targets of issue 23", "", "| target | measured | met |", "|---|---:|---|"]
+    for row in results.get("targets_23", []):
+        met = "n/a" if row["met"] is None else ("met" if row["met"] else "**missed**")
+        lines.append(f"| {row['target']} | {row['figure'] or 'n/a'} | {met} |")
     return "\n".join(lines) + "\n"
+
+
+LONG = (
+    ("in memory, default Runner", "ours-long", False),
+    ("durable, SQLiteCheckpointer", "ours-sqlite-long", True),
+)
+
+
+def _long_markdown(long: dict[str, Any]) -> list[str]:
+    if not long:
+        return []
+    lines = [
+        "",
+        "### Long runs",
+        "",
+        "Microseconds per transition over 3,000 transitions after the first 300 (start) and"
+        " over the last 3,000 (end); flat means the end within 1.5x of the start. Peak"
+        " memory: tracemalloc's peak over a second run of the same length, and the"
+        " process's peak resident size in the timed run.",
+        "",
+        "| run | transitions | start us | end us | end / start | peak KiB (traced) | max RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, workload, _ in LONG:
+        timed = long.get(workload, {}).get("timed", {})
+        traced = long.get(workload, {}).get("traced", {})
+        lines.append(
+            f"| {label} | {timed.get('transitions', 0):,} | {_fmt(timed.get('start_us'))} |"
+            f" {_fmt(timed.get('end_us'))} | {_fmt(timed.get('end_over_start'), '{:.2f}x')} |"
+            f" {_fmt(traced.get('peak_kib'), '{:,.0f}')} |"
+            f" {_fmt((timed.get('maxrss_kib') or 0) / 1024, '{:,.0f}')} |"
+        )
+    return lines
+
+
+def targets_23(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The targets of issue 23, each from this run's figures."""
+    memory, durable = results["in_memory"], results["durable"]
+    ours, ours_sqlite = _us(memory, "ours"), _us(durable, "ours-sqlite")
+    traced = results["memory"]
+    peak = _ratio(
+        traced.get("ours", {}).get("peak_kib"), traced.get("langgraph", {}).get("peak_kib")
+    )
+    imports = results["import_ms"]
+    imported = _ratio(
+        imports.get("statemachine (this library)", {}).get("median_ms"),
+        imports.get("pydantic-graph", {}).get("median_ms"),
+    )
+    extras = results.get("extras", {})
+    checks = extras.get("governor_us", {})
+    slowest = max((row.get("10000", 0.0) for row in checks.values()), default=None)
+    growths: list[float] = []
+    for row in checks.values():
+        grown = _ratio(row.get("10000"), row.get("10"))
+        if grown is not None:
+            growths.append(grown)
+    resumed = extras.get("resume", {}).get("10000", {}).get("resume_to_done_ms")
+    small, large, note = _growth(results, "ours-sqlite")
+    long = results.get("long", {})
+    rows: list[tuple[str, float | None, Callable[[float], bool], str]] = [
+        (
+            "full run in memory, LangGraph's time / ours >= 10x",
+            _ratio(_us(memory, "langgraph"), ours),
+            lambda v: v >= 10,
+            "{:.2f}x",
+        ),
+        (
+            "full run in memory, ours / pydantic-graph 1.x <= 1.0",
+            _ratio(ours, _us(memory, "pydantic-graph")),
+            lambda v: v <= 1.0,
+            "{:.2f}",
+        ),
+        (
+            "durable SQLite, ours / the SQLite delta floor <= 2x",
+            _ratio(ours_sqlite, _us(durable, "floor-sqlite-delta")),
+            lambda v: v <= 2,
+            "{:.1f}x",
+        ),
+        (
+            "durable SQLite, LangGraph's saver time / ours >= 15x",
+            _ratio(_us(durable, "langgraph-sqlite"), ours_sqlite),
+            lambda v: v >= 15,
+            "{:.2f}x",
+        ),
+        (
+            "slowest governor check at 10,000 prior actions <= 20 us",
+            slowest,
+            lambda v: v <= 20,
+            "{:.1f} us",
+        ),
+        (
+            "every governor check at 10,000 prior actions <= 1.5x its figure at 10",
+            max(growths, default=None),
+            lambda v: v <= 1.5,
+            "{:.2f}x (the largest)",
+        ),
+        (
+            "resume of a 10,000-checkpoint run, to Done <= 50 ms",
+            resumed,
+            lambda v: v <= 50,
+            "{:.0f} ms",
+        ),
+        (
+            "peak traced memory of the 3,000-transition run, default Runner <= 2x LangGraph's",
+            peak,
+            lambda v: v <= 2,
+            "{:.2f}x",
+        ),
+        (
+            "import statemachine <= pydantic-graph's in the same run",
+            imported,
+            lambda v: v <= 1.0,
+            "{:.2f}x pydantic-graph's",
+        ),
+        (
+            "bytes per transition, 10,000 vs 100 transitions <= 1.5x",
+            _ratio(large, small),
+            lambda v: v <= 1.5,
+            "{:.2f}x" + note,
+        ),
+    ]
+    for label, workload, _ in LONG:
+        flat = long.get(workload, {}).get("timed", {}).get("end_over_start")
+        rows.append((f"long run {label}: end <= 1.5x start", flat, lambda v: v <= 1.5, "{:.2f}x"))
+    return [
+        {
+            "target": name,
+            "figure": None if value is None else form.format(value),
+            "value": value,
+            "met": None if value is None else check(value),
+        }
+        for name, value, check, form in rows
+    ]
 
 
 def _extras_markdown(extras: dict[str, Any]) -> list[str]:
@@ -581,6 +727,17 @@ def main() -> None:
         )
         for f in IN_MEMORY
     }
+    say("long runs")
+    results["long"] = {}
+    for _, workload, stored in LONG:
+        size = settings.long_durable_calls if stored else settings.long_calls
+        flags = ["--calls", str(size), "--cap", str(settings.long_cap_s)]
+        flags += ["--store"] if stored else []
+        say(f"{workload}: {size:,} tool calls")
+        results["long"][workload] = {
+            "timed": job([OURS, str(HERE / "loops.py"), workload], *flags),
+            "traced": job([OURS, str(HERE / "loops.py"), workload], *flags, "--memory"),
+        }
     say("import time")
     results["import_ms"] = import_times(peers_python, settings.import_repeats)
     if not args.skip_extras:
@@ -590,6 +747,7 @@ def main() -> None:
     results["machine"]["load_average_at_end"] = list(os.getloadavg())
     results["ratios"] = ratios(results)
     results["targets"] = targets(results)
+    results["targets_23"] = targets_23(results)
     out = HERE / "results" / "quick.json" if settings.quick else HERE / "results.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=1) + "\n")
