@@ -475,3 +475,26 @@ def test_the_command_hashes_a_password_and_refuses_a_missing_configuration(
     )
     assert wrong.returncode == 2
     assert "cannot read the inbox configuration" in wrong.stderr
+
+
+async def test_a_runs_page_shows_the_governors_verdicts(desk: Desk) -> None:
+    """A refund asked twice: the governor suppresses the second, and the page says so."""
+    refund = tool_call("refund", {"order_id": 2000, "amount": "10.00", "reason": "broken"})
+    turns = [
+        tool_call("lookup_order", {"order_id": 2000}),
+        tool_call("verify_customer", {"customer_id": "C-17", "code": "4417"}),
+        refund,
+        refund,
+        reply("Refunded $10.00 once."),
+    ]
+    runner = worker_runner(desk.store, payments=desk.payments, model=ScriptedModel(turns))
+    result = await runner.run(SupportContext(customer_id="C-17"), "Refund order 2000, code 4417.")
+    assert result.status == "done"
+    run_id = result.run_id
+    async with desk.client() as client:
+        await log_in(client, "vic")
+        page = (await client.get(f"/runs/{run_id}")).text
+    verdicts = page[page.index("Governor's verdicts") :]
+    assert "suppress" in verdicts
+    assert "None." not in verdicts.split("</section>")[0]
+    assert desk.payments.count() == 1
