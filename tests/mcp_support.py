@@ -9,6 +9,7 @@ loopback port and waited for until it answers.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -175,6 +177,20 @@ def notes_http(tmp: Path) -> Iterator[NotesHTTPServer]:
         yield server
     finally:
         server.stop()
+
+
+def crash_run(*args: str) -> dict[str, Any]:
+    """Run tests/mcp_crash_run.py with ``args``: its exit code, last JSON line and stderr."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parent / "mcp_crash_run.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lines = done.stdout.strip().splitlines()
+    out = json.loads(lines[-1]) if lines else None
+    return {"code": done.returncode, "out": out, "err": done.stderr}
 
 
 def effects(notes: Path) -> list[str]:

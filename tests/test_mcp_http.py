@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_support import NotesHTTPServer, effects, notes_http
+from mcp_support import NotesHTTPServer, crash_run, effects, notes_http
 
 from statemachine import (
     Agent,
@@ -197,6 +197,24 @@ async def test_a_paused_durable_run_resumes_against_a_restarted_server_and_write
         assert notes.connections == 1
     assert isinstance(resumed.final, Done)
     assert effects(server.notes) == ["add bread 1"]
+
+
+def test_a_run_killed_after_the_write_resumes_in_a_new_process_without_writing_again(
+    server: NotesHTTPServer, tmp_path: Path
+) -> None:
+    """The agent's process is killed right after add_note's result reached the ledger, before
+    the next checkpoint; a new process connects again, resumes, and replays the note."""
+    started = crash_run("start", str(tmp_path), "http", server.url)
+    assert started["code"] == -9, started["err"]
+    assert effects(server.notes) == ["add bread 1"]
+    resumed = crash_run("resume", str(tmp_path), "http", server.url)
+    assert resumed["code"] == 0, resumed["err"]
+    out = resumed["out"]
+    assert out["saved"] == "ToolCalling"
+    assert out["effect_before_resume"] == "committed"
+    assert out["final"] == "Done"
+    assert out["history"][:2] == ["ToolCalling", "Observing"]
+    assert effects(server.notes) == ["add bread 1"]  # written once, by the first process
 
 
 class LaterGate:

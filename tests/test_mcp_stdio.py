@@ -10,15 +10,12 @@ reconnects (a new server process) and commits once.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_support import commits, git_tools, kill, pid_of, scratch_repository
+from mcp_support import commits, crash_run, git_tools, kill, pid_of, scratch_repository
 
 from statemachine import (
     Agent,
@@ -275,32 +272,16 @@ class CommitLaterGate:
         return Approve(by="ana@example.com")
 
 
-def _crash_run(*args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, str(HERE / "mcp_crash_run.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    lines = done.stdout.strip().splitlines()
-    return {
-        "code": done.returncode,
-        "out": json.loads(lines[-1]) if lines else None,
-        "err": done.stderr,
-    }
-
-
 def test_a_run_killed_after_the_commit_resumes_in_a_new_process_without_committing_again(
     repo: Path, pidfile: Path, tmp_path: Path
 ) -> None:
     """The agent's process is killed right after the commit's result reached the ledger, before
     the next checkpoint; a new process resumes, starts a new server and replays the commit."""
-    started = _crash_run("start", str(tmp_path), str(repo), str(pidfile))
+    started = crash_run("start", str(tmp_path), "stdio", str(repo), str(pidfile))
     assert started["code"] == -9, started["err"]
     assert commits(repo) == ["second", "first"]
     first_pid = pid_of(pidfile)
-    resumed = _crash_run("resume", str(tmp_path), str(repo), str(pidfile))
+    resumed = crash_run("resume", str(tmp_path), "stdio", str(repo), str(pidfile))
     assert resumed["code"] == 0, resumed["err"]
     out = resumed["out"]
     assert out["saved"] == "ToolCalling"

@@ -8,7 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from mcp_support import effects, kill, notes_stdio, pid_of
+from mcp_support import effects, git_tools, kill, notes_stdio, pid_of, scratch_repository
 from mcp_types import Tool as ListedTool
 from mcp_types import ToolAnnotations
 from pydantic import ValidationError
@@ -22,7 +22,7 @@ from statemachine import (
     ToolRegistry,
     idempotency_key,
 )
-from statemachine.mcp import IDEMPOTENCY_KEY_META, declared_effect
+from statemachine.mcp import IDEMPOTENCY_KEY_META, MCPCallError, declared_effect
 from statemachine.mcp._arguments import arguments_model, to_wire
 from statemachine.testing import AutoApproveGate, ScriptedModel, reply, tool_call
 
@@ -130,3 +130,36 @@ async def test_an_idempotent_write_whose_server_died_is_resent_with_its_key_and_
     told = [m.content for m in result.final.transcript if m.role == "tool"]
     assert "already set under this key" in told[0]
     assert IDEMPOTENCY_KEY_META == "io.statemachine/idempotency-key"
+
+
+async def test_a_json_rpc_error_from_the_server_is_a_call_failure_not_retried(
+    tmp_path: Path, pidfile: Path
+) -> None:
+    """mcp-server-git answers a call of a tool it does not have with JSON-RPC -32602: an
+    MCPCallError that is not retried, and the connection stays up."""
+    repo = scratch_repository(tmp_path / "repo")
+    async with git_tools(repo, pidfile) as git:
+        connection = git._connection
+        with pytest.raises(MCPCallError) as refused:
+            await connection.call("git_push", {"repo_path": str(repo)}, None)
+        assert connection.opened == 1
+        status = await connection.call("git_status", {"repo_path": str(repo)}, None)
+    assert str(refused.value) == (
+        "MCP server 'git' refused the call of 'git_push' (JSON-RPC error -32602: "
+        "Unknown tool: git_push)"
+    )
+    assert (refused.value.server, refused.value.tool) == ("git", "git_push")
+    assert refused.value.retryable is False
+    assert not status.is_error
+
+
+async def test_tools_are_known_only_inside_async_with(tmp_path: Path, pidfile: Path) -> None:
+    """Before the server is connected there are no tools, and one MCPTools is entered once."""
+    notes = notes_stdio(tmp_path / "notes.txt", pidfile)
+    with pytest.raises(SetupError, match="use them inside `async with`"):
+        _ = notes.tools
+    async with notes:
+        pass
+    with pytest.raises(SetupError, match="was entered already"):
+        async with notes:
+            pass
