@@ -3,6 +3,9 @@ idempotent write re-sent under its idempotency key to a server that restarted mi
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -163,3 +166,13 @@ async def test_tools_are_known_only_inside_async_with(tmp_path: Path, pidfile: P
     with pytest.raises(SetupError, match="was entered already"):
         async with notes:
             pass
+
+
+def test_importing_the_library_loads_no_mcp_sdk() -> None:
+    """The SDK is an extra: ``import statemachine`` leaves it, and statemachine.mcp, unloaded."""
+    script = "import json, sys, statemachine; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    loaded = set(json.loads(done.stdout))
+    assert {"mcp", "mcp_types", "jsonschema", "statemachine.mcp"} & loaded == set()
