@@ -62,6 +62,7 @@ from ._errors import (
     UnknownToolError,
 )
 from ._events import RunEvent, RunEvents, RunFinished, TextDelta, TransitionEvent
+from ._embedding import EmbeddingSimilarity
 from ._governor import (
     ActionRecord,
     Check,
@@ -200,6 +201,7 @@ __all__ = (
     "Done",
     "EffectLedger",
     "EffectRecord",
+    "EmbeddingSimilarity",
     "EffectUncertainError",
     "EstimateExceededError",
     "Failed",

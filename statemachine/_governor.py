@@ -44,12 +44,13 @@ from ._budget import Budget, Spend
 from ._errors import SetupError
 from ._fast._pydantic import _trusted
 from ._similarity import (
-    LEXICAL,
     GramMasks,
     SignedSimilarity,
     Similarity,
     call_anchors,
+    configured_similarity,
     lexical_similarity,
+    signer_of,
     trigram_similarity,
 )
 from ._tools import ReadCall, WriteCall, WriteTool
@@ -468,7 +469,7 @@ def _quote(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _lexical_named(similarity: Similarity) -> Similarity:
+def _lexical_named(similarity: Similarity | None) -> Similarity | None:
     """``similarity``, with the deprecated name of the lexical one taken as the new."""
     if similarity is trigram_similarity:
         warnings.warn(
@@ -486,8 +487,10 @@ def _lexical_named(similarity: Similarity) -> Similarity:
 class LoopGovernor:
     """The checks of a run's loop, and their thresholds.
 
-    ``similarity`` is the semantic tier's (default: :func:`lexical_similarity`; an
-    ``EmbeddingSimilarity`` from the ``embeddings`` extra knows paraphrases) and
+    ``similarity`` is the semantic tier's (default ``None``: the one configured by the
+    ``STATEMACHINE_SIMILARITY`` variable, ``lexical`` (:func:`lexical_similarity`) unless
+    it says ``embedding`` (an ``EmbeddingSimilarity``, the ``embeddings`` extra, which
+    knows paraphrases)) and
     ``evidence_similarity`` the convergence check's (default: lexical too);
     ``semantic_threshold`` is how similar a call must be to a failed or refused one of
     the same tool and the same anchors (identifiers and amounts, compared exactly: see
@@ -501,7 +504,7 @@ class LoopGovernor:
     flagged (a flag on the run, never a stop).
     """
 
-    similarity: Similarity = attrs.field(default=lexical_similarity, converter=_lexical_named)
+    similarity: Similarity | None = attrs.field(default=None, converter=_lexical_named)
     evidence_similarity: Similarity = attrs.field(
         default=lexical_similarity, converter=_lexical_named
     )
@@ -522,12 +525,16 @@ class LoopGovernor:
     )
 
     def __attrs_post_init__(self) -> None:
-        signer: SignedSimilarity[Any] | None = None
-        if self.similarity is lexical_similarity:
-            signer = LEXICAL
-        elif isinstance(self.similarity, SignedSimilarity):
-            signer = self.similarity
-        object.__setattr__(self, "_signer", signer)
+        if self.similarity is not None:
+            object.__setattr__(self, "_signer", signer_of(self.similarity))
+
+    def _semantic_similarity(self) -> tuple[Similarity, SignedSimilarity[Any] | None]:
+        """The semantic tier's similarity (the configured one if none is named), and its
+        signing form (``None``: it cannot sign)."""
+        if self.similarity is None:
+            similarity = configured_similarity()
+            return similarity, signer_of(similarity)
+        return self.similarity, self._signer
 
     # -- begin_step ---------------------------------------------------------------
 
@@ -681,7 +688,8 @@ class LoopGovernor:
             return None
         ranks, positions = found
         oldest = count - self.semantic_window
-        actions, signer, threshold = loop.actions, self._signer, self.semantic_threshold
+        similarity, signer = self._semantic_similarity()
+        actions, threshold = loop.actions, self.semantic_threshold
         mine: object = None
         for at in range(bisect.bisect_left(ranks, count) - 1, -1, -1):
             if ranks[at] < oldest:
@@ -689,7 +697,7 @@ class LoopGovernor:
             position = positions[at]
             earlier = actions[position]
             if signer is None:
-                score = self.similarity(action.text, earlier.text)
+                score = similarity(action.text, earlier.text)
             else:
                 if mine is None:
                     mine = signer.signature(action.text)

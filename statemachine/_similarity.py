@@ -16,17 +16,23 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import threading
 import warnings
 from collections.abc import Iterator
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any, Protocol, TypeVar, final, runtime_checkable
 
+from ._errors import ConfigError
+
 __all__ = [
+    "SIMILARITY_VAR",
     "SignedSimilarity",
     "Similarity",
     "call_anchors",
+    "configured_similarity",
     "lexical_similarity",
     "trigram_similarity",
 ]
@@ -137,6 +143,48 @@ class LexicalSigned:
 LEXICAL = LexicalSigned()
 
 
+# -- the configured default ---------------------------------------------------------------
+
+SIMILARITY_VAR = "STATEMACHINE_SIMILARITY"
+_SHARED: dict[str, Similarity] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def configured_similarity() -> Similarity:
+    """The semantic tier's similarity when a governor names none: ``STATEMACHINE_SIMILARITY``.
+
+    ``lexical`` (or unset): :func:`lexical_similarity`; ``embedding``: one
+    ``EmbeddingSimilarity`` shared by the process (the ``embeddings`` extra).
+    """
+    name = os.environ.get(SIMILARITY_VAR, "lexical") or "lexical"
+    if name == "lexical":
+        return lexical_similarity
+    if name != "embedding":
+        problem = (
+            f"{SIMILARITY_VAR} must be 'lexical' or 'embedding', got {name!r}; unset it for "
+            "the default (lexical)"
+        )
+        raise ConfigError((problem,), path=SIMILARITY_VAR)
+    found = _SHARED.get(name)
+    if found is None:
+        with _SHARED_LOCK:
+            found = _SHARED.get(name)
+            if found is None:
+                from ._embedding import EmbeddingSimilarity
+
+                found = _SHARED[name] = EmbeddingSimilarity()
+    return found
+
+
+def signer_of(similarity: Similarity) -> SignedSimilarity[Any] | None:
+    """``similarity`` as one that signs texts once, or ``None`` if it cannot."""
+    if similarity is lexical_similarity:
+        return LEXICAL
+    if isinstance(similarity, SignedSimilarity):
+        return similarity
+    return None
+
+
 # -- anchors -------------------------------------------------------------------------------
 
 # Keys whose string values name a thing (an order, a customer, an account): compared whole.
@@ -168,7 +216,7 @@ def _anchors_of(value: Any, key: str, found: set[str]) -> None:
         found.add(f"{key}={_number(repr(value))}")
     elif isinstance(value, str):
         if _IDENTIFIER_KEY.search(key):
-            found.add(f"{key}={value.casefold()}")
+            found.add(f"{key}={value.strip(_EDGES).casefold()}")
         for token in _TOKEN.findall(value):
             token = token.strip(_EDGES)
             if token:

@@ -51,6 +51,7 @@ PUBLIC = {
     "Done",
     "EffectLedger",
     "EffectRecord",
+    "EmbeddingSimilarity",
     "EffectUncertainError",
     "EstimateExceededError",
     "Failed",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -58,6 +58,15 @@ from statemachine import (
 from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
 
 ResearchRun = RunResult[ResearchContext]
+
+
+@pytest.fixture(autouse=True, scope="module", params=["lexical", "embedding"])
+def similarity(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test runs with each of the governor's semantic-tier similarities (chosen by
+    ``STATEMACHINE_SIMILARITY``): the agent behaves the same with either (issue 22)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STATEMACHINE_SIMILARITY", request.param)
+        yield request.param
 
 
 def scenario(run: Callable[[], Awaitable[Outcome]]) -> Outcome:

