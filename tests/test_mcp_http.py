@@ -45,14 +45,28 @@ QUICK = RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.01)
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[NotesHTTPServer]:
-    """The notes server on a free loopback port, killed at the end."""
+    """A notes server of the test's own on a free loopback port (the test may kill it)."""
     with notes_http(tmp_path) as started:
         yield started
 
 
-async def test_tools_are_read_or_write_by_their_annotations(server: NotesHTTPServer) -> None:
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NotesHTTPServer]:
+    """One notes server for the tests that leave it running, killed after the module."""
+    with notes_http(tmp_path_factory.mktemp("notes")) as started:
+        yield started
+
+
+@pytest.fixture
+def shared(running: NotesHTTPServer) -> NotesHTTPServer:
+    """The module's notes server, its notes emptied for this test."""
+    running.notes.unlink(missing_ok=True)
+    return running
+
+
+async def test_tools_are_read_or_write_by_their_annotations(shared: NotesHTTPServer) -> None:
     """readOnlyHint true: read; no annotations, readOnlyHint false or destructive: write."""
-    async with server.tools() as notes:
+    async with shared.tools() as notes:
         effects_here = {tool.name: notes.effect(tool.name) for tool in notes.tools}
     assert effects_here == {
         "list_notes": "read",
@@ -66,10 +80,10 @@ async def test_tools_are_read_or_write_by_their_annotations(server: NotesHTTPSer
 
 
 async def test_a_write_routes_to_a_write_call_that_needs_an_approval(
-    server: NotesHTTPServer,
+    shared: NotesHTTPServer,
 ) -> None:
     """add_note is routed to a WriteCall, which Planning refuses; asked, the run waits."""
-    async with server.tools() as notes:
+    async with shared.tools() as notes:
         registry = ToolRegistry(notes.tools)
         write = registry.route("add_note", {"text": "hi"})
         assert isinstance(write, WriteCall)
@@ -82,33 +96,33 @@ async def test_a_write_routes_to_a_write_call_that_needs_an_approval(
         result = await Runner(agent, model=model, gate=LaterGate()).run(None, "Add a note")
     assert result.status == "paused"
     assert isinstance(result.final, AwaitApproval)
-    assert effects(server.notes) == []
+    assert effects(shared.notes) == []
 
 
-async def test_a_denied_write_runs_nothing(server: NotesHTTPServer) -> None:
+async def test_a_denied_write_runs_nothing(shared: NotesHTTPServer) -> None:
     """Denied: the server is never called, and the model is told."""
     model = ScriptedModel([tool_call("clear_notes"), reply("Not cleared.")])
-    async with server.tools() as notes:
+    async with shared.tools() as notes:
         agent = Agent[None](name="notes", tools=notes.tools)
         result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Clear them")
     assert isinstance(result.final, Done)
-    assert effects(server.notes) == []
+    assert effects(shared.notes) == []
     told = [m.content for m in result.final.transcript if m.role == "tool"]
     assert told[0].startswith("Not approved")
 
 
 async def test_an_approved_write_runs_once_and_spans_and_events_name_server_and_tool(
-    server: NotesHTTPServer,
+    shared: NotesHTTPServer,
 ) -> None:
     """Approved, add_note runs once; its span and log event name the server and the tool."""
     model = ScriptedModel([tool_call("add_note", {"text": "milk", "priority": 2}), reply("Ok.")])
     with capture() as seen:
-        async with server.tools(tracer=seen.tracer) as notes:
+        async with shared.tools(tracer=seen.tracer) as notes:
             agent = Agent[None](name="notes", tools=notes.tools)
             runner = Runner(agent, model=model, gate=AutoApproveGate(), tracer=seen.tracer)
             result = await runner.run(None, "Note milk")
     assert isinstance(result.final, Done)
-    assert effects(server.notes) == ["add milk 2"]
+    assert effects(shared.notes) == ["add milk 2"]
     spans = [span for span in seen.spans if span.name == "mcp notes/add_note"]
     assert len(spans) == 1
     assert spans[0].parent == "ToolCalling -> Observing"
@@ -161,11 +175,11 @@ async def test_the_server_dying_mid_read_is_retried_then_fails_when_it_stays_dow
 
 
 async def test_a_call_past_its_timeout_is_cancelled_and_retried_as_a_read(
-    server: NotesHTTPServer,
+    shared: NotesHTTPServer,
 ) -> None:
     """slow_read outlasts the tool's timeout: TimeoutError, Retrying, then Failed."""
     model = ScriptedModel([tool_call("slow_read", {"seconds": 5})])
-    async with server.tools(retry=QUICK, timeout=0.3) as notes:
+    async with shared.tools(retry=QUICK, timeout=0.3) as notes:
         agent = Agent[None](name="notes", tools=notes.tools)
         result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "Slow")
     assert result.history[2:5] == ("ToolCalling", "Retrying", "ToolCalling")

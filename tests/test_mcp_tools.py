@@ -11,7 +11,15 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from mcp_support import effects, git_tools, kill, notes_stdio, pid_of, scratch_repository
+from mcp_support import (
+    effects,
+    free_port,
+    git_tools,
+    kill,
+    notes_stdio,
+    pid_of,
+    scratch_repository,
+)
 from mcp_types import Tool as ListedTool
 from mcp_types import ToolAnnotations
 from pydantic import ValidationError
@@ -25,7 +33,13 @@ from statemachine import (
     ToolRegistry,
     idempotency_key,
 )
-from statemachine.mcp import IDEMPOTENCY_KEY_META, MCPCallError, declared_effect
+from statemachine.mcp import (
+    IDEMPOTENCY_KEY_META,
+    MCPCallError,
+    MCPTools,
+    MCPUnavailableError,
+    declared_effect,
+)
 from statemachine.mcp._arguments import arguments_model, to_wire
 from statemachine.testing import AutoApproveGate, ScriptedModel, reply, tool_call
 
@@ -176,3 +190,17 @@ def test_importing_the_library_loads_no_mcp_sdk() -> None:
     )
     loaded = set(json.loads(done.stdout))
     assert {"mcp", "mcp_types", "jsonschema", "statemachine.mcp"} & loaded == set()
+
+
+async def test_a_server_that_cannot_be_started_or_reached_is_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    """A command that does not exist, and a port nothing listens on, say which server and why."""
+    missing = MCPTools.stdio("ghost", str(tmp_path / "no-such-server"))
+    with pytest.raises(MCPUnavailableError, match=r"^MCP server 'ghost' could not be started"):
+        async with missing:
+            pass
+    closed = MCPTools.http("nobody", f"http://127.0.0.1:{free_port()}/mcp")
+    with pytest.raises(MCPUnavailableError, match=r"^MCP server 'nobody' could not be started"):
+        async with closed:
+            pass

@@ -24,7 +24,7 @@ if importlib.util.find_spec("mcp") is None:  # pragma: no cover - the extra is p
     )
 
 from ._arguments import MCPArguments
-from ._connection import MCPCallError
+from ._connection import MCPCallError, MCPUnavailableError
 from ._toolset import IDEMPOTENCY_KEY_META, Effect, MCPTools, declared_effect
 
 __all__ = (
@@ -33,5 +33,6 @@ __all__ = (
     "MCPArguments",
     "MCPCallError",
     "MCPTools",
+    "MCPUnavailableError",
     "declared_effect",
 )

@@ -22,9 +22,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, RequestParamsMeta, Tool
 from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-from .._errors import ToolError
+from .._errors import StatemachineError, ToolError
 
-__all__ = ["Connection", "MCPCallError"]
+__all__ = ["Connection", "MCPCallError", "MCPUnavailableError"]
 
 # JSON-RPC errors that the client itself raises for a connection that is gone.
 _LOST = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT})
@@ -42,6 +42,10 @@ class MCPCallError(ToolError):
         self.server = server
         self.tool = tool
         super().__init__(message, retryable=retryable)
+
+
+class MCPUnavailableError(StatemachineError, ConnectionError):
+    """An MCP server could not be started (stdio) or reached (HTTP) when it was connected."""
 
 
 def _log() -> Any:
@@ -75,9 +79,10 @@ class Connection:
         self._group = group
         try:
             await self._open()
-        except BaseException as error:
+        except BaseException:
+            # The failed start is raised here; the group has nothing else to report.
             group.cancel_scope.cancel()
-            await group.__aexit__(type(error), error, error.__traceback__)
+            await group.__aexit__(None, None, None)
             self._group = None
             raise
         return self
@@ -112,10 +117,16 @@ class Connection:
                 await release.wait()
         except Exception as error:
             if not started:
-                raise
+                raise MCPUnavailableError(
+                    f"MCP server {self.server!r} could not be started or reached "
+                    f"({_described(error)}); check its command or URL, and that it runs"
+                ) from error
             # The server died or the transport broke while the client was held: the
             # next call opens a new connection. Never raised: it would cancel the run.
             _log().warning("mcp connection lost", server=self.server, error=_described(error))
+        finally:
+            if started and self._release is release:
+                self._client = None
 
     async def client(self) -> Client:
         """The open client, connecting (again) when there is none."""
@@ -150,12 +161,9 @@ class Connection:
         """Call ``tool``; a failure of the server or the protocol is :class:`MCPCallError`."""
         try:
             client = await self.client()
-        except Exception as error:
+        except MCPUnavailableError as error:
             raise MCPCallError(
-                f"MCP server {self.server!r} could not be started or reached to call {tool!r} "
-                f"({_described(error)})",
-                server=self.server,
-                tool=tool,
+                f"{error}; the call of {tool!r} was not sent", server=self.server, tool=tool
             ) from error
         try:
             return await client.call_tool(tool, arguments, meta=meta)
