@@ -81,7 +81,11 @@ def each_trigram(text: str) -> Iterator[str]:
     ``folded[i : i + 3]`` for each ``i``, made in C (a text shorter than three characters
     is its own one trigram).
     """
-    folded = _fold(text)
+    return _grams_of(_fold(text))
+
+
+def _grams_of(folded: str) -> Iterator[str]:
+    """The trigrams of a text as it is (``each_trigram`` of a folded text)."""
     if len(folded) < 3:
         return iter((folded,))
     return map("".join, zip(folded, folded[1:], folded[2:], strict=False))
@@ -272,21 +276,26 @@ class GramMasks:
     cache: what it holds never changes a result).
     """
 
-    __slots__ = ("_bits", "masks")
+    __slots__ = ("_bits", "_pairs", "masks")
 
     def __init__(self) -> None:
         self._bits: dict[str, int] = {}
         # text -> (its mask, its number of trigrams)
         self.masks: dict[str, tuple[int, int]] = {}
+        # Two neighbouring words with the spaces around them -> the mask of their trigrams.
+        self._pairs: dict[str, int] = {}
 
     def start(self, window: int) -> None:
         """Before a comparison: start again if the cache has grown past its bounds.
 
         Only here, so that the masks of one comparison all share one vocabulary.
         """
-        if len(self.masks) > max(_MASKS_KEPT, 4 * window) or len(self._bits) > _TRIGRAMS_KEPT:
+        if len(self._bits) > _TRIGRAMS_KEPT or len(self._pairs) > _TRIGRAMS_KEPT:
             self._bits = {}
+            self._pairs = {}
             self.masks = {}
+        elif len(self.masks) > max(_MASKS_KEPT, 4 * window):
+            self.masks = {}  # the vocabulary stays: the pairs' masks are still good
 
     def mask(self, text: str, *, keep: bool = True) -> tuple[int, int]:
         """The bitmask of ``text``'s trigrams, and how many there are.
@@ -297,9 +306,34 @@ class GramMasks:
         known = self.masks.get(text)
         if known is not None:
             return known
+        words = text.lower().split()
+        if len(words) < 2:
+            mask = self._made(_fold(text))
+        else:
+            # Every trigram of the folded text lies within two neighbouring words and the
+            # spaces around them (a trigram touches at most two words), and every trigram
+            # of such a segment is one of the text's: the mask is the OR of the segments'
+            # masks, each made once for the run (words repeat far more than texts do).
+            pairs, made = self._pairs, self._made
+            last = len(words) - 1
+            mask = 0
+            for at in range(last):
+                before, after = " " if at else "", " " if at + 1 < last else ""
+                segment = f"{before}{words[at]} {words[at + 1]}{after}"
+                found = pairs.get(segment)
+                if found is None:
+                    found = pairs[segment] = made(segment)
+                mask |= found
+        known = (mask, mask.bit_count())
+        if keep:
+            self.masks[text] = known
+        return known
+
+    def _made(self, folded: str) -> int:
+        """The mask of the trigrams of ``folded`` (already folded), new bits as needed."""
         bits = self._bits
         positions = []
-        for gram in each_trigram(text):
+        for gram in _grams_of(folded):
             bit = bits.get(gram)
             if bit is None:
                 bit = bits[gram] = len(bits)
@@ -308,15 +342,11 @@ class GramMasks:
             mask = 0
             for bit in positions:
                 mask |= 1 << bit
-        else:
-            packed = bytearray((len(bits) >> 3) + 1)
-            for bit in positions:
-                packed[bit >> 3] |= 1 << (bit & 7)
-            mask = int.from_bytes(packed, "little")
-        known = (mask, mask.bit_count())
-        if keep:
-            self.masks[text] = known
-        return known
+            return mask
+        packed = bytearray((len(bits) >> 3) + 1)
+        for bit in positions:
+            packed[bit >> 3] |= 1 << (bit & 7)
+        return int.from_bytes(packed, "little")
 
     def best(self, text: str, window: tuple[str, ...]) -> float:
         """The highest lexical similarity of ``text`` to a text of ``window`` (not empty)."""
