@@ -23,6 +23,7 @@ from ._approval import (
 )
 from ._breaker import CircuitBreaker
 from ._budget import Budget, Spend
+from ._context import BudgetLeft, RunContext
 from ._errors import (
     ApprovalMismatchError,
     BadArgumentsError,
@@ -179,6 +180,7 @@ __all__ = (
     "Budget",
     "BudgetError",
     "BudgetExceededError",
+    "BudgetLeft",
     "BudgetMeter",
     "Check",
     "CheckpointCipher",
@@ -265,6 +267,7 @@ __all__ = (
     "RunLifecycle",
     "RunPausedError",
     "RunRecord",
+    "RunContext",
     "RunResult",
     "RunStatus",
     "Runner",

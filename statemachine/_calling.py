@@ -22,6 +22,7 @@ from . import _json
 from ._approval import ApprovedCall
 from ._breaker import _settle_tool, _tool_refused
 from ._budget import Spend
+from ._context import _run_context
 from ._errors import EffectUncertainError, ToolError, UnapprovedWriteError
 from ._runtime import Runtime, _within
 from ._seal import _own_ticket
@@ -78,9 +79,15 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
     spent = calling.spent.add(tool_calls=1)
     remaining = rt.remaining(agent.budget)
     timeout = tool.timeout if remaining is None else min(tool.timeout, remaining)
+    context = (
+        _run_context(calling, rt, key=key, seconds=timeout, spent=spent, price=price)
+        if tool.takes_context
+        else None
+    )
     token = _IDEMPOTENCY_KEY.set(key)
     try:
-        output = await _within(tool._fn(args), timeout)
+        running = tool._fn(args) if context is None else tool._fn(args, context)
+        output = await _within(running, timeout)
     except BaseException as error:
         _settle_tool(agent.breaker, tool.name, rt.clock(), error)
         if not isinstance(error, Exception):

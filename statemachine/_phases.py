@@ -55,6 +55,7 @@ from typing import (
 
 import attrs
 from pydantic import BaseModel, ValidationError
+from typing_extensions import TypeVar as TypeVarWithDefault
 
 from . import _json
 from ._approval import (
@@ -78,6 +79,7 @@ from ._batch import (
 from ._breaker import CircuitBreaker
 from ._budget import Budget, Spend
 from ._calling import _execute, _holds_no_unapproved_write, _retry
+from ._context import _tools_fit
 from ._deciding import _approved, _denied, _finished
 from ._errors import (
     PhaseForgedError,
@@ -97,7 +99,7 @@ from ._retry import MODEL_RETRY, RetryPolicy
 from ._runtime import Runtime
 from ._schema import Diagnostic, _type_diagnostics
 from ._seal import _bind, _own_ticket, _Ticket
-from ._tools import AM, InvalidCall, ReadCall, Tool, ToolRegistry, WriteCall, WriteTool
+from ._tools import AM, InvalidCall, ReadCall, Tool, ToolRegistry, WriteCall, WriteTool, _registry
 
 __all__ = [
     "Active",
@@ -119,6 +121,8 @@ __all__ = [
 ]
 
 C = TypeVar("C")
+# The agent's dependencies (Agent[Ctx, Deps]); Agent[Ctx] alone: any (as before deps).
+D = TypeVarWithDefault("D", default=Any)
 P = TypeVar("P", bound="Phase[Any]")
 T = TypeVar("T")
 
@@ -815,13 +819,9 @@ def _graph_edges(
 _ONCE = RetryPolicy(max_attempts=1, retry_on=())
 
 
-def _registry(tools: ToolRegistry | Iterable[Tool]) -> ToolRegistry:
-    return tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-
-
 @final
 @attrs.frozen(kw_only=True)
-class Agent(Generic[C]):
+class Agent(Generic[C, D]):
     """An agent's definition: tools, instructions, limits and phase classes.
 
     ``budget`` limits each run; ``retry`` is the default retry policy (a tool's own
@@ -834,10 +834,13 @@ class Agent(Generic[C]):
     that ask for a tool, after which the model must answer; after
     ``max_invalid_calls`` invalid tool calls in a row the run fails. ``governor``
     holds the loop checks (duplicates, cycles, convergence) and their thresholds.
+    ``deps_type`` declares the type of the dependencies every run is given
+    (``Runner.run(..., deps=...)``, never checkpointed) and its tools' ``RunContext``
+    carries: ``Agent(..., deps_type=Desk)`` is an ``Agent[Ctx, Desk]``.
     """
 
     name: str
-    tools: ToolRegistry = attrs.field(factory=lambda: ToolRegistry(()), converter=_registry)
+    tools: ToolRegistry[D] = attrs.field(factory=lambda: ToolRegistry(()), converter=_registry)
     instructions: str = ""
     budget: Budget = Budget.model_construct()
     retry: RetryPolicy = RetryPolicy()
@@ -851,6 +854,7 @@ class Agent(Generic[C]):
     answer_guard: OutputGuard[Any] | None = None
     answer_attempts: int = 3
     phases: Phases[C] = attrs.field(factory=Phases)
+    deps_type: type[D] | None = attrs.field(default=None, validator=_tools_fit)
 
     @classmethod
     def from_config(

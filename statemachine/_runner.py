@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, final
 
 import anyio
 import attrs
+from typing_extensions import TypeVar as TypeVarWithDefault
 
 from ._approval import (
     APPROVAL_OF,
@@ -31,6 +32,7 @@ from ._approval import (
     waits_for_approval,
 )
 from ._budget import Spend
+from ._context import _deps_for_run
 from ._errors import (
     CheckpointOrderError,
     DecisionRefusedError,
@@ -75,6 +77,8 @@ if TYPE_CHECKING:
 __all__ = ["RunResult", "Runner", "StopReport"]
 
 C = TypeVar("C")
+# The agent's dependencies; Runner[Ctx] alone: a runner of an agent with any.
+D = TypeVarWithDefault("D", default=Any)
 
 OnTransition = Callable[[Phase[C], Phase[C]], None]
 
@@ -171,7 +175,7 @@ def _result(run_id: str, went: _Went[C], final: Phase[C]) -> RunResult[C]:
 
 
 @final
-class Runner(Generic[C]):
+class Runner(Generic[C, D]):
     """Runs an agent with a model and an approval gate, in memory.
 
     ``clock`` and ``sleep`` are replaceable so tests need not wait for backoff;
@@ -189,12 +193,15 @@ class Runner(Generic[C]):
     all costs memory that grows with the run.
     ``fallback_models`` are asked in order when ``model`` (or the one before) is
     unavailable or its circuit breaker is open; each attempt is a ``ModelRetrying``.
+    ``deps`` are the dependencies of every run this runner drives or resumes (an agent
+    declares their type, ``Agent(..., deps_type=...)``); a run's own ``deps=`` wins.
     """
 
     __slots__ = (
         "_agent",
         "_checkpointer",
         "_clock",
+        "_deps",
         "_fallback_models",
         "_fallbacks",
         "_gate",
@@ -211,7 +218,7 @@ class Runner(Generic[C]):
 
     def __init__(
         self,
-        agent: Agent[C],
+        agent: Agent[C, D],
         *,
         model: Model,
         gate: ApprovalGate,
@@ -227,8 +234,12 @@ class Runner(Generic[C]):
         meter: metrics.Meter | None = None,
         keep_states: bool = False,
         fallback_models: tuple[Model, ...] = (),
+        deps: D | None = None,
     ) -> None:
         _load_deferred()
+        if deps is not None:  # refused here, not at the first run
+            _deps_for_run(agent.name, agent.deps_type, deps)
+        self._deps = deps
         if agent.answer_guard is not None:
             # At start-up: a constrained guard refuses a backend that cannot enforce it.
             for backend in (model, *fallback_models):
@@ -251,16 +262,21 @@ class Runner(Generic[C]):
         self._keep_states = keep_states
 
     @property
-    def agent(self) -> Agent[C]:
+    def agent(self) -> Agent[C, D]:
         """The agent this runner runs."""
         return self._agent
 
-    async def run(self, ctx: C, text: str, *, run_id: str | None = None) -> RunResult[C]:
-        """Run the agent on the customer's ``text`` until it answers, fails or pauses."""
-        return await self.drive(self._agent.start(ctx, text), run_id=run_id)
+    async def run(
+        self, ctx: C, text: str, *, run_id: str | None = None, deps: D | None = None
+    ) -> RunResult[C]:
+        """Run the agent on the customer's ``text`` until it answers, fails or pauses.
+
+        ``deps`` are the run's dependencies (default: the runner's), handed to its tools.
+        """
+        return await self.drive(self._agent.start(ctx, text), run_id=run_id, deps=deps)
 
     def events(
-        self, ctx: C, text: str, *, run_id: str | None = None
+        self, ctx: C, text: str, *, run_id: str | None = None, deps: D | None = None
     ) -> AbstractAsyncContextManager[RunEvents[C]]:
         """:meth:`run`, as its events: ``async with runner.events(ctx, text) as events:``
         then ``async for event in events:``.
@@ -273,13 +289,19 @@ class Runner(Generic[C]):
         cancels the run and its model call, and a saved run is left ``cancelled`` at
         its last checkpoint, ready to resume.
         """
-        return _run_events(partial(self.run, ctx, text, run_id=run_id))
+        return _run_events(partial(self.run, ctx, text, run_id=run_id, deps=deps))
 
     def resume_events(
-        self, run_id: str, *, note: str = "", decision: Approve | Denial | None = None
+        self,
+        run_id: str,
+        *,
+        note: str = "",
+        decision: Approve | Denial | None = None,
+        deps: D | None = None,
     ) -> AbstractAsyncContextManager[RunEvents[C]]:
         """:meth:`resume`, as its events (see :meth:`events`)."""
-        return _run_events(partial(self.resume, run_id, note=note, decision=decision))
+        go = partial(self.resume, run_id, note=note, decision=decision, deps=deps)
+        return _run_events(go)
 
     async def submit(self, ctx: C, text: str, *, run_id: str | None = None) -> str:
         """Save a new run for a worker to run; return its id.
@@ -309,6 +331,7 @@ class Runner(Generic[C]):
         *,
         run_id: str | None = None,
         gate: ApprovalGate | None = None,
+        deps: D | None = None,
     ) -> RunResult[C]:
         """Advance ``state`` until the run answers, fails, or pauses for a person.
 
@@ -329,17 +352,27 @@ class Runner(Generic[C]):
         when another holds ``run_id``). A store that outlives the process also needs
         a context class that another process can import by name: one defined in the
         script being run (``__main__``) or inside a function is refused with
-        ``SetupError`` before anything is saved (move it into a module of its own).
+        ``SetupError`` before anything is saved (move it into a module of its own), as
+        is a run of an agent that declares dependencies given none (``deps``, or the
+        runner's).
         """
+        given = self._given(deps)
         checkpointer = self._checkpointer
         if checkpointer is None:
-            return await self._drive_from(state, run_id=run_id, gate=gate)
+            return await self._drive_from(state, run_id=run_id, gate=gate, deps=given)
         check_resumable(state.ctx, checkpointer)
         run_id = run_id or uuid.uuid4().hex
-        go = partial(self._drive_from, state, run_id=run_id, gate=gate)
+        go = partial(self._drive_from, state, run_id=run_id, gate=gate, deps=given)
         return await self._leases.hold(checkpointer, run_id, None, None, go)
 
-    def _runtime(self, run_id: str, gate: ApprovalGate | None, elapsed: float) -> Runtime:
+    def _given(self, deps: D | None) -> object:
+        """The dependencies of a run given ``deps`` (else the runner's), checked."""
+        given = self._deps if deps is None else deps
+        return _deps_for_run(self._agent.name, self._agent.deps_type, given)
+
+    def _runtime(
+        self, run_id: str, gate: ApprovalGate | None, elapsed: float, deps: object
+    ) -> Runtime:
         """The runtime of one drive, with an approval book of the runner's own."""
         rt = Runtime(
             run_id=run_id,
@@ -353,6 +386,7 @@ class Runner(Generic[C]):
             ledger=self._checkpointer,
             fallback_models=self._fallback_models,
             events=_claim_sink(),
+            deps=deps,
             # A resumed run's clock goes on from the time it had already used.
             started=self._clock() - elapsed,
         )
@@ -370,13 +404,14 @@ class Runner(Generic[C]):
         seq: int | None = None,
         elapsed: float = 0.0,
         restored: Callable[[Runtime], None] | None = None,
+        deps: object = None,
     ) -> RunResult[C]:
         """:meth:`drive`, or :meth:`resume` going on from checkpoint ``seq`` of a run that
         had used ``elapsed`` seconds (``restored`` records its approvals in the runtime)."""
         if isinstance(state, Planning) and state.loop.paused:
             raise RunPausedError(state.loop.paused)
         check_start(state, self._agent)
-        rt = self._runtime(run_id or uuid.uuid4().hex, gate, elapsed)
+        rt = self._runtime(run_id or uuid.uuid4().hex, gate, elapsed, deps)
         if restored is not None:
             restored(rt)
         # The run's tools run with this runtime only (see _calling._checked).
@@ -558,6 +593,7 @@ class Runner(Generic[C]):
         owner: str | None = None,
         hand_back: anyio.Event | None = None,
         lease: timedelta | None = None,
+        deps: D | None = None,
     ) -> RunResult[C]:
         """Go on with a saved run from its last checkpoint.
 
@@ -577,9 +613,13 @@ class Runner(Generic[C]):
         another worker stops the run here without changing its status. When
         ``hand_back`` is set the run stops at its next checkpoint and stays
         ``running``, for another worker to go on with.
+
+        Dependencies are never checkpointed: a run of an agent that declares them is
+        given them again (``deps``, or the runner's), or refused before anything changes.
         """
         checkpointer = self._require_checkpointer("resume")
-        go = partial(self._resume, checkpointer, run_id, note=note, decision=decision)
+        given = self._given(deps)
+        go = partial(self._resume, checkpointer, run_id, note=note, decision=decision, deps=given)
         return await self._leases.hold(checkpointer, run_id, owner, hand_back, go, lease=lease)
 
     async def _resume(
@@ -589,6 +629,7 @@ class Runner(Generic[C]):
         *,
         note: str,
         decision: Approve | Denial | None,
+        deps: object,
     ) -> RunResult[C]:
         seq, document = await checkpointer.load(run_id)
         state = load_phase(document, agents={self._agent.name: self._agent}, run_id=run_id)
@@ -620,6 +661,7 @@ class Runner(Generic[C]):
             seq=seq,
             elapsed=float(elapsed) if isinstance(elapsed, int | float | Decimal) else 0.0,
             restored=partial(_admit_restored, state),
+            deps=deps,
         )
 
     async def stop(self, run_id: str) -> StopReport | None:
@@ -646,7 +688,7 @@ class Runner(Generic[C]):
             history=result.history,
         )
 
-    async def resume_pending(self) -> list[RunResult[C]]:
+    async def resume_pending(self, *, deps: D | None = None) -> list[RunResult[C]]:
         """At start-up: resume this agent's runs that stopped without anyone deciding so.
 
         That is a run whose process died (still ``running`` in the registry) or whose
@@ -661,7 +703,7 @@ class Runner(Generic[C]):
         results: list[RunResult[C]] = []
         for record in records:
             try:
-                results.append(await self.resume(record.run_id))
+                results.append(await self.resume(record.run_id, deps=deps))
             except RunClaimedError:
                 continue
         return results
@@ -679,9 +721,11 @@ class Runner(Generic[C]):
             )
         return self._checkpointer
 
-    def run_sync(self, ctx: C, text: str, *, run_id: str | None = None) -> RunResult[C]:
+    def run_sync(
+        self, ctx: C, text: str, *, run_id: str | None = None, deps: D | None = None
+    ) -> RunResult[C]:
         """:meth:`run` from synchronous code."""
-        return anyio.run(partial(self.run, ctx, text, run_id=run_id))
+        return anyio.run(partial(self.run, ctx, text, run_id=run_id, deps=deps))
 
 
 def _waits_for_a_person(state: Phase[Any]) -> bool:

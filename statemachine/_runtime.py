@@ -53,7 +53,9 @@ class Runtime:
     ``fallback_models`` are asked, in order, when ``model`` is unavailable or its
     circuit breaker is open (see ``ModelRetrying``). ``events`` is where the run's
     events go while someone iterates them (``Runner.events``); ``None``: nobody
-    listens, and no model is asked to stream.
+    listens, and no model is asked to stream. ``deps`` are the run's dependencies
+    (``Runner.run(..., deps=...)``), handed to the tools in their ``RunContext``; a
+    phase subclass reads them with :meth:`deps_as`.
     """
 
     run_id: str
@@ -68,6 +70,7 @@ class Runtime:
     ledger: EffectLedger | None = None
     fallback_models: tuple[Model, ...] = ()
     events: _EventSink | None = None
+    deps: object = None
     # A default given as ``default=`` (not the ``@started.default`` decorator), so
     # that pyright, which reads attrs through dataclass_transform, sees it too.
     started: float = attrs.field(default=attrs.Factory(lambda rt: rt.clock(), takes_self=True))
@@ -102,6 +105,16 @@ class Runtime:
             f"the approval gate answered {type(decision).__name__}; a gate answers "
             "Approve(by=...), Denial(reason=...) or Pending(): the runtime makes the Approval"
         )
+
+    def deps_as(self, kind: type[T]) -> T:
+        """The run's dependencies, which must be a ``kind`` (else :class:`SetupError`)."""
+        if not isinstance(self.deps, kind):
+            raise SetupError(
+                f"run {self.run_id!r} was given dependencies of type "
+                f"{type(self.deps).__qualname__}, not {kind.__qualname__}: pass "
+                f"deps={kind.__qualname__}(...) to the run (Runner.run, Runner.resume)"
+            )
+        return self.deps
 
     def elapsed(self) -> float:
         """Seconds since the run started."""

@@ -22,24 +22,27 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from decimal import Decimal
-from typing import Any, Generic, Literal, TypeVar, final, get_type_hints, overload
+from typing import Any, Generic, Literal, Protocol, TypeVar, final, get_type_hints, overload
 
 import attrs
 from pydantic import BaseModel, ValidationError
 from typing_extensions import TypeVar as TypeVarWithDefault
 
 from . import _json
+from ._context import RunContext, _context_param
 from ._errors import BadArgumentsError, SetupError, UnknownToolError
 from ._money import to_money
 from ._retry import RetryPolicy
 
 __all__ = [
+    "ContextToolFunction",
     "InvalidCall",
     "ReadCall",
     "ReadTool",
     "ToolRegistry",
     "WriteCall",
     "WriteTool",
+    "_registry",
     "current_idempotency_key",
     "idempotency_key",
     "read_tool",
@@ -51,7 +54,15 @@ A = TypeVar("A", bound=BaseModel)
 # (PEP 696), so ``WriteCall`` alone is ``WriteCall[Any]``: what the model's routed calls
 # are, and what an approval for another tool's call can only be refused for at run time.
 AM = TypeVarWithDefault("AM", bound=BaseModel, default=Any)
+# The dependencies a tool needs (the D of the RunContext[D] it takes). Contravariant: a
+# tool that needs a base of the agent's dependencies runs with them, and a tool without
+# a context (``object``: it needs nothing) runs with any. Defaulted to Any, so that
+# ``ReadTool[Args]`` (written before tools took a context) still means any such tool.
+D = TypeVarWithDefault("D", contravariant=True, default=Any)
+DT = TypeVar("DT")
 ToolFunction = Callable[[A], Awaitable[Any]]
+# A tool that also takes its run's context: async def f(args: FArgs, ctx: RunContext[Deps]).
+ContextToolFunction = Callable[[A, RunContext[DT]], Awaitable[Any]]
 # Any, not A: a lambda in @write_tool(cost=...) is checked before A is known.
 CostFunction = Callable[[Any], Decimal]
 
@@ -59,8 +70,9 @@ DEFAULT_TIMEOUT = 10.0
 _FREE = Decimal(0)
 
 
-def _args_model(fn: Callable[..., Any]) -> type[BaseModel]:
-    """The pydantic model that ``fn``'s single parameter is annotated with."""
+def _args_model(fn: Callable[..., Any]) -> tuple[type[BaseModel], bool, object]:
+    """The pydantic model of ``fn``'s arguments, whether it takes a ``RunContext`` second,
+    and the dependencies that context asks for (``object``: none in particular)."""
     if not inspect.iscoroutinefunction(fn):
         raise SetupError(
             f"tool {fn.__name__!r} must be an async function (async def), "
@@ -72,13 +84,19 @@ def _args_model(fn: Callable[..., Any]) -> type[BaseModel]:
     except NameError as error:
         raise SetupError(
             f"tool {fn.__name__!r}: its annotations cannot be resolved ({error}); "
-            "define the arguments model at module level before the tool"
+            "define the arguments model (and import RunContext) at module level before "
+            "the tool"
         ) from None
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    if len(params) != 1 or params[0].name not in hints or params[0].kind not in positional:
+    if (
+        len(params) not in (1, 2)
+        or any(param.name not in hints or param.kind not in positional for param in params)
+        or (len(params) == 2 and not _context_param(hints[params[1].name])[0])
+    ):
         raise SetupError(
-            f"tool {fn.__name__!r} must take exactly one parameter annotated with a "
-            "pydantic model of its arguments, e.g. async def f(args: FArgs) -> ..."
+            f"tool {fn.__name__!r} must take one parameter annotated with a pydantic model "
+            "of its arguments, and may take its run's context second, e.g. async def "
+            "f(args: FArgs) -> ... or async def f(args: FArgs, ctx: RunContext[Deps]) -> ..."
         )
     model = hints[params[0].name]
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
@@ -86,7 +104,9 @@ def _args_model(fn: Callable[..., Any]) -> type[BaseModel]:
             f"tool {fn.__name__!r}: parameter {params[0].name!r} is annotated with "
             f"{model!r}; annotate it with a pydantic BaseModel subclass"
         )
-    return model
+    if len(params) == 1:
+        return model, False, object
+    return model, True, _context_param(hints[params[1].name])[1]
 
 
 def _positive_timeout(tool: Any, _: Any, value: float) -> None:
@@ -95,16 +115,21 @@ def _positive_timeout(tool: Any, _: Any, value: float) -> None:
 
 
 @attrs.frozen(kw_only=True)
-class _Tool(Generic[A]):
+class _Tool(Generic[A, D]):
     name: str
     description: str
     args_model: type[A]
     # Private: a write tool object offers no public way to run its function without an
-    # approval; only ToolCalling.execute calls it (as ``tool._fn``).
-    _fn: ToolFunction[A] = attrs.field(repr=False, alias="fn")
+    # approval; only ToolCalling.execute calls it (as ``tool._fn``), with the call's
+    # RunContext second when ``takes_context``.
+    _fn: Callable[..., Awaitable[Any]] = attrs.field(repr=False, alias="fn")
     timeout: float = attrs.field(validator=_positive_timeout)
     retry: RetryPolicy | None
     cost: CostFunction | None = attrs.field(repr=False)
+    # Whether the function takes a RunContext second, and the dependencies it asks for
+    # there (object: none in particular); read off the function by read_tool/write_tool.
+    takes_context: bool = attrs.field(default=False, repr=False)
+    deps_type: object = attrs.field(default=object, repr=False)
 
     def schema(self) -> dict[str, Any]:
         """The tool as the model sees it: name, description, JSON schema of arguments."""
@@ -151,7 +176,7 @@ class _Tool(Generic[A]):
 
 @final
 @attrs.frozen(kw_only=True)
-class ReadTool(_Tool[A]):
+class ReadTool(_Tool[A, D]):
     """A tool without lasting effects: it may run straight from ``Planning``."""
 
     effect: Literal["read"] = attrs.field(default="read", init=False)
@@ -163,7 +188,7 @@ class ReadTool(_Tool[A]):
 
 @final
 @attrs.frozen(kw_only=True)
-class WriteTool(_Tool[A]):
+class WriteTool(_Tool[A, D]):
     """A tool whose effect cannot be undone: every call waits for an approval.
 
     ``idempotent=True`` declares that the service behind it honours idempotency
@@ -178,7 +203,7 @@ class WriteTool(_Tool[A]):
         return WriteCall(tool=self, args=self._validate(args))
 
 
-Tool = ReadTool[Any] | WriteTool[Any]
+Tool = ReadTool[Any, Any] | WriteTool[Any, Any]
 
 
 def _problems(error: ValidationError) -> tuple[str, ...]:
@@ -277,7 +302,7 @@ class _Call:
 class ReadCall(_Call):
     """A call of a read-only tool."""
 
-    tool: ReadTool[Any] = attrs.field(validator=_effect(ReadTool))
+    tool: ReadTool[Any, Any] = attrs.field(validator=_effect(ReadTool))
 
 
 @final
@@ -290,7 +315,7 @@ class WriteCall(_Call, Generic[AM]):
     type-check where the types carry it.
     """
 
-    tool: WriteTool[AM] = attrs.field(validator=_effect(WriteTool))
+    tool: WriteTool[AM, Any] = attrs.field(validator=_effect(WriteTool))
 
 
 def idempotency_key(run_id: str, tool: str, args_hash: str) -> str:
@@ -330,7 +355,7 @@ class InvalidCall:
 
 
 def _declared(
-    function: ToolFunction[Any],
+    function: Callable[..., Awaitable[Any]],
     name: str | None,
     description: str | None,
     timeout: float,
@@ -338,19 +363,42 @@ def _declared(
     cost: CostFunction | None,
 ) -> dict[str, Any]:
     """What both kinds of tool are made of, read off the decorated function."""
+    args_model, takes_context, deps_type = _args_model(function)
     return {
         "name": name or function.__name__,
         "description": description or inspect.getdoc(function) or "",
-        "args_model": _args_model(function),
+        "args_model": args_model,
         "fn": function,
         "timeout": timeout,
         "retry": retry,
         "cost": cost,
+        "takes_context": takes_context,
+        "deps_type": deps_type,
     }
 
 
+class _ReadToolDecorator(Protocol):
+    """What ``read_tool(name=..., ...)`` returns: it makes a read tool of a function."""
+
+    @overload
+    def __call__(self, fn: ToolFunction[A], /) -> ReadTool[A, object]: ...
+    @overload
+    def __call__(self, fn: ContextToolFunction[A, DT], /) -> ReadTool[A, DT]: ...
+
+
+class _WriteToolDecorator(Protocol):
+    """What ``write_tool(name=..., ...)`` returns: it makes a write tool of a function."""
+
+    @overload
+    def __call__(self, fn: ToolFunction[A], /) -> WriteTool[A, object]: ...
+    @overload
+    def __call__(self, fn: ContextToolFunction[A, DT], /) -> WriteTool[A, DT]: ...
+
+
 @overload
-def read_tool(fn: ToolFunction[A], /) -> ReadTool[A]: ...
+def read_tool(fn: ToolFunction[A], /) -> ReadTool[A, object]: ...
+@overload
+def read_tool(fn: ContextToolFunction[A, DT], /) -> ReadTool[A, DT]: ...
 @overload
 def read_tool(
     *,
@@ -359,9 +407,9 @@ def read_tool(
     timeout: float = DEFAULT_TIMEOUT,
     retry: RetryPolicy | None = None,
     cost: CostFunction | None = None,
-) -> Callable[[ToolFunction[A]], ReadTool[A]]: ...
+) -> _ReadToolDecorator: ...
 def read_tool(
-    fn: ToolFunction[A] | None = None,
+    fn: Callable[..., Awaitable[Any]] | None = None,
     /,
     *,
     name: str | None = None,
@@ -369,23 +417,26 @@ def read_tool(
     timeout: float = DEFAULT_TIMEOUT,
     retry: RetryPolicy | None = None,
     cost: CostFunction | None = None,
-) -> ReadTool[A] | Callable[[ToolFunction[A]], ReadTool[A]]:
+) -> ReadTool[Any, Any] | Callable[[Callable[..., Awaitable[Any]]], ReadTool[Any, Any]]:
     """Declare an async function a read-only tool.
 
     The function takes one argument, annotated with a pydantic model of the
-    tool's arguments. ``timeout`` (seconds) bounds each attempt; ``retry``
-    overrides the agent's retry policy for this tool; ``cost`` prices a call
-    against the run's cost budget.
+    tool's arguments, and may take its run's context second (``ctx:
+    RunContext[Deps]``, see :class:`RunContext`). ``timeout`` (seconds) bounds each
+    attempt; ``retry`` overrides the agent's retry policy for this tool; ``cost``
+    prices a call against the run's cost budget.
     """
 
-    def build(function: ToolFunction[A]) -> ReadTool[A]:
+    def build(function: Callable[..., Awaitable[Any]]) -> ReadTool[Any, Any]:
         return ReadTool(**_declared(function, name, description, timeout, retry, cost))
 
     return build(fn) if fn is not None else build
 
 
 @overload
-def write_tool(fn: ToolFunction[A], /) -> WriteTool[A]: ...
+def write_tool(fn: ToolFunction[A], /) -> WriteTool[A, object]: ...
+@overload
+def write_tool(fn: ContextToolFunction[A, DT], /) -> WriteTool[A, DT]: ...
 @overload
 def write_tool(
     *,
@@ -395,9 +446,9 @@ def write_tool(
     retry: RetryPolicy | None = None,
     cost: CostFunction | None = None,
     idempotent: bool = False,
-) -> Callable[[ToolFunction[A]], WriteTool[A]]: ...
+) -> _WriteToolDecorator: ...
 def write_tool(
-    fn: ToolFunction[A] | None = None,
+    fn: Callable[..., Awaitable[Any]] | None = None,
     /,
     *,
     name: str | None = None,
@@ -406,16 +457,17 @@ def write_tool(
     retry: RetryPolicy | None = None,
     cost: CostFunction | None = None,
     idempotent: bool = False,
-) -> WriteTool[A] | Callable[[ToolFunction[A]], WriteTool[A]]:
+) -> WriteTool[Any, Any] | Callable[[Callable[..., Awaitable[Any]]], WriteTool[Any, Any]]:
     """Declare an async function a write (irreversible) tool.
 
     Every call waits in ``AwaitApproval`` until a person approves that exact call.
     Unless ``idempotent=True`` (its service honours idempotency keys) a write is
     attempted once: after any error it may have charged already, so a ``retry``
-    policy is accepted only together with ``idempotent=True``.
+    policy is accepted only together with ``idempotent=True``. Like a read tool, it
+    may take its run's context second (whose ``idempotency_key`` is this call's).
     """
 
-    def build(function: ToolFunction[A]) -> WriteTool[A]:
+    def build(function: Callable[..., Awaitable[Any]]) -> WriteTool[Any, Any]:
         if retry is not None and not idempotent:
             raise SetupError(
                 f"write tool {function.__name__!r} has a retry policy but is not idempotent; "
@@ -429,12 +481,16 @@ def write_tool(
 
 
 @final
-class ToolRegistry:
-    """The tools of one agent, by name; validates and routes the model's calls."""
+class ToolRegistry(Generic[D]):
+    """The tools of one agent, by name; validates and routes the model's calls.
+
+    Generic in the dependencies its tools may be given (``ToolRegistry[Deps]`` holds
+    tools whose ``RunContext`` asks for ``Deps`` or a base of it, and tools without one).
+    """
 
     __slots__ = ("_schemas", "_tools")
 
-    def __init__(self, tools: Iterable[Tool]) -> None:
+    def __init__(self, tools: Iterable[ReadTool[Any, D] | WriteTool[Any, D]]) -> None:
         by_name: dict[str, Tool] = {}
         for tool in tools:
             if not isinstance(tool, ReadTool | WriteTool):
@@ -522,6 +578,13 @@ class ToolRegistry:
                     + f". Call {name} again with arguments that match its schema."
                 ),
             )
+
+
+def _registry(
+    tools: ToolRegistry[DT] | Iterable[ReadTool[Any, DT] | WriteTool[Any, DT]],
+) -> ToolRegistry[DT]:
+    """``tools`` as a registry (``Agent``'s converter: its tools may be given as a list)."""
+    return tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
 
 
 # What ``_json.loads(text, bounded=True)`` reads with, made once: ``json.loads`` with

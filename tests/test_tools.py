@@ -178,8 +178,9 @@ def test_a_sync_function_is_a_setup_error(decorator: Any) -> None:
 
 
 ONE_PARAMETER = (
-    "tool 'lookup' must take exactly one parameter annotated with a pydantic model of its "
-    "arguments, e.g. async def f(args: FArgs) -> ..."
+    "tool 'lookup' must take one parameter annotated with a pydantic model of its arguments, "
+    "and may take its run's context second, e.g. async def f(args: FArgs) -> ... or async "
+    "def f(args: FArgs, ctx: RunContext[Deps]) -> ..."
 )
 
 
