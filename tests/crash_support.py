@@ -35,6 +35,7 @@ import anyio
 
 from agents.support import PaymentsService, SupportContext, SupportDesk, support_agent
 from statemachine import (
+    Agent,
     ApprovalRequest,
     Approve,
     Denial,
@@ -153,13 +154,15 @@ def _gate_asks(workdir: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
-def _parts(workdir: Path, scenario: str) -> tuple[PaymentsService, SupportDesk, Runner[Any], Any]:
+def _parts(
+    workdir: Path, scenario: str
+) -> tuple[PaymentsService, SupportDesk, Agent[Any, SupportDesk], Any]:
     payments = PaymentsService(workdir / "payments.sqlite3")
     desk = SupportDesk(payments=payments)
     return (
         payments,
         desk,
-        support_agent(desk),
+        support_agent(),
         LoggingGate(workdir / "gate.log", approve=scenario == "approve"),
     )
 
@@ -174,7 +177,7 @@ def _store(workdir: Path, dsn: str | None) -> SQLiteCheckpointer | PostgresCheck
 async def start(
     workdir: Path, scenario: str, kill_at: int | None, in_refund: bool, dsn: str | None
 ) -> None:
-    payments, _desk, agent, gate = _parts(workdir, scenario)
+    payments, desk, agent, gate = _parts(workdir, scenario)
     transitions: list[tuple[str, str]] = []
 
     def on_transition(before: Phase[Any], after: Phase[Any]) -> None:
@@ -204,6 +207,7 @@ async def start(
             # A new run is held under a lease (issue 18): a short one, so that the resume
             # after a kill takes the run once the dead process's lease lapses.
             lease=START_LEASE,
+            deps=desk,
         )
         result = await runner.run(ADA, ASK, run_id=RUN_ID)
     print(
@@ -240,7 +244,7 @@ async def _resume_when_free(runner: Runner[Any], *, patient: bool) -> RunResult[
 
 
 async def resume(workdir: Path, scenario: str, slow: bool, dsn: str | None) -> None:
-    payments, _desk, agent, gate = _parts(workdir, scenario)
+    payments, desk, agent, gate = _parts(workdir, scenario)
     out: dict[str, Any] = {}
     async with _store(workdir, dsn) as store:
         record = await store.record(RUN_ID)
@@ -253,7 +257,7 @@ async def resume(workdir: Path, scenario: str, slow: bool, dsn: str | None) -> N
             out["effect_before_resume"] = None if effect is None else effect.status
         out["payments_before_resume"] = payments.count()
         model = FunctionModel(slow_decide if slow else decide)
-        runner = Runner(agent, model=model, gate=gate, checkpointer=store, seed=7)
+        runner = Runner(agent, model=model, gate=gate, checkpointer=store, seed=7, deps=desk)
         try:
             result = await _resume_when_free(runner, patient=not slow)
         except RunClaimedError:

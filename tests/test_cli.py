@@ -70,12 +70,13 @@ async def _build(directory: Path) -> None:
         ) -> None:
             with PaymentsService(directory / f"{run_id}-payments.sqlite3") as payments:
                 runner = Runner(
-                    agent or support_agent(SupportDesk(payments=payments)),
+                    agent or support_agent(),
                     model=ScriptedModel(turns),
                     gate=gate,
                     sleep=_no_sleep,
                     seed=7,
                     checkpointer=store,
+                    deps=None if agent is not None else SupportDesk(payments=payments),
                 )
                 ctx = ADA if agent is None else TripContext("Ada", "Lisbon")
                 await runner.run(ctx, ASK, run_id=run_id)
@@ -95,10 +96,11 @@ async def _build(directory: Path) -> None:
     async with SQLiteCheckpointer(directory / "sealed.db", sealer=sealer) as sealed:
         with PaymentsService(directory / "sealed-payments.sqlite3") as payments:
             runner = Runner(
-                support_agent(SupportDesk(payments=payments)),
+                support_agent(),
                 model=ScriptedModel([LOOKUP, VERIFY, PAY]),
                 gate=LaterGate(),
                 checkpointer=sealed,
+                deps=SupportDesk(payments=payments),
             )
             await runner.run(ADA, ASK, run_id="secret")
 
@@ -512,10 +514,11 @@ async def _waiting_in_postgres(dsn: str, directory: Path) -> None:
     async with PostgresCheckpointer(dsn) as store:
         with PaymentsService(directory / "payments.sqlite3") as payments:
             runner = Runner(
-                support_agent(SupportDesk(payments=payments)),
+                support_agent(),
                 model=ScriptedModel([LOOKUP, VERIFY, PAY]),
                 gate=LaterGate(),
                 checkpointer=store,
+                deps=SupportDesk(payments=payments),
             )
             await runner.run(ADA, ASK, run_id="pg-waiting")
 

@@ -181,10 +181,11 @@ async def _pause_before_refund(desk: SupportDesk, store: SQLiteCheckpointer) -> 
     """Run to AwaitApproval with a person who answers later; the approval they then give."""
     later = LaterGate()
     runner = Runner(
-        support_agent(desk),
+        support_agent(),
         model=ScriptedModel([LOOKUP, VERIFY, PAY]),
         gate=later,
         checkpointer=store,
+        deps=desk,
     )
     result = await runner.run(ADA, ASK, run_id="run-1")
     assert result.status == "paused"
@@ -201,10 +202,11 @@ async def test_resume_re_establishes_the_verification_before_paying(tmp_path: Pa
             assert desk.verifier.asked == ["C-17"]
             desk.sessions.clear()  # what a new process starts with
             runner = Runner(
-                support_agent(desk),
+                support_agent(),
                 model=ScriptedModel([reply("Refunded $137.32.")]),
                 gate=LaterGate(),
                 checkpointer=store,
+                deps=desk,
             )
             resumed = await runner.resume("run-1", decision=approval)
         assert isinstance(resumed.final, Done)
@@ -222,7 +224,11 @@ async def test_a_code_revoked_before_the_resume_leaves_the_refund_refused(tmp_pa
             desk.sessions.clear()
             desk.verifier.revoked.add("C-17")
             runner = Runner(
-                support_agent(desk), model=ScriptedModel([]), gate=LaterGate(), checkpointer=store
+                support_agent(),
+                model=ScriptedModel([]),
+                gate=LaterGate(),
+                checkpointer=store,
+                deps=desk,
             )
             resumed = await runner.resume("run-1", decision=approval)
         assert isinstance(resumed.final, Failed)
@@ -261,20 +267,22 @@ async def test_a_crash_after_paying_is_replayed_with_the_same_key_and_pays_once(
     async with SQLiteCheckpointer(tmp_path / "runs.sqlite3") as store:
         with DiesAfterPaying(ledger) as dying:
             runner = Runner(
-                support_agent(SupportDesk(payments=dying)),
+                support_agent(),
                 model=ScriptedModel([LOOKUP, VERIFY, PAY]),
                 gate=AutoApproveGate(by="lin@refunds.example"),
                 checkpointer=store,
+                deps=SupportDesk(payments=dying),
             )
             with pytest.raises(ProcessKilled):
                 await runner.run(ADA, ASK, run_id="run-2")
         with PaymentsService(ledger) as payments:
             desk = SupportDesk(payments=payments)  # a new process
             runner = Runner(
-                support_agent(desk),
+                support_agent(),
                 model=ScriptedModel([reply("Refunded $137.32.")]),
                 gate=AutoApproveGate(),
                 checkpointer=store,
+                deps=desk,
             )
             resumed = await runner.resume("run-2")
             assert resumed.history == PAID_AND_ANSWERED
@@ -287,9 +295,10 @@ async def test_a_refund_for_an_unverified_customer_is_refused_by_the_tool(tmp_pa
     """The model skips verification; approved or not, the tool refuses and nothing is paid."""
     with PaymentsService(tmp_path / "payments.sqlite3") as payments:
         runner = Runner(
-            support_agent(SupportDesk(payments=payments)),
+            support_agent(),
             model=ScriptedModel([LOOKUP, PAY]),
             gate=AutoApproveGate(),
+            deps=SupportDesk(payments=payments),
         )
         result = await runner.run(ADA, ASK)
         assert isinstance(result.final, Failed)
@@ -304,9 +313,10 @@ async def test_more_than_was_paid_is_refused_before_any_money_moves(tmp_path: Pa
     )
     with PaymentsService(tmp_path / "payments.sqlite3") as payments:
         runner = Runner(
-            support_agent(SupportDesk(payments=payments)),
+            support_agent(),
             model=ScriptedModel([LOOKUP, VERIFY, too_much]),
             gate=AutoApproveGate(),
+            deps=SupportDesk(payments=payments),
         )
         result = await runner.run(ADA, ASK)
         assert isinstance(result.final, Failed)

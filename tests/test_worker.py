@@ -320,9 +320,10 @@ def test_runner_submit_needs_a_checkpointer() -> None:
     """Submitting is for workers, which find the run in a store: a runner without one refuses."""
     with PaymentsService(":memory:") as service:
         runner = Runner(
-            support_agent(SupportDesk(payments=service)),
+            support_agent(),
             model=ScriptedModel([]),
             gate=ScriptedGate([]),
+            deps=SupportDesk(payments=service),
         )
         with pytest.raises(SetupError, match=r"^Runner.submit\(\) needs saved runs"):
             anyio.run(runner.submit, ADA, QUESTION)

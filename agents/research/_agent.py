@@ -10,11 +10,11 @@ Tools (all read-only):
 
 **Where the budget's memory lives.** Searches and fetches are counted by a
 ``BudgetMeter`` that each tool call builds from the *run's state*, not from memory
-kept beside it: :class:`ResearchToolCalling` reads the transcript (the searches that
-ran, the fetches made, the queries already asked) and the run's ``Spend`` (model
-tokens) before the tool runs, and hands that to the tool. So two ``run_searches``
-calls of one run share one budget, and a run restored from a checkpoint goes on with
-the counts it had: there is nothing else to restore.
+kept beside it: each tool takes its run's ``RunContext`` and reads (:meth:`RunSoFar.of`)
+the conversation so far (the searches that ran, the fetches made, the queries already
+asked), the run's ``Spend`` (model tokens) and the time it has used. So two
+``run_searches`` calls of one run share one budget, and a run restored from a
+checkpoint goes on with the counts it had: there is nothing else to restore.
 
 **Stopping.** The governor's ``completion`` signal (:func:`rubric_covered`) finalizes
 once the documents seen cover every rubric point; its plateau check (two results in
@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -42,19 +41,16 @@ from statemachine import (
     Decision,
     LoopGovernor,
     LoopState,
-    Observing,
+    Message,
     Phases,
     Planning,
-    Retrying,
-    Runtime,
+    RunContext,
     Spend,
-    ToolCalling,
     Transcript,
     Verdict,
     dumps,
     read_tool,
 )
-from statemachine import Failed as FailedPhase
 
 from ._contract import ApprovedContract, ResearchBudget
 from ._corpus import CORPUS, Corpus, terms
@@ -77,7 +73,6 @@ __all__ = [
     "FetchReport",
     "ResearchContext",
     "ResearchPlanning",
-    "ResearchToolCalling",
     "RunSoFar",
     "SearchArgs",
     "missing_points",
@@ -163,11 +158,25 @@ class RunSoFar:
     started: float | None = None
 
     @classmethod
-    def of(cls, transcript: Transcript, spent: Spend, rt: Runtime) -> RunSoFar:
-        """Count the searches that ran and the fetches made, from the tool results."""
+    def of(cls, ctx: RunContext) -> RunSoFar:
+        """What the run of a tool call has used: the searches that ran and the fetches
+        made (from the tool results so far), its model tokens, and its time."""
+        return cls.counted(ctx.messages, ctx.spent, elapsed=ctx.elapsed)
+
+    @classmethod
+    def counted(
+        cls,
+        messages: Iterable[Message],
+        spent: Spend,
+        *,
+        elapsed: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> RunSoFar:
+        """Count the searches that ran and the fetches made, from the tool results in
+        ``messages``; ``elapsed`` seconds used so far, on ``clock``."""
         searches = fetches = 0
         queries: dict[str, str] = {}
-        for message in transcript:
+        for message in messages:
             if message.role != "tool":
                 continue
             if message.name in SEARCH_TOOLS:
@@ -184,8 +193,8 @@ class RunSoFar:
             fetches=fetches,
             tokens=spent.tokens,
             queries=MappingProxyType(queries),
-            clock=rt.clock,
-            started=rt.started,
+            clock=clock,
+            started=clock() - elapsed,
         )
 
     def meter(self, budget: ResearchBudget, unit: Literal["search", "fetch"]) -> BudgetMeter:
@@ -198,29 +207,6 @@ class RunSoFar:
             clock=self.clock,
             started=self.started,
         )
-
-
-# Set by ResearchToolCalling for the one tool call it runs; the tools read it.
-_SO_FAR: ContextVar[RunSoFar | None] = ContextVar("research_run_so_far", default=None)
-
-
-def _so_far() -> RunSoFar:
-    # Outside a run (a tool called directly, in a test), nothing has been used yet.
-    return _SO_FAR.get() or RunSoFar()
-
-
-class ResearchToolCalling(ToolCalling[ResearchContext]):
-    """ToolCalling that tells the research tools what the run has used so far."""
-
-    async def advance(
-        self, rt: Runtime
-    ) -> Observing[ResearchContext] | Retrying[ResearchContext] | FailedPhase[ResearchContext]:
-        """Execute the call, with the run's counts read from this phase's state."""
-        token = _SO_FAR.set(RunSoFar.of(self.transcript, self.spent, rt))
-        try:
-            return await self.execute(rt)
-        finally:
-            _SO_FAR.reset(token)
 
 
 _ROLE_TEXT = {
@@ -330,26 +316,26 @@ def research_agent(
     searcher = backend or corpus.search
 
     @read_tool(timeout=30.0)
-    async def run_searches(args: Plan) -> SearchReport:
+    async def run_searches(args: Plan, ctx: RunContext) -> SearchReport:
         """Run a plan of searches; searches that do not depend on each other run in parallel.
 
         Each search reserves its share of the budget before it runs; one that does not
         fit is reported "no_budget", and a query that already ran is not run again.
         """
-        so_far = _so_far()
+        so_far = RunSoFar.of(ctx)
         meter = so_far.meter(budget, "search")
         return await run_plan(args, backend=searcher, meter=meter, earlier=so_far.queries)
 
     @read_tool(timeout=30.0)
-    async def search(args: SearchArgs) -> SearchReport:
+    async def search(args: SearchArgs, ctx: RunContext) -> SearchReport:
         """Run one search over the corpus: the documents sharing the most terms with the query."""
         plan = Plan(searches=(PlannedSearch(id="search", query=args.query),))
-        so_far = _so_far()
+        so_far = RunSoFar.of(ctx)
         meter = so_far.meter(budget, "search")
         return await run_plan(plan, backend=searcher, meter=meter, earlier=so_far.queries)
 
     @read_tool
-    async def fetch(args: FetchArgs) -> FetchReport:
+    async def fetch(args: FetchArgs, ctx: RunContext) -> FetchReport:
         """Read one document whole, by the doc_id a search returned."""
         document = corpus.fetch(args.doc_id)
         if document is None:
@@ -361,7 +347,7 @@ def research_agent(
         report = FetchReport(
             doc_id=document.doc_id, status="ok", title=document.title, text=document.text
         )
-        meter = _so_far().meter(budget, "fetch")
+        meter = RunSoFar.of(ctx).meter(budget, "fetch")
         tokens = estimate_tokens(dumps(report))
         try:
             reservation = meter.reserve(tool_calls=1, tokens=tokens, purpose=f"fetch {args.doc_id}")
@@ -383,5 +369,5 @@ def research_agent(
             # Six steps: two results in a row that add nothing is already a third of the run.
             plateau_steps=2,
         ),
-        phases=Phases(planning=ResearchPlanning, tool_calling=ResearchToolCalling),
+        phases=Phases(planning=ResearchPlanning),
     )

@@ -25,7 +25,6 @@ from ._agent import (
     VerificationService,
     VerifiedSessions,
     VerifyArgs,
-    current_run_id,
     reestablish,
     support_agent,
 )
@@ -73,7 +72,6 @@ __all__ = (
     "VerifiedSessions",
     "VerifyArgs",
     "approved_refund",
-    "current_run_id",
     "denied_then_retried",
     "duplicate_refund",
     "reestablish",

@@ -18,15 +18,19 @@ unverified, and the refund is refused. ``ToolCalling`` re-establishes too becaus
 run resumed from ``AwaitApproval`` goes straight to the refund, with no planning
 step in between; asking right before money moves is also what a run that waited
 overnight for its approval needs.
+
+The desk (order book, payments, verification service, sessions) is the agent's
+dependencies (``deps_type=SupportDesk``): not part of the agent, not checkpointed, given
+to every run and every resume (``Runner(support_agent(), ..., deps=desk)``). The tools
+take it, with the run id, from their ``RunContext``; the two phases read it from the
+runtime (``rt.deps_as(SupportDesk)``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from decimal import Decimal
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import attrs
 from pydantic import BaseModel, Field
@@ -44,11 +48,11 @@ from statemachine import (
     Responding,
     Retrying,
     RetryPolicy,
+    RunContext,
     Runtime,
     ToolCalling,
     ToolError,
     Transcript,
-    current_idempotency_key,
     loads,
     read_tool,
     write_tool,
@@ -69,7 +73,6 @@ __all__ = [
     "VerificationService",
     "VerifiedSessions",
     "VerifyArgs",
-    "current_run_id",
     "reestablish",
     "support_agent",
 ]
@@ -145,29 +148,9 @@ class SupportDesk:
     orders: dict[int, Order] = attrs.field(factory=lambda: dict(ORDERS))
 
 
-# The run a support phase is working for, so that tools (which get only their
-# arguments) can find the run's session. Set by SupportPlanning and SupportToolCalling.
-_RUN_ID: ContextVar[str | None] = ContextVar("support_run_id", default=None)
-
-
-def current_run_id() -> str:
-    """The run a support tool is running for; ``RuntimeError`` outside a support phase."""
-    run_id = _RUN_ID.get()
-    if run_id is None:
-        raise RuntimeError(
-            "a support tool ran outside a run of the support agent; run it through "
-            "support_agent(desk), whose phases say which run it is working for"
-        )
-    return run_id
-
-
-@contextmanager
-def _working_for(run_id: str) -> Generator[None, None, None]:
-    token = _RUN_ID.set(run_id)
-    try:
-        yield
-    finally:
-        _RUN_ID.reset(token)
+# The customer verified in the run a SupportPlanning is planning for, while its advance
+# runs: what its instructions() (which is given no runtime) tells the model.
+_VERIFIED: ContextVar[str | None] = ContextVar("support_verified", default=None)
 
 
 @attrs.frozen
@@ -239,14 +222,12 @@ def reestablish(desk: SupportDesk, run_id: str, transcript: Transcript) -> bool:
 class SupportPlanning(Planning[SupportContext]):
     """Planning that re-establishes the verification first and tells the model about it.
 
-    ``desk`` is bound by :func:`support_agent` (a subclass per desk).
+    The desk is the run's dependencies (``rt.deps_as(SupportDesk)``).
     """
-
-    desk: ClassVar[SupportDesk]
 
     def instructions(self) -> str:
         """The system prompt: the agent's, the customer, and whether they are verified."""
-        verified = self.desk.sessions.verified(_RUN_ID.get()) == self.ctx.customer_id
+        verified = _VERIFIED.get() == self.ctx.customer_id
         status = "verified" if verified else "not verified yet: verify before any refund"
         return f"{self.agent.instructions}\nCustomer: {self.ctx.customer_id} ({status})."
 
@@ -261,26 +242,25 @@ class SupportPlanning(Planning[SupportContext]):
         | Failed[SupportContext]
     ):
         """Re-establish who is verified (if this process does not know), then plan."""
-        with _working_for(rt.run_id):
-            reestablish(self.desk, rt.run_id, self.transcript)
+        desk = rt.deps_as(SupportDesk)
+        reestablish(desk, rt.run_id, self.transcript)
+        token = _VERIFIED.set(desk.sessions.verified(rt.run_id))
+        try:
             return await super().advance(rt)
+        finally:
+            _VERIFIED.reset(token)
 
 
 class SupportToolCalling(ToolCalling[SupportContext]):
-    """ToolCalling that re-establishes the verification before the tool runs.
-
-    The tools run knowing which run they work for (:func:`current_run_id`).
-    """
-
-    desk: ClassVar[SupportDesk]
+    """ToolCalling that re-establishes the verification before the tool runs (or its
+    recorded result is replayed), with the desk the run was given."""
 
     async def execute(
         self, rt: Runtime
     ) -> Observing[SupportContext] | Retrying[SupportContext] | Failed[SupportContext]:
         """Re-establish who is verified (if this process does not know), then run the tool."""
-        with _working_for(rt.run_id):
-            reestablish(self.desk, rt.run_id, self.transcript)
-            return await super().execute(rt)
+        reestablish(rt.deps_as(SupportDesk), rt.run_id, self.transcript)
+        return await super().execute(rt)
 
 
 INSTRUCTIONS = (
@@ -290,77 +270,76 @@ INSTRUCTIONS = (
 )
 
 
+@read_tool(timeout=5.0)
+async def lookup_order(args: LookupArgs, ctx: RunContext[SupportDesk]) -> dict[str, object]:
+    """Look an order up: who placed it, what it was, what was paid and refunded."""
+    desk = ctx.deps
+    order = desk.orders.get(args.order_id)
+    if order is None:
+        return {"order_id": args.order_id, "found": False}
+    return {
+        "order_id": order.order_id,
+        "found": True,
+        "customer_id": order.customer_id,
+        "item": order.item,
+        "paid": order.paid,
+        "refunded": desk.payments.refunded(order.order_id),
+    }
+
+
+@read_tool(timeout=5.0)
+async def verify_customer(args: VerifyArgs, ctx: RunContext[SupportDesk]) -> dict[str, object]:
+    """Check the verification code the customer gave; required before any refund."""
+    verified = ctx.deps.verifier.verify(args.customer_id, args.code)
+    if verified:
+        ctx.deps.sessions.remember(ctx.run_id, args.customer_id)
+    return {"customer_id": args.customer_id, "verified": verified}
+
+
+@write_tool(cost=lambda args: args.amount, idempotent=True, timeout=5.0)
+async def refund(args: RefundArgs, ctx: RunContext[SupportDesk]) -> dict[str, object]:
+    """Refund (part of) an order to a verified customer. A person approves every refund."""
+    desk = ctx.deps
+    order = desk.orders.get(args.order_id)
+    if order is None:
+        raise ToolError(f"order {args.order_id} does not exist", retryable=False)
+    verified = desk.sessions.verified(ctx.run_id)
+    if verified != order.customer_id:
+        raise ToolError(
+            f"customer {order.customer_id} is not verified in this conversation; "
+            "nothing was refunded",
+            retryable=False,
+        )
+    key = ctx.idempotency_key
+    if key is None:
+        raise ToolError("a refund needs an idempotency key; none was given", retryable=False)
+    try:
+        receipt = desk.payments.refund(
+            order.order_id, args.amount, args.reason, key=key, limit=order.paid
+        )
+    except (RefundRefusedError, IdempotencyConflictError) as error:
+        raise ToolError(str(error), retryable=False) from error
+    return {
+        "reference": receipt.reference,
+        "order_id": receipt.order_id,
+        "refunded": receipt.amount,
+    }
+
+
 def support_agent(
-    desk: SupportDesk, *, budget: Budget | None = None, retry: RetryPolicy | None = None
-) -> Agent[SupportContext]:
-    """The support agent wired to ``desk``: five tool iterations, every refund approved."""
-    bound = desk
+    *, budget: Budget | None = None, retry: RetryPolicy | None = None
+) -> Agent[SupportContext, SupportDesk]:
+    """The support agent: five tool iterations, every refund approved by a person.
 
-    @read_tool(timeout=5.0)
-    async def lookup_order(args: LookupArgs) -> dict[str, object]:
-        """Look an order up: who placed it, what it was, what was paid and refunded."""
-        order = bound.orders.get(args.order_id)
-        if order is None:
-            return {"order_id": args.order_id, "found": False}
-        return {
-            "order_id": order.order_id,
-            "found": True,
-            "customer_id": order.customer_id,
-            "item": order.item,
-            "paid": order.paid,
-            "refunded": bound.payments.refunded(order.order_id),
-        }
-
-    @read_tool(timeout=5.0)
-    async def verify_customer(args: VerifyArgs) -> dict[str, object]:
-        """Check the verification code the customer gave; required before any refund."""
-        verified = bound.verifier.verify(args.customer_id, args.code)
-        if verified:
-            bound.sessions.remember(current_run_id(), args.customer_id)
-        return {"customer_id": args.customer_id, "verified": verified}
-
-    @write_tool(cost=lambda args: args.amount, idempotent=True, timeout=5.0)
-    async def refund(args: RefundArgs) -> dict[str, object]:
-        """Refund (part of) an order to a verified customer. A person approves every refund."""
-        order = bound.orders.get(args.order_id)
-        if order is None:
-            raise ToolError(f"order {args.order_id} does not exist", retryable=False)
-        verified = bound.sessions.verified(current_run_id())
-        if verified != order.customer_id:
-            raise ToolError(
-                f"customer {order.customer_id} is not verified in this conversation; "
-                "nothing was refunded",
-                retryable=False,
-            )
-        key = current_idempotency_key()
-        if key is None:
-            raise ToolError("a refund needs an idempotency key; none was given", retryable=False)
-        try:
-            receipt = bound.payments.refund(
-                order.order_id, args.amount, args.reason, key=key, limit=order.paid
-            )
-        except (RefundRefusedError, IdempotencyConflictError) as error:
-            raise ToolError(str(error), retryable=False) from error
-        return {
-            "reference": receipt.reference,
-            "order_id": receipt.order_id,
-            "refunded": receipt.amount,
-        }
-
-    class BoundPlanning(SupportPlanning):
-        __slots__ = ()
-        desk = bound
-
-    class BoundToolCalling(SupportToolCalling):
-        __slots__ = ()
-        desk = bound
-
+    Its runs are given a :class:`SupportDesk` as their dependencies (``deps=desk``).
+    """
     return Agent(
         name="support",
+        deps_type=SupportDesk,
         tools=[lookup_order, verify_customer, refund],
         instructions=INSTRUCTIONS,
         budget=budget or Budget(),
         retry=retry or RetryPolicy(max_attempts=3, base_delay=0.05, max_delay=1.0),
         max_tool_iterations=5,
-        phases=Phases(planning=BoundPlanning, tool_calling=BoundToolCalling),
+        phases=Phases(planning=SupportPlanning, tool_calling=SupportToolCalling),
     )

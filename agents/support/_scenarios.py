@@ -99,8 +99,8 @@ async def _once(
 ) -> Outcome:
     with PaymentsService(workdir / "payments.sqlite3") as payments:
         desk = SupportDesk(payments=payments)
-        runner = Runner(support_agent(desk), model=model, gate=gate, sleep=sleep, seed=7)
-        result = await runner.run(ADA, ASK)
+        runner = Runner(support_agent(), model=model, gate=gate, sleep=sleep, seed=7)
+        result = await runner.run(ADA, ASK, deps=desk)
         return Outcome(
             title=title,
             results=(result,),
@@ -160,9 +160,9 @@ async def waits_then_resumes(workdir: Path, *, sleep: Sleep = anyio.sleep) -> Ou
         first_model = _script(LOOKUP, VERIFY, PAY)
         async with SQLiteCheckpointer(runs) as store:
             runner = Runner(
-                support_agent(desk), model=first_model, gate=later, sleep=sleep, checkpointer=store
+                support_agent(), model=first_model, gate=later, sleep=sleep, checkpointer=store
             )
-            first = await runner.run(ADA, ASK, run_id="support-1")
+            first = await runner.run(ADA, ASK, run_id="support-1", deps=desk)
         asked_before = len(desk.verifier.asked)
     # A person approves the exact call they were shown, later, elsewhere.
     approval = Approve.of(later.requests[-1], by=APPROVER)
@@ -171,9 +171,10 @@ async def waits_then_resumes(workdir: Path, *, sleep: Sleep = anyio.sleep) -> Ou
         model = _script(reply("Refunded $137.32 (RF-0001)."))
         async with SQLiteCheckpointer(runs) as store:
             runner = Runner(
-                support_agent(desk), model=model, gate=LaterGate(), sleep=sleep, checkpointer=store
+                support_agent(), model=model, gate=LaterGate(), sleep=sleep, checkpointer=store
             )
-            resumed = await runner.resume("support-1", decision=approval)
+            # The desk is not in the checkpoint: the resumed run is given this process's.
+            resumed = await runner.resume("support-1", decision=approval, deps=desk)
         return Outcome(
             title="waits for a person, resumed in a new process, paid once",
             results=(first, resumed),

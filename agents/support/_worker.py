@@ -33,14 +33,13 @@ from statemachine import (
     Approve,
     Checkpointer,
     Denial,
-    Message,
     Model,
     ModelReply,
     ModelRequest,
     Pending,
     Runner,
-    Transcript,
     SQLiteCheckpointer,
+    Transcript,
     loads,
     money_difference,
 )
@@ -170,7 +169,7 @@ def worker_runner(
     payments: PaymentsService | None = None,
     up_to: Decimal = AUTO_APPROVE_UP_TO,
     model: Model | None = None,
-) -> Runner[SupportContext]:
+) -> Runner[SupportContext, SupportDesk]:
     """A runner of the support agent for a worker on ``checkpointer``.
 
     The model is a :class:`DeskModel` (or ``model``) and the gate a
@@ -181,11 +180,12 @@ def worker_runner(
     service = payments if payments is not None else PaymentsService(_payments_path(checkpointer))
     desk = SupportDesk(payments=service, orders={**ORDERS, **WORKER_ORDERS})
     runner = Runner(
-        support_agent(desk),
+        support_agent(),
         model=DeskModel() if model is None else model,
         gate=RefundPolicy(up_to),
         checkpointer=checkpointer,
         keep_states=False,  # a worker reads the store, not the phases in memory
+        deps=desk,  # every run this runner drives or resumes is given the desk
     )
     if payments is None:
         # The service opened here has no owner but the desk (the worker command only
