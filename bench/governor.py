@@ -8,11 +8,17 @@ passes every tier, the convergence gain of a new result, ``begin_step``, and the
 state updates of one call (``record``, then ``after_action``). Every timed call gets
 a text of its own, so that no cache holds its answer already.
 
-Exact and canonical checks are index look-ups, the semantic check compares with at
-most ``semantic_window`` failed calls, convergence with at most ``evidence_window``
-results and cycle detection the last ``cycle_window`` calls: past those windows, the
-cost per check does not grow with the length of the run. ``record`` and
-``after_action`` copy the tuple of actions (a field of the loop state), once each.
+No check walks the run's actions. Exact and canonical checks are look-ups in the index
+kept up as calls are recorded and settled; the semantic check looks up the failed calls
+of the same tool and anchors (identifiers and amounts: each query here has its own
+number, so one) and compares signatures made once per call; convergence compares the
+new result's trigram mask with those the last ``evidence_window`` results keep; cycle
+detection reads the last ``cycle_window`` calls. ``record`` and ``after_action`` copy
+one chunk of the action log (``ActionLog``), not the run's actions.
+
+:func:`embedding_checks` times the semantic tier with ``EmbeddingSimilarity`` (the
+``embeddings`` extra): a reworded call of a failed one, whose embedding is made in the
+timed call (the model's cost), and the same call asked again (its embedding kept).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from statemachine import (
     ActionRecord,
     Budget,
     Decision,
+    EmbeddingSimilarity,
     LoopGovernor,
     LoopState,
     Spend,
@@ -125,7 +132,7 @@ def timed(
     ``prepare`` and ``expect`` (which asserts on each answer) are not timed; ``expect``
     runs after the timed call, so that no cache holds the answer before it.
     """
-    samples = []
+    samples: list[float] = []
     for i in range(REPEATS):
         check = prepare(i)
         started = time.perf_counter()
@@ -251,7 +258,8 @@ def updates(governor: LoopGovernor, loop: LoopState, fresh: int) -> dict[str, fl
     it with its result (``after_action``): the run grows by one call a repeat, and
     goes back to (a copy of) ``loop`` every ``RUN_ON`` repeats, not timed.
     """
-    recorded, observed = [], []
+    recorded: list[float] = []
+    observed: list[float] = []
     state = loop
     for i in range(REPEATS):
         if i % RUN_ON == 0:
@@ -278,6 +286,51 @@ def updates(governor: LoopGovernor, loop: LoopState, fresh: int) -> dict[str, fl
     }
 
 
+def embedding_checks(repeats: int) -> dict[str, dict[str, float]]:
+    """Median microseconds of the semantic tier with the embedding model, by prior actions.
+
+    ``repeats`` calls a row; the model is loaded (and the failed call embedded) before the
+    timing starts.
+    """
+    model = EmbeddingSimilarity()
+    rules = LoopGovernor(similarity=model)
+    budget = Budget(cost=Decimal("100"))
+    rows: dict[str, dict[str, float]] = {}
+    for size in SIZES:
+        loop = history(rules, size)
+        oldest = loop.actions[loop.failures[-rules.semantic_window :][0]]
+        words = _query_of(oldest).split()
+        number = words.pop()  # the anchor: kept as it is
+
+        def asked(i: int, words: list[str] = words, number: str = number) -> ActionRecord:
+            """The failed query reworded: its words turned about, a word of its own added."""
+            reworded = " ".join([*reversed(words), WORDS[i % len(WORDS)], number])
+            return act(rules, reworded, "call-near")
+
+        def before(action: ActionRecord, loop: LoopState = loop) -> Decision:
+            return rules.before_action(
+                loop, action, spent=Spend(), budget=budget, elapsed=0.0, price=Decimal(0)
+            )
+
+        before(asked(-1))  # loads the model, embeds the failed call
+        made: list[float] = []
+        kept: list[float] = []
+        for i in range(repeats):
+            action = asked(i + size)  # a text no earlier repeat embedded
+            for samples in (made, kept):  # its embedding made, then kept
+                started = time.perf_counter()
+                decision = before(action)
+                samples.append(time.perf_counter() - started)
+                assert decision.check in ("semantic", ""), decision
+        rows.setdefault("semantic tier, embedding made (the model)", {})[str(size)] = (
+            statistics.median(made) * 1e6
+        )
+        rows.setdefault("semantic tier, embedding kept", {})[str(size)] = (
+            statistics.median(kept) * 1e6
+        )
+    return rows
+
+
 def _query_of(action: ActionRecord) -> str:
     """The query an action of :func:`history` was made with."""
     arguments: dict[str, str] = json.loads(action.text[len(action.tool) + 1 : -1])
@@ -294,6 +347,9 @@ def main() -> None:
             rows.setdefault(name, []).append(value)
     for name, values in rows.items():
         print(f"  {name:40s}" + "".join(f"{value:18.1f}" for value in values))
+    print("the semantic tier with EmbeddingSimilarity (microseconds)")
+    for name, by_size in embedding_checks(50).items():
+        print(f"  {name:40s}" + "".join(f"{value:18.1f}" for value in by_size.values()))
 
 
 if __name__ == "__main__":
