@@ -204,3 +204,11 @@ async def test_a_server_that_cannot_be_started_or_reached_is_a_clear_error(
     with pytest.raises(MCPUnavailableError, match=r"^MCP server 'nobody' could not be started"):
         async with closed:
             pass
+
+
+async def test_a_process_that_never_answers_is_refused_after_the_timeout(tmp_path: Path) -> None:
+    """A command that is not an MCP server (it never answers) is given up after ``timeout``."""
+    silent = MCPTools.stdio("silent", "sh", ["-c", "sleep 30"], timeout=0.5)
+    with pytest.raises(MCPUnavailableError, match=r"^MCP server 'silent' did not answer within"):
+        async with silent:
+            pass

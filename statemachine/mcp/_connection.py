@@ -64,9 +64,12 @@ def _described(error: BaseException) -> str:
 class Connection:
     """The open client of one MCP server, reopened after it was lost."""
 
-    def __init__(self, server: str, transport: Callable[[], Transport]) -> None:
+    def __init__(
+        self, server: str, transport: Callable[[], Transport], *, connect_timeout: float
+    ) -> None:
         self.server = server
         self._transport = transport
+        self._connect_timeout = connect_timeout
         self._group: anyio.abc.TaskGroup | None = None
         self._client: Client | None = None
         self._release = anyio.Event()
@@ -78,7 +81,16 @@ class Connection:
         await group.__aenter__()
         self._group = group
         try:
-            await self._open()
+            with anyio.fail_after(self._connect_timeout):
+                await self._open()
+        except TimeoutError:
+            group.cancel_scope.cancel()
+            await group.__aexit__(None, None, None)
+            self._group = None
+            raise MCPUnavailableError(
+                f"MCP server {self.server!r} did not answer within {self._connect_timeout:g} s "
+                "of being started or reached; check that the command or URL is an MCP server"
+            ) from None
         except BaseException:
             # The failed start is raised here; the group has nothing else to report.
             group.cancel_scope.cancel()

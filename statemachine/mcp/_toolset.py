@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, TextIO, cast, final
 
+import anyio
 from mcp.client import Transport
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -29,7 +30,7 @@ from .._errors import SetupError
 from .._retry import RetryPolicy
 from .._tools import ReadTool, Tool, WriteTool, current_idempotency_key, read_tool, write_tool
 from ._arguments import MCPArguments, arguments_model, to_wire
-from ._connection import Connection, MCPCallError
+from ._connection import Connection, MCPCallError, MCPUnavailableError
 
 __all__ = ["IDEMPOTENCY_KEY_META", "Effect", "MCPTools", "declared_effect"]
 
@@ -144,11 +145,12 @@ class MCPTools:
         ``overrides`` sets a tool's effect by its server name; one less cautious than
         the server's annotations is refused unless ``dangerously_allow_less_caution``.
         ``exclude`` leaves tools out; ``prefix`` goes before each tool's name (two
-        servers with a tool of the same name); ``timeout`` (seconds) bounds each call,
+        servers with a tool of the same name); ``timeout`` (seconds) bounds each call
+        and the connect,
         ``retry`` replaces the agent's retry policy for the read and idempotent tools.
         """
         self.server = server
-        self._connection = Connection(server, transport)
+        self._connection = Connection(server, transport, connect_timeout=timeout)
         self._overrides: dict[str, Effect] = dict(overrides or {})
         for name, effect in self._overrides.items():
             if effect not in _CAUTION:
@@ -249,8 +251,14 @@ class MCPTools:
         self._entered = True
         await self._connection.__aenter__()
         try:
-            listed = await self._connection.list_tools()
+            with anyio.fail_after(self._timeout):
+                listed = await self._connection.list_tools()
             self._build(listed)
+        except TimeoutError:
+            await self._connection.__aexit__(None, None, None)
+            raise MCPUnavailableError(
+                f"MCP server {self.server!r} did not list its tools within {self._timeout:g} s"
+            ) from None
         except BaseException:
             await self._connection.__aexit__(None, None, None)
             raise
