@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, assert_never
 
 from . import _json
 from ._errors import SetupError
-from ._fast._messages import _appended, _asking, _told
-from ._fast._pydantic import _trusted
+from ._fast._messages import _appended, _asking, _message, _told
 from ._governor import Decision, LoopState, Verdict
 from ._model import Message, ToolRequest, Transcript
 from ._runtime import Runtime
@@ -61,14 +60,7 @@ def _queued(planning: Planning[C], requests: tuple[ToolRequest, ...]) -> Plannin
     """``planning`` with the reply's calls asked (one message) and queued, in its place."""
     calls = _with_ids(planning.loop, planning.step, requests)
     # As Message(role="assistant", tool_calls=calls) makes it: each call is a ToolRequest.
-    values = {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": calls,
-        "tool_call_id": "",
-        "name": "",
-    }
-    asking = _trusted(Message, values, {"role", "tool_calls"})
+    asking = _message("assistant", "", calls, "", "")
     return planning._copy(transcript=_appended(planning.transcript, asking), pending=calls)
 
 

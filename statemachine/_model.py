@@ -17,11 +17,23 @@ uses is the final one, checked as ``complete``'s is, never the deltas joined.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+import json
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from itertools import chain, islice
-from typing import Any, Final, Literal, Protocol, TypeVar, final, overload, runtime_checkable
+from typing import (
+    Any,
+    Final,
+    Literal,
+    Protocol,
+    TypeVar,
+    cast,
+    final,
+    overload,
+    runtime_checkable,
+)
 
+import attrs
 from pydantic import BaseModel, Field, GetCoreSchemaHandler, field_validator
 from pydantic_core import core_schema
 
@@ -54,14 +66,125 @@ class ToolRequest(BaseModel, frozen=True, extra="forbid", defer_build=True):
     id: str = ""
 
 
-class Message(BaseModel, frozen=True, extra="forbid", defer_build=True):
-    """One entry of the conversation a run keeps in its state."""
+Role = Literal["system", "user", "assistant", "tool"]
+_ROLES: Final = ("system", "user", "assistant", "tool")
 
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str = ""
-    tool_calls: tuple[ToolRequest, ...] = ()
-    tool_call_id: str = ""
-    name: str = ""
+
+def _role(_: object, attribute: attrs.Attribute[Role], role: Role) -> None:
+    if role not in _ROLES:
+        raise ValueError(
+            f"a message's role is one of {', '.join(_ROLES)}, got {role!r}; a tool's result "
+            "is a 'tool' message, the model's words an 'assistant' one"
+        )
+
+
+def _as_text(value: object, field: str) -> str:
+    """``value`` as plain text (a subclass of ``str`` made a ``str``, as pydantic did)."""
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    raise TypeError(f"a message's {field} is text (str), got {type(value).__name__}")
+
+
+def _content(value: object) -> str:
+    return _as_text(value, "content")
+
+
+def _tool_call_id(value: object) -> str:
+    return _as_text(value, "tool_call_id")
+
+
+def _name(value: object) -> str:
+    return _as_text(value, "name")
+
+
+def _tool_requests(value: Iterable[ToolRequest | Mapping[str, Any]]) -> tuple[ToolRequest, ...]:
+    """Tool calls as a tuple of :class:`ToolRequest` (a mapping is validated into one)."""
+    if type(value) is tuple and all(type(item) is ToolRequest for item in value):
+        return value  # every item checked just above
+    if isinstance(value, str | bytes | Mapping):
+        raise TypeError(f"a message's tool_calls is a sequence of ToolRequest, got {value!r}")
+    return tuple(
+        item if isinstance(item, ToolRequest) else ToolRequest.model_validate(item)
+        for item in value
+    )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Message:
+    """One entry of the conversation a run keeps in its state.
+
+    A slotted frozen class, not a pydantic model: a run holds many, and makes one or two
+    at every transition. ``Message(role=..., content=...)`` checks what it is given (a
+    role that is not one of the four, or text that is not ``str``, is an error);
+    ``model_dump``, ``model_dump_json`` and ``model_validate`` read and write the same
+    JSON a pydantic model of these fields would, and a :class:`ModelRequest` validates
+    its messages from that JSON.
+    """
+
+    role: Role = attrs.field(validator=_role)
+    content: str = attrs.field(default="", converter=_content)
+    tool_calls: tuple[ToolRequest, ...] = attrs.field(default=(), converter=_tool_requests)
+    tool_call_id: str = attrs.field(default="", converter=_tool_call_id)
+    name: str = attrs.field(default="", converter=_name)
+
+    def model_dump(self, *, mode: Literal["python", "json"] = "python") -> dict[str, Any]:
+        """The message as a dict of its fields (``tool_calls`` as dicts; a list in JSON mode)."""
+        calls = tuple(call.model_dump(mode=mode) for call in self.tool_calls)
+        return {
+            "role": self.role,
+            "content": self.content,
+            "tool_calls": list(calls) if mode == "json" else calls,
+            "tool_call_id": self.tool_call_id,
+            "name": self.name,
+        }
+
+    def model_dump_json(self) -> str:
+        """The message as compact JSON, in its fields' order."""
+        return _MESSAGE_JSON.encode(self.model_dump(mode="json"))
+
+    @classmethod
+    def model_validate(cls, value: Any) -> Message:
+        """A message from a dict of its fields (or the message itself); ``ValueError`` or
+        ``TypeError`` for anything else, naming what is wrong."""
+        if isinstance(value, Message):
+            return value
+        if not isinstance(value, Mapping):
+            raise TypeError(f"a message is read from an object of its fields, got {value!r}")
+        fields = cast("Mapping[str, Any]", value)
+        unknown = set(fields) - _MESSAGE_FIELDS
+        if unknown:
+            raise ValueError(
+                f"a message has no field {', '.join(sorted(unknown))}; its fields are "
+                f"{', '.join(sorted(_MESSAGE_FIELDS))}"
+            )
+        return cls(**fields)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None) -> Message:
+        """This message with the fields in ``update`` changed (checked as a new one is)."""
+        return attrs.evolve(self, **(update or {}))
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        # Validated from a message or an object of its fields; written as that object.
+        return core_schema.no_info_plain_validator_function(
+            cls.model_validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                _dump_message, info_arg=True
+            ),
+        )
+
+
+_MESSAGE_FIELDS: Final = frozenset(("role", "content", "tool_calls", "tool_call_id", "name"))
+_MESSAGE_JSON: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def _dump_message(message: Message, info: core_schema.SerializationInfo) -> dict[str, Any]:
+    return message.model_dump(mode="json" if info.mode_is_json() else "python")
 
 
 @final

@@ -22,10 +22,11 @@ from statemachine import (
     Done,
     Runner,
     SQLiteCheckpointer,
+    dumps,
     read_tool,
     write_tool,
 )
-from statemachine.persist import load_phase
+from statemachine.persist import dump_phase, load_phase
 from statemachine.testing import ScriptedGate, ScriptedModel, reply
 
 pytestmark = pytest.mark.anyio
@@ -96,6 +97,9 @@ async def test_a_long_run_written_before_chunks_loads_whole(store_path: Path) ->
     assert len(final.loop.actions) == 40
     assert [a.outcome for a in final.loop.actions] == ["ok"] * 40
     assert seq == 40 * 3 + 3
+    # Dumped again, it is the document that was stored (the same JSON, field by field).
+    again = dump_phase(final)
+    assert dumps(again["fields"]) == dumps(document["fields"])
 
 
 async def test_a_sealed_run_written_before_chunks_loads(store_path: Path) -> None:

@@ -24,7 +24,7 @@ import pytest
 import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from structlog.testing import LogCapture
 
 from statemachine import (
@@ -46,6 +46,7 @@ from statemachine import (
     Runner,
     Spend,
     ToolCalling,
+    ToolRequest,
     Transcript,
     UnapprovedWriteError,
     _json,
@@ -479,16 +480,10 @@ def _slots(model: BaseModel) -> tuple[Any, ...]:
 
 
 def test_trusted_makes_what_model_construct_makes() -> None:
-    values: dict[str, Any] = {
-        "role": "tool",
-        "content": "x",
-        "tool_calls": (),
-        "tool_call_id": "c",
-        "name": "n",
-    }
-    made = _trusted(Message, dict(values), {"role", "content"})
-    assert _slots(made) == _slots(Message.model_construct({"role", "content"}, **values))
-    assert made == Message(**values)
+    values: dict[str, Any] = {"name": "lookup", "arguments": "{}", "id": "c"}
+    made = _trusted(ToolRequest, dict(values), {"name", "id"})
+    assert _slots(made) == _slots(ToolRequest.model_construct({"name", "id"}, **values))
+    assert made == ToolRequest(**values)
     assert made.model_dump() == values
     spent = _trusted(
         Spend, {"tokens": 1, "cost": Decimal("2.50"), "tool_calls": 3, "model_calls": 4}, {"tokens"}
@@ -732,6 +727,39 @@ def test_the_system_message_is_the_one_pydantic_would_make() -> None:
         assert made == validated
         assert type(made.content) is type(validated.content)
         assert made.model_dump_json() == validated.model_dump_json()
-        assert made.model_fields_set == validated.model_fields_set
-    with pytest.raises(ValidationError):
+        assert attrs.astuple(made, recurse=False) == attrs.astuple(validated, recurse=False)
+    with pytest.raises(TypeError, match="a message's content is text"):
         _planning()._next(NumberedPlanning).messages()
+
+
+def test_a_message_made_on_the_hot_path_is_the_one_its_class_makes() -> None:
+    """``_message`` sets the slots ``Message.__init__`` sets, to the same values, for
+    every role; the class's own checks refuse what the hot path is never given."""
+    request = ToolRequest(name="lookup", arguments='{"key":"k"}', id="call-1")
+    cases: list[tuple[Any, ...]] = [
+        ("system", "Be brief.", (), "", ""),
+        ("user", "hi", (), "", ""),
+        ("assistant", "", (request,), "", ""),
+        ("assistant", "Done.", (), "", ""),
+        ("tool", '{"v":1}', (), "call-1", "lookup"),
+    ]
+    for role, content, calls, call_id, name in cases:
+        made = _messages._message(role, content, calls, call_id, name)
+        built = Message(
+            role=role, content=content, tool_calls=calls, tool_call_id=call_id, name=name
+        )
+        assert type(made) is Message
+        assert attrs.astuple(made, recurse=False) == attrs.astuple(built, recurse=False)
+        assert made == built
+        assert hash(made) == hash(built)
+        assert repr(made) == repr(built)
+        assert made.model_dump_json() == built.model_dump_json()
+        assert Message.model_validate(made.model_dump(mode="json")) == made
+    with pytest.raises(ValueError, match="role is one of"):
+        Message(role="robot")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="content is text"):
+        Message(role="user", content=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="has no field"):
+        Message.model_validate({"role": "user", "text": "hi"})
+    listed = Message(role="assistant", tool_calls=[request.model_dump()])  # type: ignore[list-item]
+    assert listed.tool_calls == (request,)

@@ -35,5 +35,5 @@ def test_a_reply_defaults_to_an_empty_answer_with_no_usage() -> None:
 
 def test_a_message_has_one_of_the_four_roles() -> None:
     """Only system, user, assistant and tool messages exist."""
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValueError, match="a message's role is one of system, user"):
         Message(role="robot")  # type: ignore[arg-type]

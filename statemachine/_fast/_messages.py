@@ -15,22 +15,43 @@ __all__ = [
     "_appended",
     "_asking",
     "_c_writes_as_dumps",
+    "_message",
     "_result_text",
     "_system",
     "_told",
 ]
 
-_ASKING_FIELDS = frozenset({"role", "tool_calls"})
 _REQUEST_ID_FIELDS = frozenset({"name", "arguments", "id"})
-_TOLD_FIELDS = frozenset({"role", "content", "tool_call_id", "name"})
-_SYSTEM_FIELDS = frozenset({"role", "content"})
+
+# Message's slots, set through their descriptors as its attrs __init__ sets them, without
+# its checks (the values below are text the library made, or a validated ToolRequest).
+_set_role = Message.__dict__["role"].__set__
+_set_content = Message.__dict__["content"].__set__
+_set_tool_calls = Message.__dict__["tool_calls"].__set__
+_set_tool_call_id = Message.__dict__["tool_call_id"].__set__
+_set_name = Message.__dict__["name"].__set__
+_new = object.__new__
+
+
+def _message(
+    role: str, content: str, tool_calls: tuple[ToolRequest, ...], tool_call_id: str, name: str
+) -> Message:
+    """``Message(role=..., ...)`` for values known valid, as its ``__init__`` makes it."""
+    made: Message = _new(Message)
+    _set_role(made, role)
+    _set_content(made, content)
+    _set_tool_calls(made, tool_calls)
+    _set_tool_call_id(made, tool_call_id)
+    _set_name(made, name)
+    return made
 
 
 def _asking(name: str, arguments: str, call_id: str) -> Message:
-    """``Message(role="assistant", tool_calls=(ToolRequest(name=..., arguments=..., id=...),))``.
+    """A tool-call message: ``Message(role="assistant", tool_calls=(ToolRequest(name=...,
+    arguments=..., id=...),))``.
 
-    Text is not validated again (on the hot path, as pydantic would make the two
-    models); anything else goes through validation, and its error, as before.
+    Text is not checked again (on the hot path); anything else goes through the
+    classes' own checks, and their errors.
     """
     if type(name) is str and type(arguments) is str and type(call_id) is str:
         request = _trusted(
@@ -38,43 +59,22 @@ def _asking(name: str, arguments: str, call_id: str) -> Message:
             {"name": name, "arguments": arguments, "id": call_id},
             set(_REQUEST_ID_FIELDS),
         )
-        values = {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": (request,),
-            "tool_call_id": "",
-            "name": "",
-        }
-        return _trusted(Message, values, set(_ASKING_FIELDS))
+        return _message("assistant", "", (request,), "", "")
     request = ToolRequest(name=name, arguments=arguments, id=call_id)
     return Message(role="assistant", tool_calls=(request,))
 
 
 def _system(content: str) -> Message:
-    """``Message(role="system", content=content)``, as ``_asking`` makes its message."""
+    """A system message: ``Message(role="system", content=content)``."""
     if type(content) is str:
-        values = {
-            "role": "system",
-            "content": content,
-            "tool_calls": (),
-            "tool_call_id": "",
-            "name": "",
-        }
-        return _trusted(Message, values, set(_SYSTEM_FIELDS))
+        return _message("system", content, (), "", "")
     return Message(role="system", content=content)
 
 
 def _told(content: str, call_id: str, name: str) -> Message:
-    """``Message(role="tool", content=..., tool_call_id=..., name=...)``, as ``_asking``."""
+    """A tool's result: ``Message(role="tool", content=..., tool_call_id=..., name=...)``."""
     if type(content) is str and type(call_id) is str and type(name) is str:
-        values = {
-            "role": "tool",
-            "content": content,
-            "tool_calls": (),
-            "tool_call_id": call_id,
-            "name": name,
-        }
-        return _trusted(Message, values, set(_TOLD_FIELDS))
+        return _message("tool", content, (), call_id, name)
     return Message(role="tool", content=content, tool_call_id=call_id, name=name)
 
 

@@ -192,6 +192,8 @@ def _encode(value: Any) -> Any:
         return {"$float": repr(value)}
     if isinstance(value, Decimal):
         return value if _keeps(value) else {"$decimal": str(value)}
+    if type(value) is Message:
+        return value.model_dump(mode="json")
     if isinstance(value, BaseModel):
         plan = _plan(type(value))
         if plan is _Plan.TEXT:
