@@ -53,7 +53,9 @@ from statemachine import (
     ModelUnavailableError,
     OutputGuard,
     RetryPolicy,
+    RunFinished,
     Runner,
+    TextDelta,
     read_tool,
     write_tool,
 )
@@ -369,6 +371,29 @@ def test_a_required_tool_choice_the_server_refuses_falls_back_to_the_named_tool(
     )  # fmt: skip
     assert isinstance(result.final, Done)
     assert result.final.spent.model_calls == 2
+
+
+def test_a_streamed_run_shows_the_servers_text_as_it_comes(server: LlamaServer) -> None:
+    """Runner.events over the real server: the model's answer arrives as text deltas
+    read from its event stream through the SDK, and the run's answer is the reply the
+    stream made up, which is those deltas joined."""
+    model = server_model(server, settings=SETTINGS.merged(ModelSettings(max_tokens=48)))
+    agent = Agent[None](name="stream", instructions=INSTRUCTIONS)
+    runner = Runner(agent, model=model, gate=AutoDenyGate(), seed=7)
+
+    async def follow() -> list[object]:
+        async with runner.events(None, "Say hello to a customer.") as events:
+            return [event async for event in events]
+
+    seen = anyio.run(follow)
+    deltas = [event.text for event in seen if isinstance(event, TextDelta)]
+    finished = seen[-1]
+    assert isinstance(finished, RunFinished)
+    final = finished.result.final
+    assert finished.result.history == ("Idle", "Planning", "Responding", "Done"), final
+    assert len(deltas) > 1
+    assert isinstance(finished.result.final, Done)
+    assert finished.result.final.answer.strip() == "".join(deltas).strip()
 
 
 class StockAnswer(BaseModel, frozen=True):

@@ -862,6 +862,8 @@ async def test_with_several_tools_a_refused_required_becomes_auto() -> None:
         (error(503, "The server is overloaded."), ModelUnavailableError, 1),
         # A 4xx naming tool_choice is a refusal of "required": asked again; refused twice.
         (error(400, "tool_choice 'required' is not supported"), ModelRequestError, 2),
+        # A 4xx about something else is the request's own fault: not asked again.
+        (error(400, "'messages' is a required property"), ModelRequestError, 1),
     ],
 )
 async def test_only_a_refusal_of_required_is_asked_again(
@@ -921,3 +923,22 @@ async def test_a_run_whose_tool_call_is_cut_fails_as_a_truncation() -> None:
         "book with arguments '{\"flight\": \"AF'; raise max_tokens in the model's settings"
     )
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("error_", "raised", "status"),
+    [
+        ({"message": "Upstream overloaded", "code": 502}, ModelUnavailableError, 502),
+        ({"message": "Upstream overloaded"}, ModelUnavailableError, 200),
+        ({"message": "No such model", "code": 404}, ModelRequestError, 404),
+    ],
+)
+async def test_an_error_in_a_200_body_is_read_as_the_error_it_is(
+    error_: dict[str, Any], raised: type[Exception], status: int
+) -> None:
+    """A gateway that answers 200 with an error object, not a completion: its code says
+    whether it may pass (no code: it may); the server's words are kept."""
+    async with chat_server(Recorded({"error": error_})) as server:
+        with pytest.raises(raised, match=error_["message"]) as caught:
+            await adapter(server).complete(ModelRequest(messages=USER))
+    assert getattr(caught.value, "status", None) == status

@@ -43,7 +43,9 @@ a 5xx) raises :class:`ModelUnavailableError` at once, with the wait the server a
 for (``retry-after-ms`` or ``retry-after``); a refused request (any other 4xx, a 501,
 or a 5xx that names ``response_format`` in answer to an output schema) raises
 :class:`ModelRequestError`, saying what to fix; a body that is not a chat completion
-:class:`ModelResponseError`. No SDK or httpx exception escapes.
+:class:`ModelResponseError`, except one that holds an ``error`` object instead (some
+gateways answer so, with a 200), which is that error: refused when its ``code`` is a
+4xx that will not pass, else unavailable. No SDK or httpx exception escapes.
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ API_KEY_ENV = "OPENAI_API_KEY"
 
 # Words in a refusal that show the server does not take response_format's json_schema.
 _STRUCTURED_WORDS = re.compile(r"response_format|json_schema", re.IGNORECASE)
-_TOOL_CHOICE_WORDS = re.compile(r"tool_choice|required", re.IGNORECASE)
+_TOOL_CHOICE_WORDS = re.compile(r"tool[_ ]choice", re.IGNORECASE)
 # Statuses of a request that may succeed if sent again later: a request timeout, a
 # conflict, rate limiting; and every 5xx but those that say the server cannot do it.
 _TRANSIENT: Final = frozenset({408, 409, 429})
@@ -531,10 +533,23 @@ class OpenAICompatibleModel:
             document = _json.loads(response.content, bounded=True)
         except (ValueError, RecursionError):
             raise self._malformed(response.content, "the body is not JSON") from None
+        if isinstance(document, dict) and "choices" not in document and document.get("error"):
+            raise self._error_in_body(document["error"], response.content)
         try:
             return reply_of(document, self._prices, max_tokens=body.get("max_tokens"))
         except Malformed as problem:
             raise self._malformed(response.content, str(problem)) from None
+
+    def _error_in_body(self, error: Any, content: bytes) -> Exception:
+        """The error a 2xx body holds instead of a completion (some gateways answer so):
+        refused when its ``code`` is a status that will not pass, else unavailable."""
+        code = error.get("code") if isinstance(error, dict) else None
+        said = server_said(content) or "no message"
+        detail = f"the server answered {said!r} as an error in a 2xx body"
+        if isinstance(code, int) and 400 <= code < 500 and code not in _TRANSIENT:
+            return ModelRequestError(detail, url=self._url, status=code)
+        status = code if isinstance(code, int) and 400 <= code < 600 else 200
+        return ModelUnavailableError(detail, url=self._url, status=status)
 
     def _malformed(self, content: bytes, detail: str) -> ModelResponseError:
         return ModelResponseError(detail, url=self._url, excerpt=_excerpt(content))
