@@ -122,10 +122,11 @@ class EmbeddingSimilarity:
         self._tokenizer: Any = None
         self._numpy: Any = None
 
-    def _load(self) -> None:
+    def _load(self) -> Any:
+        """The onnxruntime session, made on first use (with the tokenizer and numpy)."""
         with self._lock:
             if self._session is not None:
-                return
+                return self._session
             try:
                 numpy = importlib.import_module("numpy")
                 ort = importlib.import_module("onnxruntime")
@@ -142,20 +143,20 @@ class EmbeddingSimilarity:
                 str(self._model), options, providers=["CPUExecutionProvider"]
             )
             self._numpy, self._tokenizer, self._session = numpy, tokenizer, session
+            return session
 
     def signature(self, text: str) -> Any:
         """The unit-length embedding of ``text`` (as words: :func:`spoken`), a numpy array."""
         found = self._cache.get(text)
         if found is not None:
             return found
-        if self._session is None:
-            self._load()
+        session = self._session if self._session is not None else self._load()
         numpy = self._numpy
         encoded = self._tokenizer.encode(spoken(text))
         ids = numpy.array([encoded.ids], dtype=numpy.int64)
         mask = numpy.array([encoded.attention_mask], dtype=numpy.int64)
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": numpy.zeros_like(ids)}
-        hidden = self._session.run(None, feeds)[0][0]
+        hidden = session.run(None, feeds)[0][0]
         # Mean of the tokens' vectors (as sentence-transformers pools MiniLM), made unit length.
         pooled = hidden.sum(axis=0) / max(1, len(encoded.ids))
         vector = pooled / (numpy.linalg.norm(pooled) or 1.0)

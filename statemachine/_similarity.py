@@ -43,7 +43,7 @@ Signature = TypeVar("Signature")
 class Similarity(Protocol):
     """How alike two texts are, from 0.0 (nothing shared) to 1.0 (the same)."""
 
-    def __call__(self, first: str, second: str) -> float:
+    def __call__(self, first: str, second: str, /) -> float:
         """The similarity of ``first`` and ``second``."""
         ...
 
@@ -57,15 +57,15 @@ class SignedSimilarity(Protocol[Signature]):
     dear signature (an embedding) is made once per call.
     """
 
-    def __call__(self, first: str, second: str) -> float:
+    def __call__(self, first: str, second: str, /) -> float:
         """The similarity of ``first`` and ``second``."""
         ...
 
-    def signature(self, text: str) -> Signature:
+    def signature(self, text: str, /) -> Signature:
         """What :meth:`compare` needs of ``text``."""
         ...
 
-    def compare(self, first: Signature, second: Signature) -> float:
+    def compare(self, first: Signature, second: Signature, /) -> float:
         """The similarity of the texts these signatures were made from."""
         ...
 
