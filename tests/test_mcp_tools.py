@@ -212,3 +212,18 @@ async def test_a_process_that_never_answers_is_refused_after_the_timeout(tmp_pat
     with pytest.raises(MCPUnavailableError, match=r"^MCP server 'silent' did not answer within"):
         async with silent:
             pass
+
+
+async def test_a_prefix_names_the_tools_for_the_model_and_not_for_the_server(
+    tmp_path: Path, pidfile: Path
+) -> None:
+    """With ``prefix="notes_"`` the model calls notes_add_note; the server is asked for add_note."""
+    notes_file = tmp_path / "notes.txt"
+    model = ScriptedModel([tool_call("notes_add_note", {"text": "tea"}), reply("Added.")])
+    async with notes_stdio(notes_file, pidfile, prefix="notes_") as notes:
+        assert "notes_add_note" in {tool.name for tool in notes.tools}
+        assert notes.write("add_note").name == "notes_add_note"
+        agent = Agent[None](name="notes", tools=notes.tools)
+        result = await Runner(agent, model=model, gate=AutoApproveGate()).run(None, "Tea")
+    assert isinstance(result.final, Done)
+    assert effects(notes_file) == ["add tea 1"]
