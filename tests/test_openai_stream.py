@@ -289,3 +289,29 @@ async def test_a_reader_that_stops_closes_the_stream_at_once(server: tuple[str, 
             assert chunk.text == "Sun"
             break
     assert time.monotonic() - started < 2
+
+
+async def test_chunks_without_an_index_or_a_delta_are_read_as_zero_and_empty(
+    server: tuple[str, Script],
+) -> None:
+    """Servers that leave out a choice's ``index``, a tool call's ``index`` or the last
+    chunk's ``delta`` (only its finish reason) are read as OpenAI's would be."""
+    url, script = server
+    call = {"id": "call_a", "type": "function", "function": {"name": "weather", "arguments": ""}}
+    lines = event_stream(
+        {"choices": [{"delta": {"content": "Checking."}}]},
+        {"choices": [{"delta": {"tool_calls": [call]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"function": {"arguments": '{"city": "Oslo"}'}}]}}]},
+        {"choices": [{"finish_reason": "tool_calls"}]},
+        {"choices": None, "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
+    )
+    script.answers.append((200, "text/event-stream", lines))
+    got = await chunks_of(OpenAICompatibleModel(url, "m", api_key="k"), asking())
+    assert [chunk.text for chunk in got] == ["Checking.", ""]
+    final = got[-1].reply
+    assert final is not None
+    assert (final.text, final.finish_reason) == ("Checking.", "tool_calls")
+    assert [(c.id, c.name, c.arguments) for c in final.tool_calls] == [
+        ("call_a", "weather", '{"city": "Oslo"}')
+    ]
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (3, 2)

@@ -571,7 +571,7 @@ class OpenAICompatibleModel:
     def _added(self, state: ChatCompletionStreamState[object], chunk: ChatCompletionChunk) -> str:
         """The text ``chunk`` adds, once added to ``state``."""
         try:
-            state.handle_chunk(chunk)
+            state.handle_chunk(_filled(chunk))
             choices = chunk.choices
             delta = choices[0].delta.content if choices else None
         except (AttributeError, TypeError, KeyError, IndexError, ValueError) as problem:
@@ -596,6 +596,26 @@ class OpenAICompatibleModel:
             return reply_of(document, self._prices, max_tokens=body.get("max_tokens"))
         except Malformed as problem:
             raise ModelResponseError(f"the streamed answer: {problem}", url=self._url) from None
+
+
+def _filled(chunk: ChatCompletionChunk) -> ChatCompletionChunk:
+    """``chunk`` with the parts servers leave out that the SDK's accumulator needs: no
+    ``choices`` (a usage-only chunk) is none, a choice's missing ``index`` (and a tool
+    call's) is 0, its missing ``delta`` an empty one (a last chunk with only its finish
+    reason). The SDK builds chunks without validating them, so each may lack any of it."""
+    from openai.types.chat.chat_completion_chunk import ChoiceDelta
+
+    if getattr(chunk, "choices", None) is None:
+        chunk.choices = []
+    for choice in chunk.choices:
+        if getattr(choice, "index", None) is None:
+            choice.index = 0
+        if getattr(choice, "delta", None) is None:
+            choice.delta = ChoiceDelta()
+        for call in getattr(choice.delta, "tool_calls", None) or ():
+            if getattr(call, "index", None) is None:
+                call.index = 0
+    return chunk
 
 
 async def _shut(chunks: openai.AsyncStream[ChatCompletionChunk]) -> None:
