@@ -42,6 +42,7 @@ from pydantic import BaseModel
 from statemachine import (
     Agent,
     Budget,
+    LoopGovernor,
     ModelReply,
     ModelRequest,
     Observing,
@@ -67,9 +68,16 @@ async def lookup(args: LookupArgs) -> dict[str, object]:
     return small_dict(args.key)
 
 
-def _agent() -> Agent[None]:
+def _agent(*, long: bool = False) -> Agent[None]:
     # max_steps: the loop is measured, not the step cap (which would end it at 50).
-    return Agent[None](name="bench", tools=[lookup], budget=Budget(), max_steps=10**9)
+    if not long:
+        return Agent[None](name="bench", tools=[lookup], budget=Budget(), max_steps=10**9)
+    # A long run's results, alike but for their keys, plateau after about 11,000 calls;
+    # the convergence check still runs at every call, but does not end the run.
+    governor = LoopGovernor(plateau_steps=10**9)
+    return Agent[None](
+        name="bench", tools=[lookup], budget=Budget(), max_steps=10**9, governor=governor
+    )
 
 
 class CappedModel:
@@ -211,7 +219,7 @@ def _start_and_end(times: list[float]) -> dict[str, Any]:
 def ours_long(calls: int, db: str | None, cap: Cap) -> Run:
     times, stamp = _clocked()
     runner = Runner(
-        _agent(), model=CappedModel(calls, cap), gate=AutoDenyGate(), on_transition=stamp
+        _agent(long=True), model=CappedModel(calls, cap), gate=AutoDenyGate(), on_transition=stamp
     )
 
     def run() -> Outcome:
@@ -233,7 +241,7 @@ def ours_sqlite_long(calls: int, db: str | None, cap: Cap) -> Run:
     async def go() -> Outcome:
         async with SQLiteCheckpointer(db) as checkpointer:
             runner = Runner(
-                _agent(),
+                _agent(long=True),
                 model=model,
                 gate=AutoDenyGate(),
                 on_transition=stamp,

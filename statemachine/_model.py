@@ -248,7 +248,14 @@ class Transcript(Sequence[Message]):
     def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
     def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
         if isinstance(index, slice):
-            return tuple(self)[index] if self._head else tuple(self._items[: self._size][index])
+            start, stop, step = index.indices(len(self))
+            if self._head:
+                return tuple(self[at] for at in range(start, stop, step))
+            # Only the items the slice takes (the list may hold more than this transcript).
+            items = self._items
+            if step == 1:
+                return tuple(items[start:stop]) if start < stop else ()
+            return tuple(items[at] for at in range(start, stop, step))
         length = len(self)
         at = index + length if index < 0 else index
         if not 0 <= at < length:

@@ -567,6 +567,10 @@ def test_a_transcript_reads_as_the_tuple_of_its_messages() -> None:
             slice(None),
             slice(1, None),
             slice(-3, None),
+            slice(None, None, -1),
+            slice(-2, 1, -2),
+            slice(3, 100),
+            slice(100, None),
             slice(2, -2),
             slice(None, None, 2),
         ):
