@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import re
 import threading
@@ -322,7 +323,12 @@ class GramMasks:
                 segment = f"{before}{words[at]} {words[at + 1]}{after}"
                 found = pairs.get(segment)
                 if found is None:
-                    found = pairs[segment] = made(segment)
+                    vocabulary = len(self._bits)
+                    found = made(segment)
+                    # Kept only if it may come again: a pair with a trigram never seen
+                    # before (a fresh number) would not, and would only fill the cache.
+                    if len(self._bits) == vocabulary:
+                        pairs[segment] = found
                 mask |= found
         known = (mask, mask.bit_count())
         if keep:
@@ -351,9 +357,12 @@ class GramMasks:
     def best(self, text: str, window: tuple[str, ...]) -> float:
         """The highest lexical similarity of ``text`` to a text of ``window`` (not empty)."""
         mine, size = self.mask(text)
-        known, mask = self.masks, self.mask
-        theirs = [known.get(seen) or mask(seen) for seen in window]
+        theirs = list(map(self.masks.get, window))
+        if None in theirs:
+            theirs = [known or self.mask(seen) for known, seen in zip(theirs, window, strict=True)]
+        masks, sizes = zip(*theirs, strict=True)
         # |A & B| / sqrt(|A| |B|) for each, in C (a text has a trigram: no size is 0).
-        shared = map(int.bit_count, map(mine.__and__, [m for m, _ in theirs]))
-        roots = map(math.sqrt, map(size.__mul__, [s for _, s in theirs]))
-        return max(map(float.__truediv__, map(float, shared), roots))
+        shared = map(int.bit_count, map(mine.__and__, masks))
+        roots = map(math.sqrt, map(size.__mul__, sizes))
+        best: float = max(map(operator.truediv, shared, roots))
+        return best
