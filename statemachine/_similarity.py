@@ -277,26 +277,23 @@ class GramMasks:
     cache: what it holds never changes a result).
     """
 
-    __slots__ = ("_bits", "_pairs", "masks")
+    __slots__ = ("_bits", "masks")
 
     def __init__(self) -> None:
         self._bits: dict[str, int] = {}
         # text -> (its mask, its number of trigrams)
         self.masks: dict[str, tuple[int, int]] = {}
-        # Two neighbouring words with the spaces around them -> the mask of their trigrams.
-        self._pairs: dict[str, int] = {}
 
     def start(self, window: int) -> None:
         """Before a comparison: start again if the cache has grown past its bounds.
 
         Only here, so that the masks of one comparison all share one vocabulary.
         """
-        if len(self._bits) > _TRIGRAMS_KEPT or len(self._pairs) > _TRIGRAMS_KEPT:
+        if len(self._bits) > _TRIGRAMS_KEPT:
             self._bits = {}
-            self._pairs = {}
             self.masks = {}
         elif len(self.masks) > max(_MASKS_KEPT, 4 * window):
-            self.masks = {}  # the vocabulary stays: the pairs' masks are still good
+            self.masks = {}  # the vocabulary stays: only the texts' masks are made again
 
     def mask(self, text: str, *, keep: bool = True) -> tuple[int, int]:
         """The bitmask of ``text``'s trigrams, and how many there are.
@@ -307,29 +304,7 @@ class GramMasks:
         known = self.masks.get(text)
         if known is not None:
             return known
-        words = text.lower().split()
-        if len(words) < 2:
-            mask = self._made(_fold(text))
-        else:
-            # Every trigram of the folded text lies within two neighbouring words and the
-            # spaces around them (a trigram touches at most two words), and every trigram
-            # of such a segment is one of the text's: the mask is the OR of the segments'
-            # masks, each made once for the run (words repeat far more than texts do).
-            pairs, made = self._pairs, self._made
-            last = len(words) - 1
-            mask = 0
-            for at in range(last):
-                before, after = " " if at else "", " " if at + 1 < last else ""
-                segment = f"{before}{words[at]} {words[at + 1]}{after}"
-                found = pairs.get(segment)
-                if found is None:
-                    vocabulary = len(self._bits)
-                    found = made(segment)
-                    # Kept only if it may come again: a pair with a trigram never seen
-                    # before (a fresh number) would not, and would only fill the cache.
-                    if len(self._bits) == vocabulary:
-                        pairs[segment] = found
-                mask |= found
+        mask = self._made(_fold(text))
         known = (mask, mask.bit_count())
         if keep:
             self.masks[text] = known
