@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, assert_never
 
 from . import _json
 from ._errors import SetupError
-from ._fast._messages import _appended, _asking, _message, _told
+from ._fast._messages import _appended, _asking, _message, _request, _told
 from ._governor import Decision, LoopState, Verdict
 from ._model import Message, ToolRequest, Transcript
 from ._runtime import Runtime
@@ -90,7 +90,8 @@ def _with_ids(
             while call_id in given or call_id in seen or line.call(call_id, size) is not None:
                 more += 1
                 call_id = f"{base}.{more}"
-            request = request.model_copy(update={"id": call_id})
+            # As request.model_copy(update={"id": call_id}) makes it: its text is text.
+            request = _request(request.name, request.arguments, call_id)
         seen.add(call_id)
         calls.append(request)
     return tuple(calls)

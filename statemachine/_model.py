@@ -256,6 +256,8 @@ class Transcript(Sequence[Message]):
             if step == 1:
                 return tuple(items[start:stop]) if start < stop else ()
             return tuple(items[at] for at in range(start, stop, step))
+        if not self._head and 0 <= index < self._size:
+            return self._items[index]
         length = len(self)
         at = index + length if index < 0 else index
         if not 0 <= at < length:

@@ -767,3 +767,22 @@ def test_a_message_made_on_the_hot_path_is_the_one_its_class_makes() -> None:
         Message.model_validate({"role": "user", "text": "hi"})
     listed = Message(role="assistant", tool_calls=[request.model_dump()])  # type: ignore[list-item]
     assert listed.tool_calls == (request,)
+
+
+def test_a_request_made_on_the_hot_path_is_the_one_model_copy_makes() -> None:
+    """``_request`` makes the ToolRequest that validating (or ``model_copy`` with a new
+    id) makes, and the fields set it shares is never changed by a copy of one."""
+    given = ToolRequest(name="lookup", arguments='{"key":"k"}')
+    made = _messages._request("lookup", '{"key":"k"}', "call-7")
+    copied = given.model_copy(update={"id": "call-7"})
+    built = ToolRequest(name="lookup", arguments='{"key":"k"}', id="call-7")
+    for other in (copied, built):
+        assert made == other
+        assert made.model_dump() == other.model_dump()
+        assert made.model_dump_json() == other.model_dump_json()
+    assert made.model_fields_set == built.model_fields_set
+    shared = made.model_fields_set
+    again = made.model_copy(update={"id": "call-8"})
+    assert again.id == "call-8"
+    assert shared == {"name", "arguments", "id"}
+    assert _messages._request("a", "{}", "c").model_fields_set is shared

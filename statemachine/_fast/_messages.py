@@ -16,12 +16,15 @@ __all__ = [
     "_asking",
     "_c_writes_as_dumps",
     "_message",
+    "_request",
     "_result_text",
     "_system",
     "_told",
 ]
 
-_REQUEST_ID_FIELDS = frozenset({"name", "arguments", "id"})
+# The fields set of every ToolRequest made here: all three, in one set they share (a
+# frozen model never changes its set; model_copy copies it before adding to it).
+_REQUEST_ID_FIELDS = {"name", "arguments", "id"}
 
 # Message's slots, set through their descriptors as its attrs __init__ sets them, without
 # its checks (the values below are text the library made, or a validated ToolRequest).
@@ -46,6 +49,12 @@ def _message(
     return made
 
 
+def _request(name: str, arguments: str, call_id: str) -> ToolRequest:
+    """``ToolRequest(name=..., arguments=..., id=...)`` for text known to be text."""
+    values = {"name": name, "arguments": arguments, "id": call_id}
+    return _trusted(ToolRequest, values, _REQUEST_ID_FIELDS)
+
+
 def _asking(name: str, arguments: str, call_id: str) -> Message:
     """A tool-call message: ``Message(role="assistant", tool_calls=(ToolRequest(name=...,
     arguments=..., id=...),))``.
@@ -54,12 +63,7 @@ def _asking(name: str, arguments: str, call_id: str) -> Message:
     classes' own checks, and their errors.
     """
     if type(name) is str and type(arguments) is str and type(call_id) is str:
-        request = _trusted(
-            ToolRequest,
-            {"name": name, "arguments": arguments, "id": call_id},
-            set(_REQUEST_ID_FIELDS),
-        )
-        return _message("assistant", "", (request,), "", "")
+        return _message("assistant", "", (_request(name, arguments, call_id),), "", "")
     request = ToolRequest(name=name, arguments=arguments, id=call_id)
     return Message(role="assistant", tool_calls=(request,))
 
