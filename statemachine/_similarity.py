@@ -277,20 +277,23 @@ class GramMasks:
     cache: what it holds never changes a result).
     """
 
-    __slots__ = ("_bits", "masks")
+    __slots__ = ("_bits", "_words", "masks")
 
     def __init__(self) -> None:
         self._bits: dict[str, int] = {}
         # text -> (its mask, its number of trigrams)
         self.masks: dict[str, tuple[int, int]] = {}
+        # A word with the spaces around it in its text -> the mask of its trigrams.
+        self._words: dict[str, int] = {}
 
     def start(self, window: int) -> None:
         """Before a comparison: start again if the cache has grown past its bounds.
 
         Only here, so that the masks of one comparison all share one vocabulary.
         """
-        if len(self._bits) > _TRIGRAMS_KEPT:
+        if len(self._bits) > _TRIGRAMS_KEPT or len(self._words) > _TRIGRAMS_KEPT:
             self._bits = {}
+            self._words = {}
             self.masks = {}
         elif len(self.masks) > max(_MASKS_KEPT, 4 * window):
             self.masks = {}  # the vocabulary stays: only the texts' masks are made again
@@ -304,11 +307,40 @@ class GramMasks:
         known = self.masks.get(text)
         if known is not None:
             return known
-        mask = self._made(_fold(text))
+        words = text.lower().split()
+        mask = self._made(_fold(text)) if len(words) < 2 else self._joined(words)
         known = (mask, mask.bit_count())
         if keep:
             self.masks[text] = known
         return known
+
+    def _joined(self, words: list[str]) -> int:
+        """The mask of the text these words make (two or more), joined by single spaces.
+
+        A trigram of it lies within one word and the spaces on either side of it, or is
+        the last letter of a word, a space and the first of the next: the mask is the OR
+        of the words' masks (each made once for the run: words repeat, texts seldom do)
+        and of those trigrams'. The same bits as trigram by trigram, in half the time.
+        """
+        cache, made, bits = self._words, self._made, self._bits
+        last = len(words) - 1
+        mask = 0
+        previous = ""
+        for at, word in enumerate(words):
+            key = f"{' ' if at else ''}{word}{' ' if at < last else ''}"
+            found = cache.get(key)
+            if found is None:
+                # A word of one letter at an end has no trigram of its own ("a " in "a b").
+                found = cache[key] = made(key) if len(key) > 2 else 0
+            mask |= found
+            if at:
+                across = f"{previous[-1]} {word[0]}"
+                bit = bits.get(across)
+                if bit is None:
+                    bit = bits[across] = len(bits)
+                mask |= 1 << bit
+            previous = word
+        return mask
 
     def _made(self, folded: str) -> int:
         """The mask of the trigrams of ``folded`` (already folded), new bits as needed."""

@@ -51,7 +51,7 @@ from statemachine import (
 )
 from statemachine._actions import ActionLog
 from statemachine._json import canonical, canonical_hash
-from statemachine._similarity import call_anchors
+from statemachine._similarity import GramMasks, _fold, call_anchors
 from statemachine.testing import AutoApproveGate, AutoDenyGate, ScriptedGate, ScriptedModel, reply
 from statemachine.testing import tool_call as call
 
@@ -743,6 +743,20 @@ def test_the_default_gain_is_exactly_the_trigram_formula(window: list[str], resu
     assert governor.gain(loop, result) == _gain_by_sets(tuple(window), result)
     # Asked again (the masks now cached), the same value.
     assert governor.gain(loop, result) == _gain_by_sets(tuple(window), result)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab A\u00e9\u0130:\t\n\x1f\u2003", max_size=30), max_size=6))
+def test_a_mask_made_word_by_word_is_the_mask_made_trigram_by_trigram(texts: list[str]) -> None:
+    """The convergence check's shortcut (a text's mask as the OR of its words' masks and
+    the trigrams across their spaces) sets exactly the bits of its trigrams, whatever the
+    spacing, case and letters (one vocabulary: the same masks share it)."""
+    masks = GramMasks()
+    for text in texts:
+        mask, size = masks.mask(text, keep=False)
+        plain = masks._made(_fold(text))
+        assert (mask, size) == (plain, plain.bit_count())
+        assert size == len(_grams(text))
 
 
 def test_the_default_gain_is_exact_past_a_large_vocabulary() -> None:
