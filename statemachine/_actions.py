@@ -121,7 +121,7 @@ class ActionLog(Sequence[ActionRecord]):
         chunks = self._chunks
         if chunk >= len(chunks):
             return iter(self._tail[inner:])
-        rest = chain.from_iterable(islice(chunks, chunk + 1, None))
+        rest = chain.from_iterable(chunks[chunk + 1 :])  # a slice: islice would walk
         return chain(chunks[chunk][inner:], rest, self._tail)
 
     def __iter__(self) -> Iterator[ActionRecord]:
