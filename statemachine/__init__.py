@@ -24,6 +24,7 @@ from ._approval import (
 from ._breaker import CircuitBreaker
 from ._budget import Budget, Spend
 from ._context import BudgetLeft, RunContext
+from ._embedding import EmbeddingSimilarity
 from ._errors import (
     ApprovalMismatchError,
     BadArgumentsError,
@@ -63,7 +64,6 @@ from ._errors import (
     UnknownToolError,
 )
 from ._events import RunEvent, RunEvents, RunFinished, TextDelta, TransitionEvent
-from ._embedding import EmbeddingSimilarity
 from ._governor import (
     ActionRecord,
     Check,
