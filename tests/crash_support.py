@@ -208,6 +208,7 @@ async def start(
             # after a kill takes the run once the dead process's lease lapses.
             lease=START_LEASE,
             deps=desk,
+            keep_states=True,  # the reference run's every phase is compared
         )
         result = await runner.run(ADA, ASK, run_id=RUN_ID)
     print(
@@ -257,7 +258,9 @@ async def resume(workdir: Path, scenario: str, slow: bool, dsn: str | None) -> N
             out["effect_before_resume"] = None if effect is None else effect.status
         out["payments_before_resume"] = payments.count()
         model = FunctionModel(slow_decide if slow else decide)
-        runner = Runner(agent, model=model, gate=gate, checkpointer=store, seed=7, deps=desk)
+        runner = Runner(
+            agent, model=model, gate=gate, checkpointer=store, seed=7, deps=desk, keep_states=True
+        )
         try:
             result = await _resume_when_free(runner, patient=not slow)
         except RunClaimedError:

@@ -252,7 +252,8 @@ def test_a_user_subclass_with_extra_fields_and_a_post_init_transitions_as_init_m
 async def test_a_user_subclass_with_extra_fields_runs_through_the_runner() -> None:
     agent = Agent[None](name="fast", tools=[lookup], phases=Phases[None](planning=NotedPlanning))
     model = ScriptedModel([tool_call("lookup", '{"key": "k"}'), reply("Done.")])
-    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "hi")
+    runner = Runner(agent, model=model, gate=AutoDenyGate(), keep_states=True)
+    result = await runner.run(None, "hi")
     assert result.history == (
         "Idle",
         "Planning",

@@ -194,7 +194,9 @@ async def _three_calls(tool: Any, deps: Any) -> Any:
         max_steps=10,
     )
     turns = [tool_call(tool.name, {"item": str(n)}) for n in range(3)] + [reply("ok")]
-    runner = Runner(agent, model=ScriptedModel(turns), gate=AutoApproveGate(), deps=deps)
+    runner = Runner(
+        agent, model=ScriptedModel(turns), gate=AutoApproveGate(), deps=deps, keep_states=True
+    )
     return await runner.run(None, "go", run_id="t")
 
 
