@@ -482,6 +482,12 @@ def _lexical_named(similarity: Similarity | None) -> Similarity | None:
     return similarity
 
 
+def _lexical_evidence(similarity: Similarity) -> Similarity:
+    """The convergence check's ``similarity``, the deprecated lexical name taken as the new."""
+    named = _lexical_named(similarity)
+    return lexical_similarity if named is None else named
+
+
 @final
 @attrs.frozen(kw_only=True)
 class LoopGovernor:
@@ -506,7 +512,7 @@ class LoopGovernor:
 
     similarity: Similarity | None = attrs.field(default=None, converter=_lexical_named)
     evidence_similarity: Similarity = attrs.field(
-        default=lexical_similarity, converter=_lexical_named
+        default=lexical_similarity, converter=_lexical_evidence
     )
     semantic_threshold: float = attrs.field(default=0.92, validator=_fraction)
     semantic_window: int = attrs.field(default=64, validator=_at_least(1))
@@ -770,6 +776,8 @@ class LoopGovernor:
         gain = self.gain(loop, result)
         streak = loop.low_gain_streak + 1 if gain < self.plateau_gain else 0
         evidence = (*loop.evidence, result[:_RESULT_CHARS])[-self.evidence_window :]
+        if self.evidence_similarity is lexical_similarity:
+            loop._masks().slid(loop.evidence, evidence)  # the window's masks, kept
         # settle(...) and then the evidence, in one new state.
         settled = loop._settled(call_id, "ok", result, gain) or {}
         loop = loop._evolve(**settled, evidence=evidence, low_gain_streak=streak)

@@ -277,7 +277,7 @@ class GramMasks:
     cache: what it holds never changes a result).
     """
 
-    __slots__ = ("_bits", "_words", "masks")
+    __slots__ = ("_bits", "_window", "_words", "masks")
 
     def __init__(self) -> None:
         self._bits: dict[str, int] = {}
@@ -285,6 +285,8 @@ class GramMasks:
         self.masks: dict[str, tuple[int, int]] = {}
         # A word with the spaces around it in its text -> the mask of its trigrams.
         self._words: dict[str, int] = {}
+        # The latest evidence window compared, and its texts' masks and sizes, in order.
+        self._window: tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]] | None = None
 
     def start(self, window: int) -> None:
         """Before a comparison: start again if the cache has grown past its bounds.
@@ -295,6 +297,7 @@ class GramMasks:
             self._bits = {}
             self._words = {}
             self.masks = {}
+            self._window = None
         elif len(self.masks) > max(_MASKS_KEPT, 4 * window):
             self.masks = {}  # the vocabulary stays: only the texts' masks are made again
 
@@ -313,6 +316,28 @@ class GramMasks:
         if keep:
             self.masks[text] = known
         return known
+
+    def _signed(self, window: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The masks and sizes of ``window``'s texts, kept for the window last compared."""
+        kept = self._window
+        if kept is not None and kept[0] is window:
+            return kept[1], kept[2]
+        found = list(map(self.masks.get, window))
+        theirs = [known or self.mask(seen) for known, seen in zip(found, window, strict=True)]
+        masks = tuple(mask for mask, _ in theirs)
+        sizes = tuple(size for _, size in theirs)
+        self._window = (window, masks, sizes)
+        return masks, sizes
+
+    def slid(self, before: tuple[str, ...], after: tuple[str, ...]) -> None:
+        """The evidence moved on from ``before`` to ``after`` (``before`` with one more
+        text, the oldest dropped past the window): the next comparison reuses ``before``'s
+        masks instead of looking each text's up again."""
+        kept = self._window
+        if kept is None or kept[0] is not before or not after:
+            return
+        mask, size = self.mask(after[-1])
+        self._window = (after, (*kept[1], mask)[-len(after) :], (*kept[2], size)[-len(after) :])
 
     def _joined(self, words: list[str]) -> int:
         """The mask of the text these words make (two or more), joined by single spaces.
@@ -364,10 +389,7 @@ class GramMasks:
     def best(self, text: str, window: tuple[str, ...]) -> float:
         """The highest lexical similarity of ``text`` to a text of ``window`` (not empty)."""
         mine, size = self.mask(text)
-        theirs = list(map(self.masks.get, window))
-        if None in theirs:
-            theirs = [known or self.mask(seen) for known, seen in zip(theirs, window, strict=True)]
-        masks, sizes = zip(*theirs, strict=True)
+        masks, sizes = self._signed(window)
         # |A & B| / sqrt(|A| |B|) for each, in C (a text has a trigram: no size is 0).
         shared = map(int.bit_count, map(mine.__and__, masks))
         roots = map(math.sqrt, map(size.__mul__, sizes))
