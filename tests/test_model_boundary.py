@@ -9,6 +9,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 import httpx
+import openai  # noqa: F401 - loaded here, not inside a timed run (see below)
 import pytest
 from pydantic import BaseModel
 
@@ -183,7 +184,12 @@ async def test_a_deadline_shorter_than_the_models_limit_is_the_wall_clock_reason
 
 
 async def test_the_openai_adapters_timeout_without_a_deadline_fails_the_run() -> None:
-    """The case reported: the adapter's own timeout, no wall-clock budget, no TypeError."""
+    """The case reported: the adapter's own timeout, no wall-clock budget, no TypeError.
+
+    The adapter imports the openai SDK on its first call, which takes a second or more on
+    a loaded machine and cannot be cancelled; the module imports it first, so that the
+    run timed here is the model call and not the import.
+    """
 
     async def never_answers(request: httpx.Request) -> httpx.Response:
         await anyio.sleep(5)
