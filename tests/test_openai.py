@@ -942,3 +942,31 @@ async def test_an_error_in_a_200_body_is_read_as_the_error_it_is(
         with pytest.raises(raised, match=error_["message"]) as caught:
             await adapter(server).complete(ModelRequest(messages=USER))
     assert getattr(caught.value, "status", None) == status
+
+
+async def test_a_server_that_wants_max_completion_tokens_gets_it() -> None:
+    """OpenAI's newer models refuse max_tokens with a 400 naming max_completion_tokens:
+    asked again at once with the cap under that name, and so from then on; a cut call is
+    still told by that cap."""
+    refused = error(
+        400,
+        "Unsupported parameter: 'max_tokens' is not supported with this model. "
+        "Use 'max_completion_tokens' instead.",
+    )
+    cut = completion(
+        {"tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "lookup", "arguments": '{"city": "Pa'}}]},
+        "tool_calls",
+        {"prompt_tokens": 40, "completion_tokens": 3},
+    )  # fmt: skip
+    async with chat_server(refused, text("ok"), cut) as server:
+        model = adapter(server, settings=ModelSettings(max_tokens=3))
+        first = await model.complete(ModelRequest(messages=USER))
+        second = await model.complete(ModelRequest(messages=USER))
+    assert (first.text, second.finish_reason) == ("ok", "length")
+    sent = [request.json() for request in server.requests]
+    assert [("max_tokens" in body, body.get("max_completion_tokens")) for body in sent] == [
+        (True, None),
+        (False, 3),
+        (False, 3),
+    ]

@@ -20,7 +20,8 @@ the answer back to one :class:`ModelReply`, and decides nothing else:
   servers enforce with a grammar (``structured_output``); ``tool_choice="required"``
   refused (a 5xx with no message, as llama-cpp-python's server answers it, or an error
   naming ``tool_choice``) becomes the one tool offered, named, or ``"auto"`` when
-  several are (``required_tool_choice``);
+  several are (``required_tool_choice``); ``max_tokens`` refused by a 4xx that names
+  ``max_completion_tokens`` (OpenAI's newer models) is sent under that name;
 - the body of an answer is read by the library's JSON reader, not the SDK's models: a
   tool call's arguments come back as the exact text the server sent (the agent's tool
   registry validates them; malformed JSON becomes feedback to the model there);
@@ -122,6 +123,7 @@ _SDK_PARAMETERS: Final = frozenset(
         "response_format",
         "temperature",
         "max_tokens",
+        "max_completion_tokens",
         "seed",
         "stop",
         "stream",
@@ -156,6 +158,7 @@ class OpenAICompatibleModel:
         "_base_url",
         "_client",
         "_constrained",
+        "_length_key",
         "_model",
         "_owned",
         "_prices",
@@ -199,6 +202,7 @@ class OpenAICompatibleModel:
         self._settings = NO_SETTINGS if settings is None else settings
         self._structured: Literal["json_schema", "json_object"] = "json_schema"
         self._required = True
+        self._length_key: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
         self._client = client
         self._wrapped: openai.AsyncOpenAI | None = None  # the SDK around ``client``
         self._owned: openai.AsyncOpenAI | None = None  # the SDK of an ``async with`` block
@@ -300,6 +304,8 @@ class OpenAICompatibleModel:
                 )
             body["response_format"] = response_format(request.output_schema, self._structured)
         body.update(sampling(settings))
+        if self._length_key != "max_tokens" and "max_tokens" in body:
+            body[self._length_key] = body.pop("max_tokens")
         return with_extra(body, settings.extra)
 
     async def complete(self, request: ModelRequest) -> ModelReply:
@@ -495,6 +501,11 @@ class OpenAICompatibleModel:
             self._required = False
             self._warn("tool_choice 'required'", "the one tool named, else 'auto'", status, words)
             return True
+        if "max_tokens" in body and "max_completion_tokens" in words and status < 500:
+            # OpenAI's newer models take the cap only under its newer name.
+            self._length_key = "max_completion_tokens"
+            self._warn("max_tokens", "max_completion_tokens", status, words)
+            return True
         return False
 
     def _warn(self, refused: str, instead: str, status: int, detail: str) -> None:
@@ -536,7 +547,7 @@ class OpenAICompatibleModel:
         if isinstance(document, dict) and "choices" not in document and document.get("error"):
             raise self._error_in_body(document["error"], response.content)
         try:
-            return reply_of(document, self._prices, max_tokens=body.get("max_tokens"))
+            return reply_of(document, self._prices, max_tokens=_cap(body))
         except Malformed as problem:
             raise self._malformed(response.content, str(problem)) from None
 
@@ -593,7 +604,7 @@ class OpenAICompatibleModel:
             )
         document["usage"] = None if usage is None else usage.to_dict()
         try:
-            return reply_of(document, self._prices, max_tokens=body.get("max_tokens"))
+            return reply_of(document, self._prices, max_tokens=_cap(body))
         except Malformed as problem:
             raise ModelResponseError(f"the streamed answer: {problem}", url=self._url) from None
 
@@ -622,6 +633,12 @@ async def _shut(chunks: openai.AsyncStream[ChatCompletionChunk]) -> None:
     """Close a stream's response, even while the reader is being cancelled."""
     with anyio.CancelScope(shield=True):
         await chunks.close()
+
+
+def _cap(body: dict[str, Any]) -> int | None:
+    """The most tokens ``body`` let the reply have, under either of its names."""
+    cap = body.get("max_tokens", body.get("max_completion_tokens"))
+    return cap if isinstance(cap, int) else None
 
 
 def _is_event_stream(response: httpx.Response) -> bool:
