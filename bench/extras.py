@@ -124,9 +124,11 @@ async def _build_run(checkpointer: SQLiteCheckpointer, run_id: str, size: int) -
     """
     agent = _agent()
     calls = size // 3 + 1
-    result = await Runner(agent, model=CappedModel(calls, Cap(None)), gate=AutoDenyGate()).run(
-        None, "go"
+    # Every phase kept: the last ones are saved as the run's last checkpoints.
+    runner = Runner(
+        agent, model=CappedModel(calls, Cap(None)), gate=AutoDenyGate(), keep_states=True
     )
+    result = await runner.run(None, "go")
     states = list(result.states[:size])
     while not isinstance(states[-1], Planning):
         states.pop()
