@@ -364,3 +364,25 @@ async def test_a_run_streams_an_anthropic_models_text_as_events(
     assert isinstance(finished, RunFinished)
     assert finished.result.ok
     assert getattr(finished.result.final, "answer", None) == "Sunny in Oslo."
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        # A delta for a content block that was never started.
+        [
+            *events("text")[:1],
+            'event: content_block_delta\ndata: {"type":"content_block_delta","index":3,'
+            '"delta":{"type":"text_delta","text":"x"}}\n\n',
+        ],
+        # A message_stop with no message_start before it.
+        ['event: message_stop\ndata: {"type":"message_stop"}\n\n'],
+    ],
+)
+async def test_events_that_make_no_message_are_a_model_response_error(
+    server: tuple[str, Script], parts: list[str | float]
+) -> None:
+    url, script = server
+    script.stream(parts)
+    with pytest.raises(ModelResponseError, match="not a Messages API message"):
+        await chunks_of(model(url), asking())

@@ -124,6 +124,7 @@ _OWN_PARAMETERS = frozenset(
 # that say the server cannot do it; 529 is the API's "overloaded").
 _TRANSIENT: Final = frozenset({408, 409, 429})
 _UNSUPPORTED: Final = frozenset({501, 505})
+_NOT_EVENTS = "the stream's events are not a Messages API message"
 # The types of an error event in a stream that may pass, as their statuses would.
 _TRANSIENT_EVENTS: Final = frozenset(
     {"overloaded_error", "rate_limit_error", "api_error", "timeout_error"}
@@ -335,7 +336,7 @@ class AnthropicModel:
                 events = await client.messages.stream(**parameters, timeout=limit).__aenter__()
             stack.push_async_callback(_shut, events)
             inputs: dict[int, str] = {}  # a tool_use block's index: its input's JSON text
-            stopped = False
+            started = stopped = False
             while not stopped:
                 with (
                     self._timed(limit),
@@ -345,6 +346,7 @@ class AnthropicModel:
                     event = await anext(events, None)
                 if event is None:
                     break
+                started = started or event.type == "message_start"
                 stopped = event.type == "message_stop"
                 if event.type == "text" and event.text:
                     yield ModelChunk(text=event.text)
@@ -356,6 +358,8 @@ class AnthropicModel:
                     url=self._url,
                     status=200,
                 )
+            if not started:
+                raise ModelResponseError(_NOT_EVENTS + " (no message_start)", url=self._url)
             yield ModelChunk(reply=self._reply(events.current_message_snapshot, b"", inputs))
 
     def _limit(self, request: ModelRequest) -> float:
@@ -422,6 +426,10 @@ class AnthropicModel:
             cause = error.__cause__ if isinstance(error, anthropic.APIConnectionError) else None
             detail = str(cause or error) or type(cause or error).__name__
             raise ModelUnavailableError(detail, url=self._url) from error
+        except (AttributeError, TypeError, KeyError, IndexError) as problem:
+            # The SDK builds events without validating them; its accumulator then fails.
+            detail = f"{_NOT_EVENTS} ({type(problem).__name__}: {problem})"
+            raise ModelResponseError(detail, url=self._url) from None
 
     def _refused(self, error: anthropic.APIStatusError) -> Exception:
         """The error for an answer with an error status, or an error event in a stream."""
