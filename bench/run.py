@@ -510,7 +510,9 @@ def _long_markdown(long: dict[str, Any]) -> list[str]:
         "### Long runs",
         "",
         "Microseconds per transition over 3,000 transitions after the first 300 (start) and"
-        " over the last 3,000 (end); flat means the end within 1.5x of the start. Peak"
+        " over the last 3,000 (end), each the median of its ten blocks of 300 (a burst of"
+        " other work on the shared machine stalls a few blocks, not the median); flat"
+        " means the end within 1.5x of the start. Peak"
         " memory: tracemalloc's peak over a second run of the same length, and the"
         " process's peak resident size in the timed run.",
         "",
