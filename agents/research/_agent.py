@@ -301,6 +301,29 @@ def _same_contract(approved: ApprovedContract) -> Check:
     return check
 
 
+def _fetched(corpus: Corpus, doc_id: str, meter: BudgetMeter) -> FetchReport:
+    """Document ``doc_id`` of ``corpus`` whole, if ``meter`` has room for one more fetch."""
+    document = corpus.fetch(doc_id)
+    if document is None:
+        return FetchReport(
+            doc_id=doc_id,
+            status="unknown",
+            note=f"there is no document {doc_id}; fetch an id a search returned",
+        )
+    report = FetchReport(
+        doc_id=document.doc_id, status="ok", title=document.title, text=document.text
+    )
+    tokens = estimate_tokens(dumps(report))
+    try:
+        reservation = meter.reserve(tool_calls=1, tokens=tokens, purpose=f"fetch {doc_id}")
+    except BudgetExceededError as error:
+        note = f"not fetched: {budget_words(error, meter, 'fetch')}"
+        return FetchReport(doc_id=doc_id, status="no_budget", note=note)
+    with reservation:
+        reservation.commit(tool_calls=1, tokens=tokens)
+    return report
+
+
 def research_agent(
     approved: ApprovedContract,
     *,
@@ -337,26 +360,7 @@ def research_agent(
     @read_tool
     async def fetch(args: FetchArgs, ctx: RunContext) -> FetchReport:
         """Read one document whole, by the doc_id a search returned."""
-        document = corpus.fetch(args.doc_id)
-        if document is None:
-            return FetchReport(
-                doc_id=args.doc_id,
-                status="unknown",
-                note=f"there is no document {args.doc_id}; fetch an id a search returned",
-            )
-        report = FetchReport(
-            doc_id=document.doc_id, status="ok", title=document.title, text=document.text
-        )
-        meter = RunSoFar.of(ctx).meter(budget, "fetch")
-        tokens = estimate_tokens(dumps(report))
-        try:
-            reservation = meter.reserve(tool_calls=1, tokens=tokens, purpose=f"fetch {args.doc_id}")
-        except BudgetExceededError as error:
-            note = f"not fetched: {budget_words(error, meter, 'fetch')}"
-            return FetchReport(doc_id=args.doc_id, status="no_budget", note=note)
-        with reservation:
-            reservation.commit(tool_calls=1, tokens=tokens)
-        return report
+        return _fetched(corpus, args.doc_id, RunSoFar.of(ctx).meter(budget, "fetch"))
 
     return Agent(
         name="research",
