@@ -748,9 +748,9 @@ def test_the_default_gain_is_exactly_the_trigram_formula(window: list[str], resu
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.text(alphabet="ab A\u00e9\u0130:\t\n\x1f\u2003", max_size=30), max_size=6))
 def test_a_mask_made_word_by_word_is_the_mask_made_trigram_by_trigram(texts: list[str]) -> None:
-    """The convergence check's shortcut (a text's mask as the OR of its words' masks and
-    the trigrams across their spaces) sets exactly the bits of its trigrams, whatever the
-    spacing, case and letters (one vocabulary: the same masks share it)."""
+    """The convergence check's shortcut (a text's mask as the OR of its words' masks, each
+    word with the letter and space before it) sets exactly the bits of its trigrams,
+    whatever the spacing, case and letters (one vocabulary: the same masks share it)."""
     masks = GramMasks()
     for text in texts:
         mask, size = masks.mask(text, keep=False)
