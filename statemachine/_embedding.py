@@ -139,6 +139,9 @@ class EmbeddingSimilarity:
             options = ort.SessionOptions()
             options.intra_op_num_threads = self._threads
             options.inter_op_num_threads = 1
+            # No thread left spinning after an embedding: it would take a core from the run.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
             session = ort.InferenceSession(
                 str(self._model), options, providers=["CPUExecutionProvider"]
             )
