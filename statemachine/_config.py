@@ -7,15 +7,17 @@ Apart from ``_phases``, so that ``import statemachine`` does not build these mod
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ._budget import Budget
+from ._governor import LoopGovernor
 from ._retry import MODEL_RETRY, RetryPolicy
 from ._schema import validate_config
+from ._similarity import similarity_named
 
-__all__ = ["AgentConfig", "ModelRetrySettings", "RetrySettings", "_settings"]
+__all__ = ["AgentConfig", "GovernorSettings", "ModelRetrySettings", "RetrySettings", "_settings"]
 
 
 class RetrySettings(BaseModel, frozen=True, extra="forbid", defer_build=True):
@@ -38,6 +40,17 @@ class ModelRetrySettings(BaseModel, frozen=True, extra="forbid", defer_build=Tru
     jitter: float = Field(default=MODEL_RETRY.jitter, ge=0, le=1)
 
 
+class GovernorSettings(BaseModel, frozen=True, extra="forbid", defer_build=True):
+    """The loop governor's semantic tier as configuration (``LoopGovernor``'s defaults).
+
+    ``similarity``: ``lexical`` or ``embedding`` (the ``embeddings`` extra); unset, the
+    one ``STATEMACHINE_SIMILARITY`` names (lexical by default).
+    """
+
+    similarity: Literal["lexical", "embedding"] | None = None
+    semantic_threshold: float = Field(default=0.92, ge=0, le=1)
+
+
 class AgentConfig(BaseModel, frozen=True, extra="forbid", defer_build=True):
     """An agent's settings as they come from a file or the environment.
 
@@ -53,6 +66,7 @@ class AgentConfig(BaseModel, frozen=True, extra="forbid", defer_build=True):
     max_tool_iterations: int | None = Field(default=None, ge=0)
     max_invalid_calls: int = Field(default=3, ge=1)
     answer_attempts: int = Field(default=3, ge=1)
+    governor: GovernorSettings | None = None
 
 
 def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,4 +82,14 @@ def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
         "max_tool_iterations": settings.max_tool_iterations,
         "max_invalid_calls": settings.max_invalid_calls,
         "answer_attempts": settings.answer_attempts,
-    }
+    } | _governor(settings.governor)
+
+
+def _governor(settings: GovernorSettings | None) -> dict[str, Any]:
+    """The governor ``settings`` make (none: the agent's default governor)."""
+    if settings is None:
+        return {}
+    named = settings.similarity
+    similarity = None if named is None else similarity_named(named)
+    governor = LoopGovernor(similarity=similarity, semantic_threshold=settings.semantic_threshold)
+    return {"governor": governor}

@@ -82,6 +82,7 @@ from ._calling import _execute, _holds_no_unapproved_write, _retry
 from ._context import _tools_fit
 from ._deciding import _approved, _denied, _finished
 from ._errors import (
+    ConfigError,
     PhaseForgedError,
     PhaseReusedError,
     SetupError,
@@ -879,7 +880,11 @@ class Agent(Generic[C, D]):
         code: dict[str, Any] = {"phases": phases, "governor": governor}
         given = {key: value for key, value in code.items() if value is not None}
         given["answer_guard"] = answer_guard
-        return Agent[C](name=name, tools=tools, **_settings(config), **given)
+        settings = _settings(config)
+        if "governor" in settings and governor is not None:
+            problem = "$.governor: also given as code (governor=...); give it in one place"
+            raise ConfigError((problem,), path="$.governor")
+        return Agent[C](name=name, tools=tools, **settings, **given)
 
     def start(self, ctx: C, text: str) -> Idle[C]:
         """A new run of this agent, in ``Idle``, holding the customer's words."""

@@ -34,6 +34,7 @@ __all__ = [
     "Similarity",
     "call_anchors",
     "configured_similarity",
+    "similarity_named",
     "lexical_similarity",
     "trigram_similarity",
 ]
@@ -162,20 +163,25 @@ def configured_similarity() -> Similarity:
     ``EmbeddingSimilarity`` shared by the process (the ``embeddings`` extra).
     """
     name = os.environ.get(SIMILARITY_VAR, "lexical") or "lexical"
-    if name == "lexical":
-        return lexical_similarity
-    if name != "embedding":
+    if name not in ("lexical", "embedding"):
         problem = (
             f"{SIMILARITY_VAR} must be 'lexical' or 'embedding', got {name!r}; unset it for "
             "the default (lexical)"
         )
         raise ConfigError((problem,), path=SIMILARITY_VAR)
+    return similarity_named(name)
+
+
+def similarity_named(name: str) -> Similarity:
+    """The similarity configuration names: ``lexical``, or ``embedding`` (one per process)."""
+    if name == "lexical":
+        return lexical_similarity
     found = _SHARED.get(name)
     if found is None:
         with _SHARED_LOCK:
             found = _SHARED.get(name)
             if found is None:
-                from ._embedding import EmbeddingSimilarity
+                from ._embedding import EmbeddingSimilarity  # the extra: on first use
 
                 found = _SHARED[name] = EmbeddingSimilarity()
     return found

