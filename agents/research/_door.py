@@ -153,7 +153,7 @@ class StructuredDoor:
                             '["d01", ...]}, citing only documents returned to you.'
                         ),
                     ),
-                ),
+                )
             )
         raise AssertionError("unreachable: attempts is at least 1")  # pragma: no cover
 

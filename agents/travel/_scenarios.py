@@ -78,6 +78,7 @@ async def _run(
 ) -> Outcome:
     agent = travel_agent(provider, budget=budget)
     approval_gate: ApprovalGate = gate
+    # Every phase kept: a scenario's outcome shows (and its tests read) the whole run.
     runner = Runner(
         agent,
         model=model,
