@@ -103,8 +103,8 @@ from ._model import (
     ModelSettings,
     StreamingModel,
     ToolRequest,
-    Usage,
     Transcript,
+    Usage,
 )
 from ._money import Money, money_difference, money_sum, to_money
 from ._observe import ProgressLine, configure_logging
@@ -288,10 +288,10 @@ __all__ = (
     "ToolError",
     "ToolRegistry",
     "ToolRequest",
+    "Transcript",
     "TransitionEvent",
     "Truncated",
     "UnapprovedWriteError",
-    "Transcript",
     "UnknownRunError",
     "UnknownToolError",
     "Usage",

@@ -331,11 +331,8 @@ class Planning(Active[C]):
             transcript = Transcript(transcript)
         system = self.instructions()
         if not system:
-            return self.transcript
-        head = (_system(system),)
-        transcript = self.transcript
-        # Concatenated when it is a tuple: one copy of a long conversation, not two.
-        return head + transcript if type(transcript) is tuple else (*head, *transcript)
+            return transcript
+        return transcript.prefixed(_system(system))
 
     def _action(self, call: ReadCall | WriteCall, raw_arguments: str | None) -> ActionRecord:
         raw = _json.dumps(call.args) if raw_arguments is None else raw_arguments
