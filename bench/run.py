@@ -641,6 +641,20 @@ def _extras_markdown(extras: dict[str, Any]) -> list[str]:
     ]
     for name, row in governor.items():
         lines.append(f"| {name} | " + " | ".join(f"{row[size]:,.1f}" for size in sizes) + " |")
+    embedding = extras.get("governor_embedding_us", {})
+    if embedding:
+        sizes = sorted({size for row in embedding.values() for size in row}, key=int)
+        lines += [
+            "",
+            "The semantic tier with `EmbeddingSimilarity` (the embeddings extra; us, median;"
+            " not counted among the checks above):",
+            "",
+            "| check | " + " | ".join(f"{int(size):,} prior actions" for size in sizes) + " |",
+            "|---|" + "---:|" * len(sizes),
+        ]
+        for name, row in embedding.items():
+            cells = " | ".join(f"{row[size]:,.1f}" for size in sizes)
+            lines.append(f"| {name} | {cells} |")
     reserve = extras.get("reserve_commit", {})
     if reserve:
         lines += [
