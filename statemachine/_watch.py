@@ -36,7 +36,7 @@ import attrs
 
 from ._approval import ApprovedCall
 from ._errors import IllegalTransitionError, PhaseForgedError, SetupError
-from ._model import Message, ToolRequest
+from ._model import Message, ToolRequest, Transcript
 from ._model_retry import _restored
 from ._phases import (
     Active,
@@ -322,14 +322,10 @@ def _asked_problem(after: Phase[Any]) -> str | None:
     model's order, once. ``Failed`` is exempt: the model is not asked again."""
     if isinstance(after, Failed):
         return None
-    transcript = after.transcript
-    start = len(transcript)
-    while start and transcript[start - 1].role == "tool":
-        start -= 1
-    asking = transcript[start - 1] if start else None
-    if asking is None or asking.role != "assistant" or not asking.tool_calls:
+    asking, answered = _last_reply(after.transcript)
+    if asking is None:
         return None
-    accounted = [message.tool_call_id for message in transcript[start:]]
+    accounted = [message.tool_call_id for message in answered]
     if isinstance(after, ToolCalling | AwaitApproval | Observing | Retrying):
         accounted.append(after.call_id)
     accounted.extend(request.id for request in getattr(after, "pending", ()))
@@ -337,6 +333,39 @@ def _asked_problem(after: Phase[Any]) -> str | None:
     if accounted != asked:
         return f"the model asked for calls {asked}, and {accounted} are answered, held or pending"
     return None
+
+
+# How many messages at the end of a transcript _last_reply reads in one slice.
+_TAIL = 8
+
+
+def _last_reply(transcript: Sequence[Message]) -> tuple[Message | None, Sequence[Message]]:
+    """The model's last message, when it asked for tool calls, and the tool messages
+    after it (``(None, ())`` when the transcript does not end with such a reply and its
+    answers): what ``_last_reply_plain`` finds, read from one slice of the transcript's
+    tail (each index of a ``Transcript`` is a call of its own) when the reply is in it."""
+    if type(transcript) is Transcript:
+        tail = transcript[-_TAIL:]
+        start = len(tail)
+        while start and tail[start - 1].role == "tool":
+            start -= 1
+        if start:
+            asking = tail[start - 1]
+            if asking.role != "assistant" or not asking.tool_calls:
+                return None, ()
+            return asking, tail[start:]
+    return _last_reply_plain(transcript)
+
+
+def _last_reply_plain(transcript: Sequence[Message]) -> tuple[Message | None, Sequence[Message]]:
+    """``_last_reply``, one index at a time from the end."""
+    start = len(transcript)
+    while start and transcript[start - 1].role == "tool":
+        start -= 1
+    asking = transcript[start - 1] if start else None
+    if asking is None or asking.role != "assistant" or not asking.tool_calls:
+        return None, ()
+    return asking, transcript[start:]
 
 
 def _answers(transcript: Sequence[Message], calls: tuple[ToolRequest, ...]) -> bool:

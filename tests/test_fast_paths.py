@@ -52,6 +52,7 @@ from statemachine import (
     _json,
     _seal,
     _tools,
+    _watch,
     read_tool,
     write_tool,
 )
@@ -787,3 +788,42 @@ def test_a_request_made_on_the_hot_path_is_the_one_model_copy_makes() -> None:
     assert again.id == "call-8"
     assert shared == {"name", "arguments", "id"}
     assert _messages._request("a", "{}", "c").model_fields_set is shared
+
+
+def _message(kind: str, number: int) -> Message:
+    """A message of one of the kinds a transcript's tail can hold."""
+    request = ToolRequest(id=f"c{number}", name="lookup", arguments="{}")
+    if kind == "asking":
+        return Message(role="assistant", content="", tool_calls=(request,))
+    if kind == "tool":
+        return Message(role="tool", content="x", tool_call_id=f"c{number}")
+    return Message(role=kind, content="words")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+
+
+_KINDS = st.sampled_from(["asking", "tool", "assistant", "user", "system"])
+
+
+@settings(max_examples=300)
+@given(kinds=st.lists(_KINDS, max_size=30), head=st.lists(_KINDS, max_size=3))
+def test_the_last_reply_is_read_from_the_tail_as_one_index_at_a_time(
+    kinds: list[str], head: list[str]
+) -> None:
+    """The runner's check reads the model's last reply and its answers from one slice of
+    the transcript's tail: what reading it one index at a time from the end finds,
+    however many answers follow it (more than the slice holds too), with a prefix."""
+    transcript = Transcript([_message(kind, number) for number, kind in enumerate(kinds)])
+    if head:
+        transcript = transcript.prefixed(*(_message(kind, 100 + n) for n, kind in enumerate(head)))
+    for given_as in (transcript, tuple(transcript)):
+        fast, plain = _watch._last_reply(given_as), _watch._last_reply_plain(given_as)
+        assert fast[0] is plain[0]
+        assert tuple(fast[1]) == tuple(plain[1])
+        assert all(a is b for a, b in zip(fast[1], plain[1], strict=True))
+
+
+def test_the_last_reply_past_the_slice_is_found_one_index_at_a_time() -> None:
+    answers = [_message("tool", number) for number in range(_watch._TAIL + 3)]
+    transcript = Transcript([_message("asking", 0), *answers])
+    asking, answered = _watch._last_reply(transcript)
+    assert asking is transcript[0]
+    assert tuple(answered) == tuple(answers)
