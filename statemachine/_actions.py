@@ -5,28 +5,216 @@ recording or settling a call costs the same at any length of the run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, islice
-from typing import Any, Final, Literal, final, overload
+from typing import Any, ClassVar, Final, Literal, cast, final, overload
 
-from pydantic import BaseModel, GetCoreSchemaHandler
-from pydantic_core import core_schema
+import attrs
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import SchemaSerializer, core_schema
 
-__all__ = ["CHUNK", "EMPTY_LOG", "ActionLog", "ActionRecord"]
+__all__ = ["CHUNK", "EMPTY_LOG", "ActionLog", "ActionRecord", "_record"]
 
 
-class ActionRecord(BaseModel, frozen=True, extra="forbid", defer_build=True):
-    """One tool call the model asked for, and what became of it."""
+_EFFECTS: Final = ("read", "write")
+_OUTCOMES: Final = ("pending", "ok", "failed", "refused", "suppressed")
+_RECORD_FIELDS: Final = (
+    "call_id",
+    "tool",
+    "effect",
+    "exact",
+    "key",
+    "text",
+    "outcome",
+    "result",
+    "gain",
+)
 
-    call_id: str
-    tool: str
-    effect: Literal["read", "write"]
-    exact: str
-    key: str
-    text: str
-    outcome: Literal["pending", "ok", "failed", "refused", "suppressed"] = "pending"
-    result: str = ""
-    gain: float | None = None
+
+def _text(value: object, field: str) -> str:
+    """``value`` as plain text (a subclass of ``str`` made a ``str``, as pydantic did)."""
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    raise TypeError(f"an action record's {field} is text (str), got {type(value).__name__}")
+
+
+def _call_id_text(value: object) -> str:
+    return _text(value, "call_id")
+
+
+def _tool_text(value: object) -> str:
+    return _text(value, "tool")
+
+
+def _exact_text(value: object) -> str:
+    return _text(value, "exact")
+
+
+def _key_text(value: object) -> str:
+    return _text(value, "key")
+
+
+def _text_text(value: object) -> str:
+    return _text(value, "text")
+
+
+def _result_text(value: object) -> str:
+    return _text(value, "result")
+
+
+def _one_of(choices: tuple[str, ...], field: str) -> Any:
+    def check(_: object, attribute: attrs.Attribute[str], value: str) -> None:
+        if value not in choices:
+            raise ValueError(
+                f"an action record's {field} is one of {', '.join(choices)}, got {value!r}"
+            )
+
+    return check
+
+
+def _gain(value: object) -> float | None:
+    """A gain as a float (an int is taken as one), or ``None``."""
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise TypeError(f"an action record's gain is a number or None, got {value!r}")
+    gain = float(value)
+    if not math.isfinite(gain):
+        raise ValueError(f"an action record's gain is a finite number or None, got {value!r}")
+    return gain
+
+
+@final
+@attrs.frozen(kw_only=True, weakref_slot=False)
+class ActionRecord:
+    """One tool call the model asked for, and what became of it.
+
+    A slotted frozen class, not a pydantic model: a run holds one for every tool call.
+    ``ActionRecord(...)`` checks what it is given (text is ``str``, ``effect`` and
+    ``outcome`` one of their words, ``gain`` a number or ``None``); ``model_dump``,
+    ``model_dump_json`` and ``model_validate`` read and write the JSON a pydantic model
+    of these fields wrote, so checkpoints written before load as they are.
+    """
+
+    call_id: str = attrs.field(converter=_call_id_text)
+    tool: str = attrs.field(converter=_tool_text)
+    effect: Literal["read", "write"] = attrs.field(validator=_one_of(_EFFECTS, "effect"))
+    exact: str = attrs.field(converter=_exact_text)
+    key: str = attrs.field(converter=_key_text)
+    text: str = attrs.field(converter=_text_text)
+    outcome: Literal["pending", "ok", "failed", "refused", "suppressed"] = attrs.field(
+        default="pending", validator=_one_of(_OUTCOMES, "outcome")
+    )
+    result: str = attrs.field(default="", converter=_result_text)
+    gain: float | None = attrs.field(default=None, converter=_gain)
+
+    __pydantic_serializer__: ClassVar[SchemaSerializer]
+
+    def model_dump(self, *, mode: Literal["python", "json"] = "python") -> dict[str, Any]:
+        """The record as a dict of its fields, in their order (the same in either mode)."""
+        del mode  # every field is text, a word or a float: the same in JSON
+        return {
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "effect": self.effect,
+            "exact": self.exact,
+            "key": self.key,
+            "text": self.text,
+            "outcome": self.outcome,
+            "result": self.result,
+            "gain": self.gain,
+        }
+
+    def model_dump_json(self) -> str:
+        """The record as compact JSON, in its fields' order."""
+        return _RECORD_JSON.encode(self.model_dump())
+
+    @classmethod
+    def model_validate(cls, value: Any) -> ActionRecord:
+        """A record from a dict of its fields (or the record itself); ``ValueError`` or
+        ``TypeError`` for anything else, naming what is wrong."""
+        if isinstance(value, ActionRecord):
+            return value
+        if not isinstance(value, Mapping):
+            raise TypeError(f"an action record is read from an object of its fields, got {value!r}")
+        fields = cast("Mapping[str, Any]", value)
+        unknown = set(fields) - _RECORD_NAMES
+        if unknown:
+            raise ValueError(
+                f"an action record has no field {', '.join(sorted(unknown))}; its fields are "
+                f"{', '.join(_RECORD_FIELDS)}"
+            )
+        return cls(**fields)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None) -> ActionRecord:
+        """This record with the fields in ``update`` changed (checked as a new one is)."""
+        return attrs.evolve(self, **(update or {}))
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        # Validated from a record or an object of its fields; written as that object.
+        return core_schema.no_info_plain_validator_function(
+            cls.model_validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(cls.model_dump),
+        )
+
+
+_RECORD_NAMES: Final = frozenset(_RECORD_FIELDS)
+_RECORD_JSON: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# So that pydantic_core's to_jsonable_python (the checkpoint codec's way with a value it
+# does not know) writes a record as the object of its fields.
+ActionRecord.__pydantic_serializer__ = SchemaSerializer(
+    core_schema.any_schema(
+        serialization=core_schema.plain_serializer_function_ser_schema(ActionRecord.model_dump)
+    )
+)
+
+# The record's slots, set through their descriptors as its attrs __init__ sets them, for
+# records made from values known valid (the governor's hot path).
+_SETTERS: Final = tuple(ActionRecord.__dict__[name].__set__ for name in _RECORD_FIELDS)
+_new = object.__new__
+
+
+def _record(
+    call_id: str,
+    tool: str,
+    effect: str,
+    exact: str,
+    key: str,
+    text: str,
+    outcome: str = "pending",
+    result: str = "",
+    gain: float | None = None,
+) -> ActionRecord:
+    """``ActionRecord(...)`` for values known valid (text made by the library), unchecked."""
+    made: ActionRecord = _new(ActionRecord)
+    (
+        set_call_id,
+        set_tool,
+        set_effect,
+        set_exact,
+        set_key,
+        set_text,
+        set_outcome,
+        set_result,
+        set_gain,
+    ) = _SETTERS
+    set_call_id(made, call_id)
+    set_tool(made, tool)
+    set_effect(made, effect)
+    set_exact(made, exact)
+    set_key(made, key)
+    set_text(made, text)
+    set_outcome(made, outcome)
+    set_result(made, result)
+    set_gain(made, gain)
+    return made
 
 
 # How many records a full chunk holds: an append or a replace copies at most one chunk

