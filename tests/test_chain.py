@@ -194,9 +194,19 @@ async def test_a_changed_chain_is_refused_and_other_runs_still_load(
         with backend.sql() as sql:
             assert last_snapshot(sql, "victim") > 0, "the runs must hold more than one snapshot"
             named = damage(sql, how)
+            snapshot = last_snapshot(sql, "victim")
     async with backend.open(sealer) as store:
-        with pytest.raises(CheckpointTamperedError) as caught:
-            await store.load("victim")
+        if named < snapshot and how == "delete-middle":
+            # Before the last snapshot, whose link binds it: a load (which checks the
+            # chain from that snapshot on) does not read it; the full check does.
+            assert await store.load("victim") == (STEPS - 1, document(STEPS - 1))
+            with pytest.raises(CheckpointTamperedError) as caught:
+                await store.verify("victim")
+        else:
+            with pytest.raises(CheckpointTamperedError) as caught:
+                await store.load("victim")
+            with pytest.raises(CheckpointTamperedError):
+                await store.verify("victim")
         error = caught.value
         assert error.run_id == "victim"
         assert error.seq == named, str(error)
@@ -207,6 +217,57 @@ async def test_a_changed_chain_is_refused_and_other_runs_still_load(
             assert await store.load(other) == (STEPS - 1, document(STEPS - 1, other))
         await store.set_status("victim", "aborted")  # the way out the message gives
         assert (await store.record("victim")).status == "aborted"
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["unsealed", "sealed"])
+@pytest.mark.parametrize("where", ["before", "snapshot", "after"])
+async def test_a_load_checks_the_last_snapshot_and_after_and_verify_checks_every_row(
+    backend: Backend, where: str, sealed: bool
+) -> None:
+    """The rule of a load: the last snapshot (its link binds the rows before it), every
+    row after it and the head; ``verify`` checks every row from seq 0."""
+    sealer = CheckpointCipher({"k1": generate_key()}, "k1") if sealed else None
+    async with backend.open(sealer) as store:
+        for run_id in ("victim", "donor"):
+            await save_run(store, run_id)
+        assert await store.verify("victim") == STEPS - 1
+        with backend.sql() as sql:
+            snapshot = last_snapshot(sql, "victim")
+            assert 0 < snapshot < STEPS - 1
+            seq = {"before": snapshot - 1, "snapshot": snapshot, "after": snapshot + 1}[where]
+            flipped = bytearray(blob(sql, "victim", seq))
+            flipped[-3] ^= 0x01  # the body changed, its checksum kept
+            put_blob(sql, "victim", seq, bytes(flipped))
+    async with backend.open(sealer) as store:
+        if where == "before":
+            assert await store.load("victim") == (STEPS - 1, document(STEPS - 1))
+        else:
+            with pytest.raises(CheckpointTamperedError) as caught:
+                await store.load("victim")
+            assert caught.value.seq == seq
+        with pytest.raises(CheckpointTamperedError) as caught:
+            await store.verify("victim")
+        assert caught.value.seq == seq
+        assert await store.load("donor") == (STEPS - 1, document(STEPS - 1, "donor"))
+
+
+async def test_a_snapshot_whose_stored_link_was_changed_is_refused(backend: Backend) -> None:
+    """A snapshot's blob with another ``previous`` (its checksum recomputed) is refused."""
+    import hashlib
+    import json
+
+    async with backend.open(None) as store:
+        await save_run(store, "victim")
+        with backend.sql() as sql:
+            seq = last_snapshot(sql, "victim")
+            payload = json.loads(blob(sql, "victim", seq)[32:])
+            assert len(bytes.fromhex(payload["previous"])) == 32
+            payload["previous"] = bytes(32).hex()
+            body = json.dumps(payload).encode()
+            put_blob(sql, "victim", seq, hashlib.sha256(body).digest() + body)
+    async with backend.open(None) as store:
+        with pytest.raises(CheckpointTamperedError):
+            await store.load("victim")
 
 
 async def test_an_unsealed_chain_is_a_digest_chain_that_a_forger_can_recompute(

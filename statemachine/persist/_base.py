@@ -215,6 +215,15 @@ class _Store:
         """
         return await self._call(run_id, self._load, run_id)
 
+    async def verify(self, run_id: str) -> int:
+        """Check the run's whole chain, every checkpoint from seq 0, against its head.
+
+        ``load`` checks the chain from the run's last snapshot on (that snapshot's link
+        binds every checkpoint before it); this checks every row, as an audit does.
+        Returns the seq of the run's last checkpoint; raises as ``load`` does.
+        """
+        return await self._call(run_id, self._verify, run_id)
+
     async def history(self, run_id: str) -> list[CheckpointEntry]:
         """Every stored checkpoint of the run, oldest first, without decoding any."""
         return await self._call(run_id, self._history, run_id)
@@ -550,9 +559,19 @@ class _Store:
             return self._rebuild(run_id, self._known(run_id))
 
     def _rebuild(self, run_id: str, record: RunRecord) -> tuple[int, Document]:
+        head = self._get_head(run_id)
+        document = self._chain.from_snapshot(run_id, self._chain_rows(run_id), record, head)
+        if document is not None:
+            return record.seq, document
         rows = self._all_rows(run_id)
-        start = self._chain.verify(run_id, rows, record, self._get_head(run_id))
+        start = self._chain.verify(run_id, rows, record, head)
         return self._chain.replay(run_id, rows[start:], record)
+
+    def _verify(self, run_id: str) -> int:
+        with self._transaction(write=False):
+            record = self._known(run_id)
+            self._chain.verify(run_id, self._all_rows(run_id), record, self._get_head(run_id))
+            return record.seq
 
     def _history(self, run_id: str) -> list[CheckpointEntry]:
         with self._transaction(write=False):

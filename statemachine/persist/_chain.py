@@ -25,9 +25,14 @@ The checkpoints of a run form a chain, and the run's row records its head. Check
 checksum)`` (the link before seq 0 is 32 zero bytes), and the head stored with the
 run's row is the last link - followed, when the store has a sealer, by a tag: the
 sealer's seal of nothing with the associated data ``b"head:<run_id>:<seq>:<link, hex>"``,
-which is a MAC under the store's key. A load checks the whole chain from seq 0 against
-the head (every row present and in order, every blob's checksum, every link), then the
-tag, before it replays a thing; any failure is :class:`CheckpointTamperedError` naming
+which is a MAC under the store's key. A snapshot stores the link before it
+(``previous``), so its own link binds every checkpoint before it: a load checks the
+chain from the run's last snapshot against the head (every row from it present and in
+order, every blob's checksum, every link), then the tag, before it replays a thing
+(:meth:`_Chain.from_snapshot`); ``verify``, an audit, checks the whole chain from seq 0
+the same way, and a load falls back to it for a snapshot written before snapshots
+stored their link, or when the check from the snapshot fails (so that the error names
+the first checkpoint found wrong). Any failure is :class:`CheckpointTamperedError` naming
 the run and the checkpoint, and other runs are untouched. So a truncated tail, a
 deleted row (a delta or a snapshot), a blob moved or copied from another run or
 another position, two rows swapped, an old blob put back, or a head rolled back to an
@@ -189,8 +194,10 @@ class _Chain:
         :meth:`previous_head`.
         """
         payload, seen, since = prepared
-        blob, texts = self.blob(run_id, seq, payload, change)
         snapshot = payload["kind"] == "full"
+        if snapshot:  # the link before it, which a load from this snapshot starts from
+            payload["previous"] = self.before(run_id, seq, previous).hex()
+        blob, texts = self.blob(run_id, seq, payload, change)
         head = self.head(run_id, seq, snapshot, blob[:_DIGEST], previous)
         return (
             snapshot,
@@ -211,20 +218,58 @@ class _Chain:
     ) -> bytes:
         """The run's head once checkpoint ``seq`` (its checksum ``digest``) follows the head
         ``previous``; ``CheckpointTamperedError`` when a later checkpoint has none to follow."""
+        link = _link(run_id, seq, snapshot, self.before(run_id, seq, previous), digest)
+        if self.sealer is None:
+            return link
+        return link + self.sealer.seal(b"", aad=_head_aad(run_id, seq, link))
+
+    def before(self, run_id: str, seq: int, previous: bytes | None) -> bytes:
+        """The link checkpoint ``seq`` follows: none for seq 0, else the head ``previous``."""
         if seq == 0:
-            before = _NO_HEAD
-        elif previous is None or len(previous) < _DIGEST:
+            return _NO_HEAD
+        if previous is None or len(previous) < _DIGEST:
             raise self.tampered(
                 run_id,
                 "has no recorded head to add checkpoint {seq} to (the run's row was changed)",
                 seq=seq,
             )
-        else:
-            before = previous
-        link = _link(run_id, seq, snapshot, before, digest)
-        if self.sealer is None:
-            return link
-        return link + self.sealer.seal(b"", aad=_head_aad(run_id, seq, link))
+        return previous[:_DIGEST]
+
+    def from_snapshot(
+        self, run_id: str, rows: list[_Row], record: RunRecord, head: bytes | None
+    ) -> Document | None:
+        """The run's document, checked from its last snapshot (``rows``: it, then every
+        checkpoint after it); ``None`` when this check cannot decide (call ``verify``).
+
+        The snapshot holds the whole state, and its link (stored in it as ``previous``,
+        the link before it) binds every checkpoint before it: so its checksum and link,
+        every row after it and the head are checked here, and the rows before it only by
+        the full check (:meth:`verify`). Any doubt - a row missing, a checksum, a snapshot
+        written before snapshots held their link, a chain that does not end at the head -
+        is left to the full check, which names the checkpoint.
+        """
+        if head is None or not rows or not rows[0].snapshot or rows[-1].seq != record.seq:
+            return None
+        self.check_head(run_id, record.seq, head[:_DIGEST], head)  # its tag, first
+        first = rows[0].seq
+        for expected, row in enumerate(rows, first):
+            sealed = row.blob[_DIGEST:]
+            if row.seq != expected or not sealed:
+                return None
+            if hashlib.sha256(sealed).digest() != row.blob[:_DIGEST]:
+                return None
+        try:
+            payload = self.decode(run_id, rows[0])
+            link = bytes.fromhex(payload["previous"])
+        except (CheckpointCorruptError, KeyError, TypeError, ValueError):
+            return None
+        if len(link) != _DIGEST or (first == 0 and link != _NO_HEAD):
+            return None
+        for row in rows:
+            link = _link(run_id, row.seq, row.snapshot, link, row.blob[:_DIGEST])
+        if head[:_DIGEST] != link:
+            return None
+        return self.replay(run_id, rows, record, payload)[1]
 
     def verify(self, run_id: str, rows: list[_Row], record: RunRecord, head: bytes | None) -> int:
         """Check a run's whole chain (``rows``, every checkpoint from seq 0) against its
@@ -450,8 +495,15 @@ class _Chain:
         while len(self.recent) > _RECENT_RUNS:
             self.recent.popitem(last=False)
 
-    def replay(self, run_id: str, rows: list[_Row], record: RunRecord) -> tuple[int, Document]:
-        """The document that ``rows`` (a snapshot, then the deltas after it) build up."""
+    def replay(
+        self,
+        run_id: str,
+        rows: list[_Row],
+        record: RunRecord,
+        first: dict[str, Any] | None = None,
+    ) -> tuple[int, Document]:
+        """The document that ``rows`` (a snapshot, then the deltas after it) build up;
+        ``first`` is the first row's payload when it was decoded already."""
         if not rows or not rows[0].snapshot:
             raise self.corrupt(run_id, "has no full snapshot to start from", seq=None)
         document: Document = {}
@@ -459,7 +511,10 @@ class _Chain:
         for row in rows:
             if row.seq != expected:
                 raise self.corrupt(run_id, "is missing", seq=expected)
-            payload = self.decode(run_id, row)
+            if first is not None:
+                payload, first = first, None
+            else:
+                payload = self.decode(run_id, row)
             try:
                 if row.snapshot:
                     document = payload["document"]

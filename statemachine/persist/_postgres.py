@@ -355,14 +355,17 @@ class PostgresCheckpointer:
         return changed
 
     @staticmethod
-    async def _fetch_chain(connection: _Connection, record: RunRecord) -> list[_Row]:
-        """The last full snapshot up to the record's seq, and every checkpoint after it."""
+    async def _fetch_chain(
+        connection: _Connection, record: RunRecord, *, after: bool = False
+    ) -> list[_Row]:
+        """The last full snapshot up to the record's seq, and every checkpoint after it
+        up to the record's seq (any seq with ``after``: a load sees a row stored later)."""
         cursor = await connection.execute(
             "SELECT seq, kind, phase, blob, at FROM statemachine_checkpoints "
-            "WHERE run_id = %(run)s AND seq <= %(last)s AND seq >= coalesce(("
+            "WHERE run_id = %(run)s AND (%(after)s OR seq <= %(last)s) AND seq >= coalesce(("
             "SELECT max(seq) FROM statemachine_checkpoints "
             "WHERE run_id = %(run)s AND kind = 'full' AND seq <= %(last)s), 0) ORDER BY seq",
-            {"run": record.run_id, "last": record.seq},
+            {"run": record.run_id, "last": record.seq, "after": after},
         )
         return [
             _Row(seq, kind == "full", phase, bytes(blob), at.astimezone(UTC))
@@ -489,9 +492,22 @@ class PostgresCheckpointer:
         async with self._session(read_only=True) as connection:
             record = await self._fetch_known(connection, run_id)
             head = await self._fetch_head(connection, run_id)
+            tail = await self._fetch_chain(connection, record, after=True)
+            document = self._chain.from_snapshot(run_id, tail, record, head)
+            if document is not None:
+                return record.seq, document
             rows = await self._fetch_all(connection, run_id)
         start = self._chain.verify(run_id, rows, record, head)
         return self._chain.replay(run_id, rows[start:], record)
+
+    async def verify(self, run_id: str) -> int:
+        """Check every checkpoint of the run from seq 0 against its head (see ``_Store``)."""
+        async with self._session(read_only=True) as connection:
+            record = await self._fetch_known(connection, run_id)
+            head = await self._fetch_head(connection, run_id)
+            rows = await self._fetch_all(connection, run_id)
+        self._chain.verify(run_id, rows, record, head)
+        return record.seq
 
     async def history(self, run_id: str) -> list[CheckpointEntry]:
         """Every stored checkpoint of the run, oldest first, without decoding any."""
