@@ -15,10 +15,12 @@ import enum
 import subprocess
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import attrs
 import pytest
 import structlog
@@ -50,6 +52,7 @@ from statemachine import (
     Transcript,
     UnapprovedWriteError,
     _json,
+    _runtime,
     _seal,
     _tools,
     _watch,
@@ -827,3 +830,99 @@ def test_the_last_reply_past_the_slice_is_found_one_index_at_a_time() -> None:
     asking, answered = _watch._last_reply(transcript)
     assert asking is transcript[0]
     assert tuple(answered) == tuple(answers)
+
+
+async def _within_plain(call: Any, seconds: float | None) -> Any:
+    """``_within`` as it was: the whole call within the deadline's cancel scope."""
+    if seconds is None:
+        return await call
+    with anyio.CancelScope(deadline=anyio.current_time() + seconds):
+        return await call
+    raise TimeoutError
+
+
+async def _returns() -> str:
+    return "done"
+
+
+async def _raises() -> str:
+    raise ValueError("the tool failed")
+
+
+async def _waits(times: int, each: float) -> str:
+    for _ in range(times):
+        await anyio.sleep(each)
+    return f"waited {times}"
+
+
+async def _waits_then_raises() -> str:
+    await anyio.lowlevel.checkpoint()
+    raise KeyError("after a wait")
+
+
+async def _swallows_a_cancellation() -> str:
+    try:
+        await anyio.sleep(10)
+    except anyio.get_cancelled_exc_class():
+        await anyio.lowlevel.checkpoint()  # a cleanup that waits, then the cancellation goes on
+        raise
+    return "never"
+
+
+_WITHIN_CASES: list[tuple[str, Callable[[], Any], float | None]] = [
+    ("returns", _returns, 5.0),
+    ("returns, no deadline", _returns, None),
+    ("returns, deadline passed", _returns, 0.0),
+    ("returns, deadline negative", _returns, -1.0),
+    ("raises", _raises, 5.0),
+    ("waits within", lambda: _waits(5, 0), 5.0),
+    ("waits a while within", lambda: _waits(3, 0.001), 5.0),
+    ("waits past", lambda: _waits(3, 0.05), 0.02),
+    ("waits, deadline passed", lambda: _waits(1, 0), 0.0),
+    ("waits, then raises", _waits_then_raises, 5.0),
+    ("cleans up past the deadline", _swallows_a_cancellation, 0.02),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "make", "seconds"), _WITHIN_CASES, ids=[c[0] for c in _WITHIN_CASES]
+)
+async def test_a_call_under_a_deadline_ends_as_it_did_within_a_cancel_scope(
+    case: str, make: Callable[[], Any], seconds: float | None
+) -> None:
+    """``_within`` takes a call's first step outside the cancel scope: every call ends
+    (its value, its error, the deadline's TimeoutError) as it did wholly within one."""
+
+    async def ended(within: Any) -> tuple[str, str]:
+        try:
+            return "value", await within(make(), seconds)
+        except Exception as error:
+            return type(error).__name__, str(error)
+
+    assert await ended(_runtime._within) == await ended(_within_plain), case
+
+
+async def test_a_call_under_a_deadline_is_cancelled_from_outside_as_before() -> None:
+    """A scope around the run (``Runner.stop``) cancels a call that waits, inside
+    ``_within`` as it did, and the call's own cleanup runs."""
+    cleaned: list[str] = []
+
+    async def slow() -> str:
+        try:
+            await anyio.sleep(10)
+        finally:
+            cleaned.append("cleaned")
+        return "never"
+
+    for within in (_runtime._within, _within_plain):
+        with anyio.CancelScope() as outer:
+            async with anyio.create_task_group() as group:
+
+                async def cancel_soon() -> None:
+                    await anyio.sleep(0.01)
+                    outer.cancel()
+
+                group.start_soon(cancel_soon)
+                await within(slow(), 5.0)
+        assert outer.cancelled_caught
+    assert cleaned == ["cleaned", "cleaned"]
