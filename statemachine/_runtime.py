@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import random
 import time
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable
 from datetime import date
-from types import CoroutineType
-from typing import TYPE_CHECKING, Any, TypeVar, final
+from typing import TYPE_CHECKING, TypeVar, final
 
 import anyio
 import attrs
@@ -139,46 +137,7 @@ async def _within(call: Awaitable[T], seconds: float | None) -> T:
     """
     if seconds is None:
         return await call
-    deadline = anyio.current_time() + seconds
-    if seconds > 0 and type(call) is CoroutineType:
-        # Its first step runs without the scope (entering and leaving one costs more than
-        # a fast tool call): the deadline is ahead, and nothing cancels a call that has
-        # not waited yet, so a call done by then is done as it would be within the scope.
-        # A call that waits goes on within it from where it stopped (``_resumed``).
-        try:
-            first = call.send(None)
-        except StopIteration as done:
-            result: T = done.value
-            return result
-        with anyio.CancelScope(deadline=deadline):
-            return await _resumed(call, first)
-        raise TimeoutError
-    with anyio.CancelScope(deadline=deadline):
+    with anyio.CancelScope(deadline=anyio.current_time() + seconds):
         return await call
     # Reached only when the scope caught its own cancellation: its deadline passed.
     raise TimeoutError
-
-
-@types.coroutine
-def _resumed(call: Coroutine[Any, Any, T], waiting: object) -> Generator[Any, Any, T]:
-    """``await call`` for a coroutine whose first step was taken already and gave
-    ``waiting`` (what it waits on) to the event loop: what ``await`` does from there on,
-    each value and each exception the loop sends in passed on to ``call`` (PEP 380)."""
-    while True:
-        try:
-            sent = yield waiting
-        except GeneratorExit:
-            call.close()
-            raise
-        except BaseException as error:  # a cancellation, thrown in by the loop
-            try:
-                waiting = call.throw(error)
-            except StopIteration as done:
-                thrown: T = done.value
-                return thrown
-        else:
-            try:
-                waiting = call.send(sent)
-            except StopIteration as done:
-                value: T = done.value
-                return value
