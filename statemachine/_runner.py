@@ -405,9 +405,11 @@ class Runner(Generic[C, D]):
         elapsed: float = 0.0,
         restored: Callable[[Runtime], None] | None = None,
         deps: object = None,
+        loaded: dict[str, Any] | None = None,
     ) -> RunResult[C]:
         """:meth:`drive`, or :meth:`resume` going on from checkpoint ``seq`` of a run that
-        had used ``elapsed`` seconds (``restored`` records its approvals in the runtime)."""
+        had used ``elapsed`` seconds (``restored`` records its approvals in the runtime;
+        ``loaded`` is checkpoint ``seq``'s document, which ``state`` was decoded from)."""
         if isinstance(state, Planning) and state.loop.paused:
             raise RunPausedError(state.loop.paused)
         check_start(state, self._agent)
@@ -416,7 +418,13 @@ class Runner(Generic[C, D]):
             restored(rt)
         # The run's tools run with this runtime only (see _calling._checked).
         state._ticket.runtime = rt
-        saver = _Saver(self._checkpointer, rt, self._agent.name, seq)
+        saver = _Saver(
+            self._checkpointer,
+            rt,
+            self._agent.name,
+            seq,
+            None if loaded is None else (state, loaded),
+        )
         run_span = self._tracer.start_span(
             f"run {self._agent.name}",
             attributes={"statemachine.run_id": rt.run_id, "statemachine.agent": self._agent.name},
@@ -640,10 +648,12 @@ class Runner(Generic[C, D]):
             stopped = RunResult(run_id=run_id, final=state, states=(state,))  # a loaded phase
             self._leases.running[run_id].result = stopped
             return stopped
+        loaded: dict[str, Any] | None = document
         if isinstance(state, Planning) and state.loop.paused:
             if not note:
                 raise RunPausedError(state.loop.paused)
             state = state.resume(note)
+            loaded = None  # the phase saved next is not the one loaded
             seq += 1
             await checkpointer.save(
                 run_id,
@@ -662,6 +672,7 @@ class Runner(Generic[C, D]):
             elapsed=float(elapsed) if isinstance(elapsed, int | float | Decimal) else 0.0,
             restored=partial(_admit_restored, state),
             deps=deps,
+            loaded=loaded,
         )
 
     async def stop(self, run_id: str) -> StopReport | None:

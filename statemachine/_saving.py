@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Generic, TypeVar, cast
 
 from ._phases import Active, AnyPhase, Done, Failed, Phase, Runtime
-from .persist._codec import dump_phase
+from .persist._codec import DOCUMENT_VERSION, dump_phase
 from .persist._delta import PhaseDumper
 from .persist._lifecycle import RunStatus
 from .persist._protocol import Checkpointer, RunRecord
@@ -68,7 +68,12 @@ class _Saver:
     """
 
     def __init__(
-        self, checkpointer: Checkpointer | None, rt: Runtime, agent: str, seq: int | None
+        self,
+        checkpointer: Checkpointer | None,
+        rt: Runtime,
+        agent: str,
+        seq: int | None,
+        loaded: tuple[Phase[Any], dict[str, Any]] | None = None,
     ) -> None:
         self._checkpointer = checkpointer
         self._rt = rt
@@ -81,6 +86,14 @@ class _Saver:
         # The library's stores take ops and never change a document; other checkpointers
         # get a whole new document, alone: their save may not take ops.
         self._gives_ops = getattr(type(checkpointer), "_takes_ops", False) is True
+        if loaded is not None and self._gives_ops and seq is not None:
+            # A resumed run: checkpoint ``seq`` is the phase ``loaded`` was decoded from
+            # and the document the store loaded (which it remembers), so the next save
+            # is a delta from it. A document of an older format is dumped afresh.
+            phase, document = loaded
+            if document.get("version") == DOCUMENT_VERSION and isinstance(phase, Phase):
+                self._dumper.start_from(phase, document)
+                self._saved = document
 
     async def save(self, state: Phase[Any], *, first: bool = False) -> RunRecord | None:
         """Save ``state`` as the next checkpoint; return the run's row (``None``: not saved)."""

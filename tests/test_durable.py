@@ -37,6 +37,7 @@ from statemachine import (
     RunStatus,
     SQLiteCheckpointer,
     Verdict,
+    dump_phase,
     generate_key,
     load_phase,
     read_tool,
@@ -520,3 +521,25 @@ async def test_a_checkpoint_read_with_the_wrong_key_is_refused_and_nothing_else_
     async with SQLiteCheckpointer(path, sealer=right) as store:
         seq, _ = await store.load("run-13")
         assert seq == len(await store.history("run-13")) - 1
+
+
+async def test_a_resumed_run_saves_deltas_from_the_loaded_checkpoint_exactly(
+    store: Checkpointer,
+) -> None:
+    """A resume's saves go on from the document it loaded (the store's ops, not a diff):
+    what is stored after it is exactly the dump of each phase it went through."""
+    shop = Shop()
+    runner = saving(shop.agent(), Crashing(SCRIPT, crash_on=3), store)
+    with pytest.raises(RuntimeError, match="the process died here"):
+        await runner.run(None, "Weather and umbrella?", run_id="run-d")
+    loaded = (await store.load("run-d"))[0]
+    again = saving(shop.agent(), ScriptedModel(SCRIPT[2:]), store)
+    result = await again.resume("run-d")
+    assert isinstance(result.final, Done)
+    seq, document = await store.load("run-d")
+    assert seq > loaded
+    assert {key: value for key, value in document.items() if key != "elapsed"} == dump_phase(
+        result.final
+    )
+    restored = load_phase(document, agents={"shop": shop.agent()}, run_id="run-d")
+    assert restored == result.final

@@ -269,7 +269,11 @@ class _Chain:
             link = _link(run_id, row.seq, row.snapshot, link, row.blob[:_DIGEST])
         if head[:_DIGEST] != link:
             return None
-        return self.replay(run_id, rows, record, payload)[1]
+        document = self.replay(run_id, rows, record, payload)[1]
+        # The run's latest checkpoint, as if this store had saved it: a resume's first
+        # save gives ops from this very document (see ``prepare``), so it is a delta.
+        self.remember(run_id, _Last(record.seq, document, None, {}, _since_of(rows), head))
+        return document
 
     def verify(self, run_id: str, rows: list[_Row], record: RunRecord, head: bytes | None) -> int:
         """Check a run's whole chain (``rows``, every checkpoint from seq 0) against its

@@ -365,6 +365,11 @@ class PhaseDumper:
         """Start again: the next :meth:`dump` encodes the whole phase and gives no ops."""
         self._phase = self._document = None
 
+    def start_from(self, phase: Phase[Any], document: dict[str, Any]) -> None:
+        """Go on from ``phase``, whose document (as :func:`dump_phase` writes it, with any
+        keys of the caller's beside) is ``document``: the next :meth:`dump` gives ops."""
+        self._phase, self._document = phase, document
+
     def dump(self, phase: Phase[Any]) -> tuple[dict[str, Any], list[list[Any]] | None]:
         """``dump_phase(phase)``, and the ops from the previous document (``None``: first)."""
         old, before = self._phase, self._document
