@@ -552,3 +552,35 @@ def test_the_console_script_runs_the_same_dispatcher(
     assert capsys.readouterr().err.startswith(
         f"statemachine: no runs store at {str(missing)!r}: there is no such file;"
     )
+
+
+def test_runs_verify_checks_every_checkpoint_that_a_load_does_not_read(tmp_path: Path) -> None:
+    """A load checks the chain from the last snapshot on; ``runs verify`` checks it all."""
+    import sqlite3
+
+    path = tmp_path / "chain.db"
+
+    async def write() -> None:
+        async with SQLiteCheckpointer(path, snapshot_every=4) as store:
+            for seq in range(12):
+                document = {"kind": "P", "fields": {"step": seq, "notes": ["n"] * seq}}
+                await store.save("r", seq, document, agent="a", status="running", phase="P")
+
+    anyio.run(write)
+    shown = as_json(cli("runs", "verify", "r", "--json", "--db", str(path)))
+    assert shown == {"run_id": "r", "verified": 12}
+    assert "checkpoints 0-11 match" in ok(cli("runs", "verify", "r", "--db", str(path)))
+    with sqlite3.connect(path) as db:  # a delta before the last snapshot, its checksum kept
+        (blob,) = db.execute("SELECT blob FROM checkpoints WHERE seq = 1").fetchone()
+        flipped = bytearray(blob)
+        flipped[-3] ^= 1
+        db.execute("UPDATE checkpoints SET blob = ? WHERE seq = 1", (bytes(flipped),))
+
+    async def load() -> int:
+        async with SQLiteCheckpointer(path) as store:
+            return (await store.load("r"))[0]
+
+    assert anyio.run(load) == 11  # not read by a load: the last snapshot's link binds it
+    refused = cli("runs", "verify", "r", "--db", str(path))
+    assert refused.returncode != 0
+    assert "checkpoint 1 " in refused.stderr

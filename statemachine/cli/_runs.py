@@ -1,4 +1,4 @@
-"""``statemachine runs ACTION``: list, show, approve, deny, stop, resume, abort, purge.
+"""``statemachine runs ACTION``: list, show, verify, approve, deny, stop, resume, abort, purge.
 
 ``approve`` and ``deny`` only record the person's decision in the store
 (``submit_decision``), from any machine; ``stop`` asks the store to stop the run
@@ -187,6 +187,18 @@ async def _abort(store: Checkpointer, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _verify(store: Checkpointer, args: argparse.Namespace) -> int:
+    check: Callable[[str], Awaitable[int]] | None = getattr(store, "verify", None)
+    if check is None:
+        raise Refusal(f"this store ({type(store).__name__}) cannot check a run's whole chain")
+    seq = await check(args.run_id)  # CheckpointTamperedError names the checkpoint found wrong
+    if args.json:
+        emit_json({"run_id": args.run_id, "verified": seq + 1})
+    else:
+        print(f"run {args.run_id}: checkpoints 0-{seq} match the chain's recorded head")
+    return 0
+
+
 async def _purge(store: Checkpointer, args: argparse.Namespace) -> int:
     removed = await store.purge(args.older_than)
     if args.json:
@@ -284,6 +296,7 @@ _Action = Callable[[Checkpointer, argparse.Namespace], Awaitable[int]]
 _ACTIONS: Final[dict[str, _Action]] = {
     "list": _list,
     "show": show,
+    "verify": _verify,
     "approve": _approve,
     "deny": _deny,
     "resume": _resume,

@@ -89,7 +89,10 @@ async def _details(store: Checkpointer, run_id: str) -> dict[str, Any]:
     record = await store.record(run_id)
     entries = await store.history(run_id)
     unreadable = None
+    check = getattr(store, "verify", None)  # the whole chain, not only from the last snapshot
     try:
+        if check is not None:
+            await check(run_id)
         _, document = await store.load(run_id)
     except CheckpointError as error:
         if not record.held:

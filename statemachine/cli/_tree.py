@@ -98,6 +98,7 @@ def _runs(commands: argparse._SubParsersAction[Parser], parents: list[Parser]) -
         help="only runs waiting for a person to approve or deny a call",
     )
     actions.add("show", "a run's timeline, spend, verdicts and pending approval")
+    actions.add("verify", "check every checkpoint of a run against its chain's head (an audit)")
     approve = actions.add("approve", "approve the call a run waits on (a worker or resume goes on)")
     approve.add_argument("--by", required=True, metavar="NAME", help="who approves")
     deny = actions.add("deny", "deny the call a run waits on; the model is told the reason")
