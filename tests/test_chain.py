@@ -414,3 +414,21 @@ async def test_a_postgres_store_written_before_heads_is_migrated_once(pg_cluster
         async with PostgresCheckpointer(dsn) as store:
             with pytest.raises(CheckpointTamperedError, match="has no recorded head"):
                 await store.load("old")
+
+
+async def test_a_store_keeps_the_documents_of_only_a_few_runs_it_loaded(tmp_path: Path) -> None:
+    """A load's document is kept for the run's next save (a resume), for a few runs only:
+    a reader that loads many runs (the inbox, ``runs show``) does not keep them all."""
+    async with SQLiteCheckpointer(tmp_path / "runs.db", snapshot_every=4) as store:
+        for number in range(20):
+            await save_run(store, f"run-{number}", steps=3)
+    async with SQLiteCheckpointer(tmp_path / "runs.db", snapshot_every=4) as store:
+        for number in range(20):
+            assert await store.load(f"run-{number}") == (2, document(2, f"run-{number}"))
+        assert list(store._chain.loaded) == [f"run-{number}" for number in range(12, 20)]
+        # The next save of a run loaded last goes on from the loaded document (a delta).
+        await store.save("run-19", 3, document(3, "run-19"), agent="a", status="running", phase="P")
+        assert "run-19" not in store._chain.loaded
+        assert (await store.history("run-19"))[-1].snapshot is False
+        assert await store.load("run-19") == (3, document(3, "run-19"))
+        assert await store.verify("run-19") == 3

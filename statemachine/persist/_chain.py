@@ -89,6 +89,7 @@ __all__ = ["_NO_HEAD", "_Chain", "_every", "_link"]
 
 _DOMAIN: Final = b"statemachine checkpoint chain 1\0"
 _NO_HEAD: Final = bytes(_DIGEST)  # the link before checkpoint 0
+_LOADED_RUNS: Final = 8  # runs whose loaded document a store keeps for their next save
 
 
 def _link(run_id: str, seq: int, snapshot: bool, previous: bytes, digest: bytes) -> bytes:
@@ -126,10 +127,19 @@ class _Chain:
         self.clock = clock
         self.where = where
         self.recent: OrderedDict[str, _Last] = OrderedDict()
+        # The runs loaded lately (not saved by this store since): a resume saves next.
+        # Few, as a load's document may be large and many are loaded only to be read.
+        self.loaded: OrderedDict[str, _Last] = OrderedDict()
 
     def forget(self, run_id: str) -> None:
         """Forget what was remembered of the run (it was removed)."""
         self.recent.pop(run_id, None)
+        self.loaded.pop(run_id, None)
+
+    def last(self, run_id: str) -> _Last | None:
+        """What this store remembers of the run's latest checkpoint (saved or loaded)."""
+        last = self.recent.get(run_id)
+        return self.loaded.get(run_id) if last is None else last
 
     def decided(self, record: RunRecord, document: Document) -> tuple[bytes, RunRecord]:
         """The sealed decision and the run's new row, or DecisionRefusedError (every store)."""
@@ -208,7 +218,7 @@ class _Chain:
     def previous_head(self, run_id: str, record: RunRecord | None) -> bytes | None:
         """The run's head as this store remembers it, when it saved the run's latest
         checkpoint itself; ``None`` otherwise (read it from the run's row then)."""
-        last = self.recent.get(run_id)
+        last = self.last(run_id)
         if record is None or last is None or last.seq != record.seq:
             return None
         return last.head
@@ -272,7 +282,11 @@ class _Chain:
         document = self.replay(run_id, rows, record, payload)[1]
         # The run's latest checkpoint, as if this store had saved it: a resume's first
         # save gives ops from this very document (see ``prepare``), so it is a delta.
-        self.remember(run_id, _Last(record.seq, document, None, {}, _since_of(rows), head))
+        self.recent.pop(run_id, None)
+        self.loaded[run_id] = _Last(record.seq, document, None, {}, _since_of(rows), head)
+        self.loaded.move_to_end(run_id)
+        while len(self.loaded) > _LOADED_RUNS:
+            self.loaded.popitem(last=False)
         return document
 
     def verify(self, run_id: str, rows: list[_Row], record: RunRecord, head: bytes | None) -> int:
@@ -440,7 +454,7 @@ class _Chain:
         latest checkpoint; nothing is fingerprinted then. A caller that gives ops keeps
         its documents unchanged, so the fingerprints are taken later if ever needed.
         """
-        last = self.recent.get(run_id)
+        last = self.last(run_id)
         if last is not None and (record is None or last.seq != record.seq):
             last = None  # another process saved since, or the run is new again
         remember_later = change is not None
@@ -484,7 +498,7 @@ class _Chain:
         codec): they are written in C, and a snapshot reuses the text of every list item
         an earlier snapshot of the run already wrote, so it costs what is new.
         """
-        last = self.recent.get(run_id)
+        last = self.last(run_id)
         texts: Texts = {} if last is None else last.texts
         if change is None:
             return self.encode(run_id, seq, payload), texts
@@ -494,6 +508,7 @@ class _Chain:
         return self.seal_text(text, _aad(run_id, seq)), texts
 
     def remember(self, run_id: str, last: _Last) -> None:
+        self.loaded.pop(run_id, None)
         self.recent[run_id] = last
         self.recent.move_to_end(run_id)
         while len(self.recent) > _RECENT_RUNS:
