@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain, islice
 from typing import Any, ClassVar, Final, Literal, cast, final, overload
 
 import attrs
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import SchemaSerializer, core_schema
+
+from ._fast._tuple_like import TupleLike
 
 __all__ = ["CHUNK", "EMPTY_LOG", "ActionLog", "ActionRecord", "_record"]
 
@@ -223,7 +225,7 @@ CHUNK: Final = 32
 
 
 @final
-class ActionLog(Sequence[ActionRecord]):
+class ActionLog(TupleLike[ActionRecord]):
     """The actions of a :class:`LoopState`, oldest first; read it as a tuple.
 
     It indexes, slices (a slice is a tuple), iterates, has a length, and is equal to an
@@ -235,6 +237,7 @@ class ActionLog(Sequence[ActionRecord]):
     """
 
     __slots__ = ("_chunks", "_tail")
+    _ITEM = ActionRecord
 
     _chunks: tuple[tuple[ActionRecord, ...], ...]
     _tail: tuple[ActionRecord, ...]
@@ -317,43 +320,8 @@ class ActionLog(Sequence[ActionRecord]):
             return iter(self._tail)
         return chain(chain.from_iterable(self._chunks), self._tail)
 
-    def __reversed__(self) -> Iterator[ActionRecord]:
-        return reversed(tuple(self))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, ActionLog):
-            if other._chunks is self._chunks and other._tail is self._tail:
-                return True
-            return len(other) == len(self) and tuple(self) == tuple(other)
-        if isinstance(other, tuple):
-            return len(other) == len(self) and tuple(self) == other
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"ActionLog({list(self)!r})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (ActionLog, (tuple(self),))
-
-    @classmethod
-    def __get_pydantic_core_schema__(
-        cls, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        # Validated from any sequence of records, kept as it is when it is a log; written
-        # as the list of its records.
-        items = handler.generate_schema(tuple[ActionRecord, ...])
-        return core_schema.union_schema(
-            [
-                core_schema.is_instance_schema(cls),
-                core_schema.no_info_after_validator_function(cls, items),
-            ],
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                tuple, return_schema=items
-            ),
-        )
+    def _same_storage(self, other: ActionLog) -> bool:
+        return other._chunks is self._chunks and other._tail is self._tail
 
 
 EMPTY_LOG: Final = ActionLog()

@@ -18,7 +18,7 @@ uses is the final one, checked as ``complete``'s is, never the deltas joined.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from decimal import Decimal
 from itertools import chain, islice
 from typing import (
@@ -39,6 +39,7 @@ from pydantic_core import core_schema
 
 from . import _json
 from ._errors import ModelResponseError
+from ._fast._tuple_like import TupleLike
 from ._money import Money
 
 __all__ = [
@@ -188,7 +189,7 @@ def _dump_message(message: Message, info: core_schema.SerializationInfo) -> dict
 
 
 @final
-class Transcript(Sequence[Message]):
+class Transcript(TupleLike[Message]):
     """A conversation that only grows: an immutable sequence of :class:`Message` s whose
     :meth:`appended` shares the messages already there instead of copying them.
 
@@ -208,6 +209,7 @@ class Transcript(Sequence[Message]):
     # older one copies what it holds (a branch, which a run does not make). An empty
     # transcript starts a list of its own, so that the shared empty one keeps nothing.
     __slots__ = ("_head", "_items", "_size")
+    _ITEM = Message
 
     _head: tuple[Message, ...]
     _items: list[Message]
@@ -269,46 +271,9 @@ class Transcript(Sequence[Message]):
         items = islice(self._items, self._size)
         return chain(self._head, items) if self._head else items
 
-    def __reversed__(self) -> Iterator[Message]:
-        return reversed(tuple(self))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Transcript):
-            if (
-                other._items is self._items
-                and other._size == self._size
-                and other._head == self._head
-            ):
-                return True
-            return len(other) == len(self) and tuple(self) == tuple(other)
-        if isinstance(other, tuple):
-            return len(other) == len(self) and tuple(self) == other
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"Transcript({list(self)!r})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Transcript, (tuple(self),))
-
-    @classmethod
-    def __get_pydantic_core_schema__(
-        cls, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        # Validated from any sequence of messages, kept as it is when it is a transcript;
-        # written as the list of its messages.
-        items = handler.generate_schema(tuple[Message, ...])
-        return core_schema.union_schema(
-            [
-                core_schema.is_instance_schema(cls),
-                core_schema.no_info_after_validator_function(cls, items),
-            ],
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                tuple, return_schema=items
-            ),
+    def _same_storage(self, other: Transcript) -> bool:
+        return (
+            other._items is self._items and other._size == self._size and other._head == self._head
         )
 
 
