@@ -43,6 +43,8 @@ from statemachine import (
     SetupError,
     Spend,
     ToolCalling,
+    ToolRequest,
+    Transcript,
     dump_phase,
     dumps,
     load_phase,
@@ -51,6 +53,7 @@ from statemachine import (
     write_tool,
 )
 from statemachine._approval import _approve
+from statemachine.persist import _codec
 from statemachine.testing import hand_approval, hand_built
 
 NOON = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -526,3 +529,67 @@ def test_an_output_that_would_not_come_back_equal_is_refused_when_dumped() -> No
     )
     with pytest.raises(SetupError, match="a tool output of type set cannot be checkpointed"):
         dump_phase(phase)
+
+
+# --- the transcript's short way on load -------------------------------------------------
+
+_TEXT = st.text(max_size=8)
+_ANY_VALUE = st.one_of(
+    _TEXT,
+    st.none(),
+    st.integers(),
+    st.lists(_TEXT, max_size=2),
+    st.dictionaries(st.sampled_from(["$decimal", "$float", "$object", "k"]), _TEXT, max_size=1),
+)
+_REQUEST_ITEM = st.one_of(
+    st.fixed_dictionaries({"name": _TEXT, "arguments": _TEXT, "id": _TEXT}),
+    st.dictionaries(st.sampled_from(["name", "arguments", "id", "extra"]), _ANY_VALUE),
+    _ANY_VALUE,
+)
+_MESSAGE_ITEM = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "role": st.sampled_from(["system", "user", "assistant", "tool", "other"]),
+            "content": _TEXT,
+            "tool_calls": st.lists(_REQUEST_ITEM, max_size=2),
+            "tool_call_id": _TEXT,
+            "name": _TEXT,
+        }
+    ),
+    st.dictionaries(
+        st.sampled_from(["role", "content", "tool_calls", "tool_call_id", "name", "extra"]),
+        _ANY_VALUE,
+    ),
+    _ANY_VALUE,
+)
+
+
+def _outcome(load: Any, item: Any) -> tuple[str, Any]:
+    try:
+        message = load(item)
+    except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as error:
+        return ("error", type(error).__name__)
+    calls = [(type(call), call.model_dump(), call.model_fields_set) for call in message.tool_calls]
+    return ("message", (type(message), message.model_dump(), calls))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_MESSAGE_ITEM)
+def test_a_transcript_message_loads_as_the_long_way_loads_it(item: Any) -> None:
+    # The short way for dump_phase's own form makes the same message (and the same tool
+    # calls, with the same fields set) as Message.model_validate(_decode(item)); any other
+    # form goes the long way and is refused as it refuses it.
+    short = _outcome(_codec._load_message, item)
+    long = _outcome(lambda value: Message.model_validate(_codec._decode(value)), item)
+    assert short == long
+
+
+def test_the_short_way_takes_what_dump_phase_writes() -> None:
+    message = Message(
+        role="assistant", tool_calls=(ToolRequest(name="lookup", arguments="{}", id="c1"),)
+    )
+    phase = hand_built(Planning, agent=AGENT, ctx=TRIP, transcript=Transcript((message,)))
+    (item,) = dump_phase(phase)["fields"]["transcript"]
+    loaded = _codec._load_message(loads(dumps(item)))
+    assert loaded == message
+    assert loaded.tool_calls[0].model_fields_set == {"name", "arguments", "id"}

@@ -58,6 +58,7 @@ from .._errors import (
     SetupError,
     UnknownToolError,
 )
+from .._fast._messages import _message, _request
 from .._governor import LoopState
 from .._guard import Parsed, Repair
 from .._model import Message, ToolRequest, Transcript
@@ -306,6 +307,45 @@ def _decode(value: Any) -> Any:
     if isinstance(value, list):
         return [_decode(item) for item in value]
     return value
+
+
+_MESSAGE_KEYS: Final = ("role", "content", "tool_calls", "tool_call_id", "name")
+_REQUEST_KEYS: Final = ("name", "arguments", "id")
+_MESSAGE_ROLES: Final = frozenset(("system", "user", "assistant", "tool"))
+
+
+def _load_message(item: Any) -> Message:
+    """``Message.model_validate(_decode(item))``, taking a short way for the form
+    ``dump_phase`` writes (all five fields, text as text, each tool call's three fields
+    as text); anything else goes the long way, with its checks and errors."""
+    if type(item) is dict and tuple(item) == _MESSAGE_KEYS:
+        role, content, calls, call_id, name = item.values()
+        if (
+            type(role) is str
+            and role in _MESSAGE_ROLES
+            and type(content) is str
+            and type(call_id) is str
+            and type(name) is str
+            and type(calls) is list
+        ):
+            requests: list[ToolRequest] = []
+            for call in calls:
+                request = _load_request(call)
+                if request is None:
+                    break
+                requests.append(request)
+            else:
+                return _message(role, content, tuple(requests), call_id, name)
+    return Message.model_validate(_decode(item))
+
+
+def _load_request(call: Any) -> ToolRequest | None:
+    """The tool call ``call`` holds when it is in the form ``dump_phase`` writes, else None."""
+    if type(call) is dict and tuple(call) == _REQUEST_KEYS:
+        name, arguments, call_id = call.values()
+        if type(name) is str and type(arguments) is str and type(call_id) is str:
+            return _request(name, arguments, call_id)
+    return None
 
 
 def _text(value: Any, tag: str) -> str:
@@ -634,7 +674,7 @@ class _Loader:
             case "ctx":
                 return self.ctx(value)
             case "transcript":
-                return Transcript(Message.model_validate(_decode(item)) for item in value)
+                return Transcript(_load_message(item) for item in value)
             case "pending":
                 return tuple(ToolRequest.model_validate(_decode(item)) for item in value)
             case "spent":
