@@ -17,7 +17,16 @@ from pydantic_core import SchemaSerializer, core_schema
 
 from ._fast._tuple_like import TupleLike
 
-__all__ = ["CHUNK", "EMPTY_LOG", "ActionLog", "ActionRecord", "_record"]
+__all__ = [
+    "CHUNK",
+    "EMPTY_LOG",
+    "_EFFECTS",
+    "_OUTCOMES",
+    "_RECORD_FIELDS",
+    "ActionLog",
+    "ActionRecord",
+    "_record",
+]
 
 
 _EFFECTS: Final = ("read", "write")

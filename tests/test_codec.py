@@ -593,3 +593,65 @@ def test_the_short_way_takes_what_dump_phase_writes() -> None:
     loaded = _codec._load_message(loads(dumps(item)))
     assert loaded == message
     assert loaded.tool_calls[0].model_fields_set == {"name", "arguments", "id"}
+
+
+_GAIN = st.one_of(
+    st.none(),
+    st.floats(allow_nan=True, allow_infinity=True).map(lambda gain: {"$float": repr(gain)}),
+    st.just({"$float": "x"}),
+    st.integers(-2, 2),
+    st.just({"$decimal": "1"}),
+)
+_RECORD_ITEM = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "call_id": _TEXT,
+            "tool": _TEXT,
+            "effect": st.sampled_from(["read", "write", "other"]),
+            "exact": _TEXT,
+            "key": _TEXT,
+            "text": _TEXT,
+            "outcome": st.sampled_from(["pending", "ok", "failed", "refused", "suppressed", "x"]),
+            "result": st.one_of(_TEXT, st.none()),
+            "gain": _GAIN,
+        }
+    ),
+    st.dictionaries(st.sampled_from(["call_id", "tool", "effect", "gain", "extra"]), _ANY_VALUE),
+    _ANY_VALUE,
+)
+_LOOP_ITEM = st.one_of(
+    st.fixed_dictionaries(
+        {"actions": st.lists(_RECORD_ITEM, max_size=3)},
+        optional={"tool_iterations": st.integers(0, 3), "flags": st.lists(_TEXT, max_size=2)},
+    ),
+    st.dictionaries(st.sampled_from(["actions", "tool_iterations", "extra"]), _ANY_VALUE),
+    _ANY_VALUE,
+)
+
+
+def _loop_outcome(load: Any, value: Any) -> tuple[str, Any]:
+    try:
+        loop = load(value)
+    except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as error:
+        return ("error", type(error).__name__)
+    records = [(type(record), record.model_dump()) for record in loop.actions]
+    return ("loop", (type(loop.actions), loop.model_dump(), records))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_LOOP_ITEM)
+def test_loop_memory_loads_as_the_long_way_loads_it(value: Any) -> None:
+    # The actions in dump_phase's form are made the short way, to the same records and
+    # state; anything else is validated whole the long way and refused as it refuses it.
+    short = _loop_outcome(_codec._load_loop, value)
+    long = _loop_outcome(lambda item: LoopState.model_validate(_codec._decode(item)), value)
+    assert short == long
+
+
+def test_a_dumped_loop_memory_loads_the_short_way() -> None:
+    loop = LoopState().record(AGENT.governor.action(book.call(FLIGHT), dumps(FLIGHT), "call-1"))
+    loop = loop.settle("call-1", "ok", "booked")
+    phase = hand_built(Planning, agent=AGENT, ctx=TRIP, loop=loop)
+    value = loads(dumps(dump_phase(phase)["fields"]["loop"]))
+    assert _codec._load_record(value["actions"][0]) is not None
+    assert _codec._load_loop(value) == loop

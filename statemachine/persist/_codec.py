@@ -37,6 +37,7 @@ import enum
 import functools
 import hashlib
 import importlib
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -47,6 +48,7 @@ import attrs
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from .. import _json
+from .._actions import _EFFECTS, _OUTCOMES, _RECORD_FIELDS, ActionLog, ActionRecord, _record
 from .._approval import ApprovedCall, _approval_document, _approve, _restored_approval
 from .._budget import Spend
 from .._errors import (
@@ -346,6 +348,46 @@ def _load_request(call: Any) -> ToolRequest | None:
         if type(name) is str and type(arguments) is str and type(call_id) is str:
             return _request(name, arguments, call_id)
     return None
+
+
+def _load_loop(value: Any) -> LoopState:
+    """``LoopState.model_validate(_decode(value))``, its actions read the short way when
+    every one is in the form ``dump_phase`` writes (else all of it goes the long way)."""
+    actions = value.get("actions") if type(value) is dict else None
+    if type(actions) is list:
+        records: list[ActionRecord] = []
+        for item in actions:
+            record = _load_record(item)
+            if record is None:
+                break
+            records.append(record)
+        else:
+            rest = _decode({key: item for key, item in value.items() if key != "actions"})
+            return LoopState.model_validate({**rest, "actions": ActionLog(records)})
+    return LoopState.model_validate(_decode(value))
+
+
+def _load_record(item: Any) -> ActionRecord | None:
+    """The action record ``item`` holds when it is in the form ``dump_phase`` writes (its
+    fields in order, text as text, the gain ``None`` or a finite ``$float``), else None."""
+    if type(item) is not dict or tuple(item) != _RECORD_FIELDS:
+        return None
+    call_id, tool, effect, exact, key, text, outcome, result, gain = item.values()
+    for field in (call_id, tool, effect, exact, key, text, outcome, result):
+        if type(field) is not str:
+            return None
+    if effect not in _EFFECTS or outcome not in _OUTCOMES:
+        return None
+    if gain is not None:
+        if type(gain) is not dict or len(gain) != 1 or type(gain.get("$float")) is not str:
+            return None
+        try:
+            gain = float(gain["$float"])
+        except ValueError:
+            return None
+        if not math.isfinite(gain):
+            return None
+    return _record(call_id, tool, effect, exact, key, text, outcome, result, gain)
 
 
 def _text(value: Any, tag: str) -> str:
@@ -680,7 +722,7 @@ class _Loader:
             case "spent":
                 return Spend.model_validate(_decode(value))
             case "loop":
-                return LoopState.model_validate(_decode(value))
+                return _load_loop(value)
             case "call":
                 call_id = fields.get("call_id")
                 return self.call(agent, value, call_id if isinstance(call_id, str) else "")
