@@ -5,7 +5,6 @@ recording or settling a call costs the same at any length of the run.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain, islice
@@ -13,7 +12,7 @@ from typing import Any, ClassVar, Final, Literal, cast, final, overload
 
 import attrs
 from pydantic import GetCoreSchemaHandler
-from pydantic_core import SchemaSerializer, core_schema
+from pydantic_core import SchemaSerializer, core_schema, to_json
 
 from ._fast._tuple_like import TupleLike
 
@@ -141,8 +140,10 @@ class ActionRecord:
         }
 
     def model_dump_json(self) -> str:
-        """The record as compact JSON, in its fields' order."""
-        return _RECORD_JSON.encode(self.model_dump())
+        """The record as compact JSON, in its fields' order, written by pydantic's own
+        serializer (as the pydantic model wrote it: a float's exponent without a padding
+        zero, ``5.960464477539063e-8``, where Python's json writes ``e-08``)."""
+        return to_json(self.model_dump()).decode()
 
     @classmethod
     def model_validate(cls, value: Any) -> ActionRecord:
@@ -177,7 +178,6 @@ class ActionRecord:
 
 
 _RECORD_NAMES: Final = frozenset(_RECORD_FIELDS)
-_RECORD_JSON: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 # So that pydantic_core's to_jsonable_python (the checkpoint codec's way with a value it
 # does not know) writes a record as the object of its fields.
 ActionRecord.__pydantic_serializer__ = SchemaSerializer(
