@@ -15,6 +15,7 @@ from pydantic import GetCoreSchemaHandler
 from pydantic_core import SchemaSerializer, core_schema, to_json
 
 from ._fast._tuple_like import TupleLike
+from ._plain import plain_text
 
 __all__ = [
     "CHUNK",
@@ -43,37 +44,28 @@ _RECORD_FIELDS: Final = (
 )
 
 
-def _text(value: object, field: str) -> str:
-    """``value`` as plain text (a subclass of ``str`` made a ``str``, as pydantic did)."""
-    if type(value) is str:
-        return value
-    if isinstance(value, str):
-        return str.__str__(value)
-    raise TypeError(f"an action record's {field} is text (str), got {type(value).__name__}")
-
-
 def _call_id_text(value: object) -> str:
-    return _text(value, "call_id")
+    return plain_text(value, "an action record", "call_id")
 
 
 def _tool_text(value: object) -> str:
-    return _text(value, "tool")
+    return plain_text(value, "an action record", "tool")
 
 
 def _exact_text(value: object) -> str:
-    return _text(value, "exact")
+    return plain_text(value, "an action record", "exact")
 
 
 def _key_text(value: object) -> str:
-    return _text(value, "key")
+    return plain_text(value, "an action record", "key")
 
 
 def _text_text(value: object) -> str:
-    return _text(value, "text")
+    return plain_text(value, "an action record", "text")
 
 
 def _result_text(value: object) -> str:
-    return _text(value, "result")
+    return plain_text(value, "an action record", "result")
 
 
 def _one_of(choices: tuple[str, ...], field: str) -> Any:

@@ -41,6 +41,7 @@ from . import _json
 from ._errors import ModelResponseError
 from ._fast._tuple_like import TupleLike
 from ._money import Money
+from ._plain import plain_text
 
 __all__ = [
     "Message",
@@ -79,25 +80,16 @@ def _role(_: object, attribute: attrs.Attribute[Role], role: Role) -> None:
         )
 
 
-def _as_text(value: object, field: str) -> str:
-    """``value`` as plain text (a subclass of ``str`` made a ``str``, as pydantic did)."""
-    if type(value) is str:
-        return value
-    if isinstance(value, str):
-        return str.__str__(value)
-    raise TypeError(f"a message's {field} is text (str), got {type(value).__name__}")
-
-
 def _content(value: object) -> str:
-    return _as_text(value, "content")
+    return plain_text(value, "a message", "content")
 
 
 def _tool_call_id(value: object) -> str:
-    return _as_text(value, "tool_call_id")
+    return plain_text(value, "a message", "tool_call_id")
 
 
 def _name(value: object) -> str:
-    return _as_text(value, "name")
+    return plain_text(value, "a message", "name")
 
 
 def _tool_requests(value: Iterable[ToolRequest | Mapping[str, Any]]) -> tuple[ToolRequest, ...]:
