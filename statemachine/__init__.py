@@ -10,155 +10,156 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from ._approval import (
-    Approval,
-    ApprovalGate,
-    ApprovalRequest,
-    Approve,
-    ApprovedCall,
-    Denial,
-    Pending,
-    dump_decision,
-    load_decision,
-)
-from ._breaker import CircuitBreaker
-from ._budget import Budget, Spend
-from ._context import BudgetLeft, RunContext
-from ._embedding import EmbeddingSimilarity
-from ._errors import (
-    ApprovalMismatchError,
-    BadArgumentsError,
-    BudgetError,
-    BudgetExceededError,
-    CheckpointCorruptError,
-    CheckpointError,
-    CheckpointKeyError,
-    CheckpointMismatchError,
-    CheckpointOrderError,
-    CheckpointTamperedError,
-    CircuitOpenError,
-    ConfigError,
-    DecisionRefusedError,
-    EffectUncertainError,
-    EstimateExceededError,
-    IllegalStatusChangeError,
-    IllegalTransitionError,
-    ModelRequestError,
-    ModelResponseError,
-    ModelRetriesExhaustedError,
-    ModelUnavailableError,
-    OutputRejectedError,
-    OutputTamperedError,
-    PhaseForgedError,
-    PhaseReusedError,
-    ReservationSettledError,
-    RunClaimedError,
-    RunError,
-    RunPausedError,
-    ScriptExhaustedError,
-    SetupError,
-    StatemachineError,
-    ToolError,
-    UnapprovedWriteError,
-    UnknownRunError,
-    UnknownToolError,
-)
-from ._events import RunEvent, RunEvents, RunFinished, TextDelta, TransitionEvent
-from ._governor import (
-    ActionRecord,
-    Check,
-    Decision,
-    LoopGovernor,
-    LoopState,
-    SignedSimilarity,
-    Similarity,
-    Verdict,
-    VerdictRecord,
-    lexical_similarity,
-    trigram_similarity,
-)
-from ._guard import (
-    CustomerResponse,
-    GuardMode,
-    GuardOutcome,
-    Invalid,
-    OutputGuard,
-    Parsed,
-    Refusal,
-    Repair,
-    Rule,
-    Truncated,
-    ValidationResult,
-    validate_with_retries,
-)
-from ._json import canonical, canonical_hash, dumps, loads
+from ._lazy import by_module as _by_module
 from ._lazy import lazy_names
-from ._ledger import EffectLedger, EffectRecord
-from ._model import (
-    Message,
-    Model,
-    ModelChunk,
-    ModelReply,
-    ModelRequest,
-    ModelSettings,
-    StreamingModel,
-    ToolRequest,
-    Transcript,
-    Usage,
-)
-from ._money import Money, money_difference, money_sum, to_money
-from ._observe import ProgressLine, configure_logging
-from ._phases import (
-    Active,
-    Agent,
-    AnyPhase,
-    AwaitApproval,
-    Done,
-    Failed,
-    Idle,
-    ModelRetrying,
-    Observing,
-    Phase,
-    Phases,
-    Planning,
-    Responding,
-    Retrying,
-    Runtime,
-    ToolCalling,
-)
-from ._reserve import BudgetMeter, Reservation
-from ._retry import RetryPolicy
-from ._runner import Runner, RunResult, StopReport
-from ._schema import Diagnostic, validate_config
-from ._tools import (
-    InvalidCall,
-    ReadCall,
-    ReadTool,
-    ToolRegistry,
-    WriteCall,
-    WriteTool,
-    current_idempotency_key,
-    idempotency_key,
-    read_tool,
-    write_tool,
-)
-from .persist._codec import dump_phase, load_phase
-from .persist._lifecycle import RunLifecycle, RunStatus
-from .persist._memory import MemoryCheckpointer
-from .persist._protocol import CheckpointEntry, Checkpointer, LeaseRecord, RunRecord, Sealer
-from .persist._sqlite import SQLiteCheckpointer
 
 if TYPE_CHECKING:
+    from ._approval import (
+        Approval,
+        ApprovalGate,
+        ApprovalRequest,
+        Approve,
+        ApprovedCall,
+        Denial,
+        Pending,
+        dump_decision,
+        load_decision,
+    )
+    from ._breaker import CircuitBreaker
+    from ._budget import Budget, Spend
     from ._config import AgentConfig, RetrySettings
+    from ._context import BudgetLeft, RunContext
     from ._diagram import AgentGraph, agent_graph
+    from ._embedding import EmbeddingSimilarity
+    from ._errors import (
+        ApprovalMismatchError,
+        BadArgumentsError,
+        BudgetError,
+        BudgetExceededError,
+        CheckpointCorruptError,
+        CheckpointError,
+        CheckpointKeyError,
+        CheckpointMismatchError,
+        CheckpointOrderError,
+        CheckpointTamperedError,
+        CircuitOpenError,
+        ConfigError,
+        DecisionRefusedError,
+        EffectUncertainError,
+        EstimateExceededError,
+        IllegalStatusChangeError,
+        IllegalTransitionError,
+        ModelRequestError,
+        ModelResponseError,
+        ModelRetriesExhaustedError,
+        ModelUnavailableError,
+        OutputRejectedError,
+        OutputTamperedError,
+        PhaseForgedError,
+        PhaseReusedError,
+        ReservationSettledError,
+        RunClaimedError,
+        RunError,
+        RunPausedError,
+        ScriptExhaustedError,
+        SetupError,
+        StatemachineError,
+        ToolError,
+        UnapprovedWriteError,
+        UnknownRunError,
+        UnknownToolError,
+    )
+    from ._events import RunEvent, RunEvents, RunFinished, TextDelta, TransitionEvent
+    from ._governor import (
+        ActionRecord,
+        Check,
+        Decision,
+        LoopGovernor,
+        LoopState,
+        SignedSimilarity,
+        Similarity,
+        Verdict,
+        VerdictRecord,
+        lexical_similarity,
+        trigram_similarity,
+    )
+    from ._guard import (
+        CustomerResponse,
+        GuardMode,
+        GuardOutcome,
+        Invalid,
+        OutputGuard,
+        Parsed,
+        Refusal,
+        Repair,
+        Rule,
+        Truncated,
+        ValidationResult,
+        validate_with_retries,
+    )
+    from ._json import canonical, canonical_hash, dumps, loads
+    from ._ledger import EffectLedger, EffectRecord
+    from ._model import (
+        Message,
+        Model,
+        ModelChunk,
+        ModelReply,
+        ModelRequest,
+        ModelSettings,
+        StreamingModel,
+        ToolRequest,
+        Transcript,
+        Usage,
+    )
+    from ._money import Money, money_difference, money_sum, to_money
+    from ._observe import ProgressLine, configure_logging
     from ._patch import PatchAccepted, PatchRejected, apply_patch
+    from ._phases import (
+        Active,
+        Agent,
+        AnyPhase,
+        AwaitApproval,
+        Done,
+        Failed,
+        Idle,
+        ModelRetrying,
+        Observing,
+        Phase,
+        Phases,
+        Planning,
+        Responding,
+        Retrying,
+        Runtime,
+        ToolCalling,
+    )
+    from ._reserve import BudgetMeter, Reservation
+    from ._retry import RetryPolicy
+    from ._runner import Runner, RunResult, StopReport
+    from ._schema import Diagnostic, validate_config
+    from ._tools import (
+        InvalidCall,
+        ReadCall,
+        ReadTool,
+        ToolRegistry,
+        WriteCall,
+        WriteTool,
+        current_idempotency_key,
+        idempotency_key,
+        read_tool,
+        write_tool,
+    )
     from ._worker import Worker
     from .models._anthropic import AnthropicModel
     from .models._llamacpp import LlamaCppConfig, LlamaCppModel
     from .models._openai import OpenAICompatibleModel
     from .models._prices import TokenPrices
+    from .persist._codec import dump_phase, load_phase
     from .persist._crypto import CheckpointCipher, generate_key
+    from .persist._lifecycle import RunLifecycle, RunStatus
+    from .persist._memory import MemoryCheckpointer
     from .persist._postgres import PostgresCheckpointer
+    from .persist._protocol import CheckpointEntry, Checkpointer, LeaseRecord, RunRecord, Sealer
+    from .persist._sqlite import SQLiteCheckpointer
 
 
 __all__ = (
@@ -326,29 +327,170 @@ __all__ = (
     "write_tool",
 )
 
-# Parts a run of the core does not need are imported on first use, so that
-# ``import statemachine`` does not pay for httpx, cryptography, psycopg, llama.cpp,
-# the diagram, the worker or the configuration models. ``from statemachine import X``
-# and ``statemachine.X`` work as before; the type checkers read the imports above.
-_LAZY: Final[dict[str, str]] = {
-    "AgentConfig": "._config",
-    "AgentGraph": "._diagram",
-    "AnthropicModel": ".models._anthropic",
-    "CheckpointCipher": ".persist._crypto",
-    "LlamaCppConfig": ".models._llamacpp",
-    "LlamaCppModel": ".models._llamacpp",
-    "OpenAICompatibleModel": ".models._openai",
-    "PatchAccepted": "._patch",
-    "PatchRejected": "._patch",
-    "PostgresCheckpointer": ".persist._postgres",
-    "RetrySettings": "._config",
-    "TokenPrices": ".models._prices",
-    "Worker": "._worker",
-    "agent_graph": "._diagram",
-    "apply_patch": "._patch",
-    "generate_key": ".persist._crypto",
-}
+# Every public name is imported from its module on first use (PEP 562), so that
+# ``import statemachine`` loads only this file: a program pays for the parts it uses
+# (the phases and the runner for a run; the stores, the guard, the diagram, the worker,
+# the configuration models, the model adapters, httpx, cryptography, psycopg and
+# llama.cpp when first asked for). ``from statemachine import X`` and
+# ``statemachine.X`` work as before; the type checkers read the imports above, and
+# tests/test_imports.py checks that they and this map name the same things.
+_LAZY: Final[dict[str, str]] = _by_module(
+    {
+        "._approval": (
+            "Approval",
+            "ApprovalGate",
+            "ApprovalRequest",
+            "Approve",
+            "ApprovedCall",
+            "Denial",
+            "Pending",
+            "dump_decision",
+            "load_decision",
+        ),
+        "._breaker": ("CircuitBreaker",),
+        "._budget": ("Budget", "Spend"),
+        "._config": ("AgentConfig", "RetrySettings"),
+        "._context": ("BudgetLeft", "RunContext"),
+        "._diagram": ("AgentGraph", "agent_graph"),
+        "._embedding": ("EmbeddingSimilarity",),
+        "._errors": (
+            "ApprovalMismatchError",
+            "BadArgumentsError",
+            "BudgetError",
+            "BudgetExceededError",
+            "CheckpointCorruptError",
+            "CheckpointError",
+            "CheckpointKeyError",
+            "CheckpointMismatchError",
+            "CheckpointOrderError",
+            "CheckpointTamperedError",
+            "CircuitOpenError",
+            "ConfigError",
+            "DecisionRefusedError",
+            "EffectUncertainError",
+            "EstimateExceededError",
+            "IllegalStatusChangeError",
+            "IllegalTransitionError",
+            "ModelRequestError",
+            "ModelResponseError",
+            "ModelRetriesExhaustedError",
+            "ModelUnavailableError",
+            "OutputRejectedError",
+            "OutputTamperedError",
+            "PhaseForgedError",
+            "PhaseReusedError",
+            "ReservationSettledError",
+            "RunClaimedError",
+            "RunError",
+            "RunPausedError",
+            "ScriptExhaustedError",
+            "SetupError",
+            "StatemachineError",
+            "ToolError",
+            "UnapprovedWriteError",
+            "UnknownRunError",
+            "UnknownToolError",
+        ),
+        "._events": ("RunEvent", "RunEvents", "RunFinished", "TextDelta", "TransitionEvent"),
+        "._governor": (
+            "ActionRecord",
+            "Check",
+            "Decision",
+            "LoopGovernor",
+            "LoopState",
+            "SignedSimilarity",
+            "Similarity",
+            "Verdict",
+            "VerdictRecord",
+            "lexical_similarity",
+            "trigram_similarity",
+        ),
+        "._guard": (
+            "CustomerResponse",
+            "GuardMode",
+            "GuardOutcome",
+            "Invalid",
+            "OutputGuard",
+            "Parsed",
+            "Refusal",
+            "Repair",
+            "Rule",
+            "Truncated",
+            "ValidationResult",
+            "validate_with_retries",
+        ),
+        "._json": ("canonical", "canonical_hash", "dumps", "loads"),
+        "._ledger": ("EffectLedger", "EffectRecord"),
+        "._model": (
+            "Message",
+            "Model",
+            "ModelChunk",
+            "ModelReply",
+            "ModelRequest",
+            "ModelSettings",
+            "StreamingModel",
+            "ToolRequest",
+            "Transcript",
+            "Usage",
+        ),
+        "._money": ("Money", "money_difference", "money_sum", "to_money"),
+        "._observe": ("ProgressLine", "configure_logging"),
+        "._patch": ("PatchAccepted", "PatchRejected", "apply_patch"),
+        "._phases": (
+            "Active",
+            "Agent",
+            "AnyPhase",
+            "AwaitApproval",
+            "Done",
+            "Failed",
+            "Idle",
+            "ModelRetrying",
+            "Observing",
+            "Phase",
+            "Phases",
+            "Planning",
+            "Responding",
+            "Retrying",
+            "Runtime",
+            "ToolCalling",
+        ),
+        "._reserve": ("BudgetMeter", "Reservation"),
+        "._retry": ("RetryPolicy",),
+        "._runner": ("Runner", "RunResult", "StopReport"),
+        "._schema": ("Diagnostic", "validate_config"),
+        "._tools": (
+            "InvalidCall",
+            "ReadCall",
+            "ReadTool",
+            "ToolRegistry",
+            "WriteCall",
+            "WriteTool",
+            "current_idempotency_key",
+            "idempotency_key",
+            "read_tool",
+            "write_tool",
+        ),
+        "._worker": ("Worker",),
+        ".models._anthropic": ("AnthropicModel",),
+        ".models._llamacpp": ("LlamaCppConfig", "LlamaCppModel"),
+        ".models._openai": ("OpenAICompatibleModel",),
+        ".models._prices": ("TokenPrices",),
+        ".persist._codec": ("dump_phase", "load_phase"),
+        ".persist._crypto": ("CheckpointCipher", "generate_key"),
+        ".persist._lifecycle": ("RunLifecycle", "RunStatus"),
+        ".persist._memory": ("MemoryCheckpointer",),
+        ".persist._postgres": ("PostgresCheckpointer",),
+        ".persist._protocol": (
+            "CheckpointEntry",
+            "Checkpointer",
+            "LeaseRecord",
+            "RunRecord",
+            "Sealer",
+        ),
+        ".persist._sqlite": ("SQLiteCheckpointer",),
+    }
+)
 
 
 if not TYPE_CHECKING:  # hidden from the type checkers, so a misspelt name stays an error
-    __getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)
+    __getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY, ("persist",))

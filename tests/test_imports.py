@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import subprocess
 import sys
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import statemachine
+import statemachine.persist
+from statemachine._lazy import by_module
 
 # Modules a user of the core does not need: the OpenAI-compatible client (httpx), the
 # checkpoint cipher (cryptography), PostgreSQL, llama.cpp, the diagram and the worker.
@@ -84,14 +90,38 @@ def loaded_after(code: str) -> set[str]:
 def test_import_loads_none_of_the_optional_parts() -> None:
     """A fresh ``import statemachine`` leaves every optional dependency and module unloaded."""
     loaded = loaded_after("import statemachine")
-    assert "statemachine._runner" in loaded
     assert sorted(name for name in NOT_AT_IMPORT if name in loaded) == []
 
 
-def test_the_persist_wing_loads_nothing_the_package_does_not() -> None:
-    """The stores live in ``statemachine.persist``, so the package's import runs the wing's
-    ``__init__``: it adds no module (PostgreSQL and the cipher stay lazy there too)."""
-    assert loaded_after("import statemachine.persist") == loaded_after("import statemachine")
+def test_import_loads_only_the_package_itself() -> None:
+    """Every public name is imported on first use: ``import statemachine`` alone loads the
+    package's ``__init__`` and its lazy loader, and none of pydantic, attrs or anyio."""
+    loaded = loaded_after("import statemachine")
+    assert sorted(name for name in loaded if name.startswith("statemachine")) == [
+        "statemachine",
+        "statemachine._lazy",
+    ]
+    assert sorted({"pydantic", "attrs", "attr", "anyio"} & loaded) == []
+
+
+def test_the_persist_wing_loads_only_itself() -> None:
+    """``import statemachine.persist`` loads its ``__init__`` and no store, codec or chain."""
+    loaded = loaded_after("import statemachine.persist")
+    assert sorted(name for name in loaded if name.startswith("statemachine")) == [
+        "statemachine",
+        "statemachine._lazy",
+        "statemachine.persist",
+    ]
+
+
+def test_the_persist_wing_is_an_attribute_of_the_package() -> None:
+    """``statemachine.persist`` is reachable after ``import statemachine`` alone, as it was
+    when the package imported the stores at its import."""
+    code = """import statemachine
+assert statemachine.persist.SQLiteCheckpointer is statemachine.SQLiteCheckpointer
+assert "persist" in dir(statemachine)
+"""
+    assert "statemachine.persist._sqlite" in loaded_after(code)
 
 
 def test_the_core_names_load_none_of_the_optional_parts() -> None:
@@ -240,3 +270,67 @@ def test_an_unknown_models_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError) as raised:
         statemachine.models.NoSuchModel  # type: ignore[attr-defined]  # noqa: B018
     assert str(raised.value) == "module 'statemachine.models' has no attribute 'NoSuchModel'"
+
+
+def _typing_imports(package: ModuleType) -> dict[str, str]:
+    """Name to module of the ``if TYPE_CHECKING:`` imports of ``package``'s ``__init__``
+    (modules relative to the package, as its ``_LAZY`` names them)."""
+    assert package.__file__ is not None
+    tree = ast.parse(Path(package.__file__).read_text())
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for inner in node.body:
+                assert isinstance(inner, ast.ImportFrom), ast.unparse(inner)
+                for alias in inner.names:
+                    found[alias.name] = "." * inner.level + (inner.module or "")
+    return found
+
+
+@pytest.mark.parametrize("package", [statemachine, statemachine.persist], ids=lambda p: p.__name__)
+def test_the_checkers_and_the_loader_read_the_same_names(package: ModuleType) -> None:
+    """The imports the type checkers read and the map the loader reads name the same
+    objects from the same modules, and export exactly ``__all__``."""
+    lazy: dict[str, str] = package._LAZY
+    assert _typing_imports(package) == lazy
+    assert set(lazy) == set(package.__all__)
+
+
+@pytest.mark.parametrize("package", [statemachine, statemachine.persist], ids=lambda p: p.__name__)
+def test_every_public_name_is_the_object_its_module_defines(package: ModuleType) -> None:
+    """Each name of ``__all__``, asked for, is the very object of its module."""
+    for name, module in package._LAZY.items():
+        found = importlib.import_module(module, package.__name__)
+        assert getattr(package, name) is getattr(found, name), name
+
+
+def test_the_stores_are_the_same_objects_in_both_places() -> None:
+    """A name ``statemachine.persist`` shares with ``statemachine`` is the same object."""
+    shared = set(statemachine.persist.__all__) & set(statemachine.__all__)
+    assert {"SQLiteCheckpointer", "Checkpointer", "dump_phase"} <= shared
+    for name in shared:
+        assert getattr(statemachine.persist, name) is getattr(statemachine, name), name
+
+
+def test_star_import_gives_every_public_name() -> None:
+    """``from statemachine import *`` binds all of ``__all__`` (each loaded then)."""
+    namespace: dict[str, object] = {}
+    exec("from statemachine import *", namespace)
+    assert set(statemachine.__all__) <= set(namespace)
+
+
+def test_a_name_listed_twice_in_a_lazy_table_is_refused() -> None:
+    """``by_module`` names the name and both modules, so the table's slip is found at import."""
+    with pytest.raises(ValueError, match=r"^'Budget' is listed under '\._budget' and '\._phases'$"):
+        by_module({"._budget": ("Budget",), "._phases": ("Agent", "Budget")})
+    assert by_module({"._budget": ("Budget", "Spend")}) == {
+        "Budget": "._budget",
+        "Spend": "._budget",
+    }
+
+
+def test_an_unknown_persist_name_is_an_attribute_error() -> None:
+    """A name the persist wing does not have raises AttributeError with Python's own message."""
+    with pytest.raises(AttributeError) as raised:
+        statemachine.persist.NoSuchStore  # type: ignore[attr-defined]  # noqa: B018
+    assert str(raised.value) == "module 'statemachine.persist' has no attribute 'NoSuchStore'"

@@ -16,28 +16,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from .._lazy import by_module as _by_module
 from .._lazy import lazy_names
-from .._ledger import EffectLedger, EffectRecord
-from ._codec import dump_phase, load_phase
-from ._lifecycle import RunLifecycle, RunStatus
-from ._memory import MemoryCheckpointer
-from ._protocol import (
-    DEFAULT_RETENTION,
-    CheckpointEntry,
-    Checkpointer,
-    Decisions,
-    LeaseRecord,
-    Leases,
-    Registry,
-    RunRecord,
-    RunStore,
-    Sealer,
-)
-from ._sqlite import SQLiteCheckpointer
 
 if TYPE_CHECKING:
+    from .._ledger import EffectLedger, EffectRecord
+    from ._codec import dump_phase, load_phase
     from ._crypto import CheckpointCipher
+    from ._lifecycle import RunLifecycle, RunStatus
+    from ._memory import MemoryCheckpointer
     from ._postgres import PostgresCheckpointer
+    from ._protocol import (
+        DEFAULT_RETENTION,
+        CheckpointEntry,
+        Checkpointer,
+        Decisions,
+        LeaseRecord,
+        Leases,
+        Registry,
+        RunRecord,
+        RunStore,
+        Sealer,
+    )
+    from ._sqlite import SQLiteCheckpointer
 
 __all__ = (
     "DEFAULT_RETENTION",
@@ -62,11 +63,32 @@ __all__ = (
     "load_phase",
 )
 
-# Loaded on first use: psycopg and cryptography are not needed to import this package.
-_LAZY: Final[dict[str, str]] = {
-    "CheckpointCipher": "._crypto",
-    "PostgresCheckpointer": "._postgres",
-}
+# Every name is imported from its module on first use, as ``statemachine``'s are: a
+# run without a checkpointer loads the protocols it names and none of the stores, the
+# codec or the chain; psycopg and cryptography wait for PostgreSQL and the cipher.
+_LAZY: Final[dict[str, str]] = _by_module(
+    {
+        ".._ledger": ("EffectLedger", "EffectRecord"),
+        "._codec": ("dump_phase", "load_phase"),
+        "._crypto": ("CheckpointCipher",),
+        "._lifecycle": ("RunLifecycle", "RunStatus"),
+        "._memory": ("MemoryCheckpointer",),
+        "._postgres": ("PostgresCheckpointer",),
+        "._protocol": (
+            "DEFAULT_RETENTION",
+            "CheckpointEntry",
+            "Checkpointer",
+            "Decisions",
+            "LeaseRecord",
+            "Leases",
+            "Registry",
+            "RunRecord",
+            "RunStore",
+            "Sealer",
+        ),
+        "._sqlite": ("SQLiteCheckpointer",),
+    }
+)
 
 
 if not TYPE_CHECKING:  # hidden from the type checkers, so a misspelt name stays an error
