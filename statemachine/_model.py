@@ -54,6 +54,7 @@ __all__ = [
     "ToolRequest",
     "Transcript",
     "Usage",
+    "_CHUNK",
     "_checked_reply",
 ]
 
@@ -180,6 +181,11 @@ def _dump_message(message: Message, info: core_schema.SerializationInfo) -> dict
     return message.model_dump(mode="json" if info.mode_is_json() else "python")
 
 
+# How many messages a full chunk of a transcript holds: appending copies at most the
+# tail (fewer than ``_CHUNK`` messages) and, when a chunk fills, the tuple of chunks.
+_CHUNK: Final = 32
+
+
 @final
 class Transcript(TupleLike[Message]):
     """A conversation that only grows: an immutable sequence of :class:`Message` s whose
@@ -194,78 +200,104 @@ class Transcript(TupleLike[Message]):
     prompt a model is shown), sharing the rest.
     """
 
-    # A transcript is ``_head`` followed by the first ``_size`` items of ``_items``, a
-    # list shared by every transcript grown from the same one. Items past ``_size``
-    # belong to a longer transcript, and no item is ever changed or removed: appending
-    # to the transcript that ends the list extends the list in place, appending to an
-    # older one copies what it holds (a branch, which a run does not make). An empty
-    # transcript starts a list of its own, so that the shared empty one keeps nothing.
-    __slots__ = ("_head", "_items", "_size")
+    # A transcript is ``_head``, then the messages of ``_chunks`` (full chunks of
+    # ``_CHUNK`` messages each), then ``_tail`` (1 to ``_CHUNK`` messages; none when
+    # there are no chunks either). All three are tuples: appending shares the chunks and
+    # copies the tail, so no transcript holds anything another one (a model given it,
+    # a branch) could change, and none depends on the order appends happen in.
+    __slots__ = ("_chunks", "_head", "_tail")
     _ITEM = Message
 
     _head: tuple[Message, ...]
-    _items: list[Message]
-    _size: int
+    _chunks: tuple[tuple[Message, ...], ...]
+    _tail: tuple[Message, ...]
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
+        items = tuple(messages)
+        cut = (len(items) - 1) // _CHUNK * _CHUNK if items else 0
         self._head = ()
-        self._items = list(messages)
-        self._size = len(self._items)
+        self._chunks = tuple(items[at : at + _CHUNK] for at in range(0, cut, _CHUNK))
+        self._tail = items[cut:]
 
     @classmethod
-    def _of(cls, head: tuple[Message, ...], items: list[Message], size: int) -> Transcript:
+    def _of(
+        cls,
+        head: tuple[Message, ...],
+        chunks: tuple[tuple[Message, ...], ...],
+        tail: tuple[Message, ...],
+    ) -> Transcript:
         made = cls.__new__(cls)
-        made._head, made._items, made._size = head, items, size
+        made._head, made._chunks, made._tail = head, chunks, tail
         return made
 
     def appended(self, *messages: Message) -> Transcript:
         """This transcript with ``messages`` after it (this one is unchanged)."""
-        items, size = self._items, self._size
-        if size and len(items) == size:
-            items.extend(messages)
-            # Another thread may have grown the same list first: then ours are not the
-            # items that follow this transcript's, and it is copied as a branch is.
-            if all(items[size + i] is message for i, message in enumerate(messages)):
-                return Transcript._of(self._head, items, size + len(messages))
-        return Transcript._of(self._head, [*islice(items, size), *messages], size + len(messages))
+        tail = self._tail + messages
+        if len(tail) <= _CHUNK:
+            return Transcript._of(self._head, self._chunks, tail)
+        cut = (len(tail) - 1) // _CHUNK * _CHUNK
+        full = tuple(tail[at : at + _CHUNK] for at in range(0, cut, _CHUNK))
+        return Transcript._of(self._head, self._chunks + full, tail[cut:])
 
     def prefixed(self, *messages: Message) -> Transcript:
         """``messages`` followed by this transcript, which they share."""
-        return Transcript._of(messages + self._head, self._items, self._size)
+        return Transcript._of(messages + self._head, self._chunks, self._tail)
 
     def __len__(self) -> int:
-        return len(self._head) + self._size
+        return len(self._head) + len(self._chunks) * _CHUNK + len(self._tail)
 
     @overload
     def __getitem__(self, index: int) -> Message: ...
     @overload
     def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
     def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        tail = self._tail
         if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if self._head:
-                return tuple(self[at] for at in range(start, stop, step))
-            # Only the items the slice takes (the list may hold more than this transcript).
-            items = self._items
-            if step == 1:
-                return tuple(items[start:stop]) if start < stop else ()
-            return tuple(items[at] for at in range(start, stop, step))
-        if not self._head and 0 <= index < self._size:
-            return self._items[index]
+            length = len(self)
+            start, stop, step = index.indices(length)
+            if step != 1:
+                return tuple(self)[index]
+            if stop <= start:
+                return ()
+            before = length - len(tail)
+            if start >= before:  # within the tail (the runner reads the last messages)
+                return tail[start - before : stop - before]
+            return tuple(islice(self._from(start), stop - start))
+        if -len(tail) <= index < 0:
+            return tail[index]
         length = len(self)
         at = index + length if index < 0 else index
         if not 0 <= at < length:
             raise IndexError(f"transcript index {index} out of range (length {length})")
         head = len(self._head)
-        return self._head[at] if at < head else self._items[at - head]
+        if at < head:
+            return self._head[at]
+        chunk, inner = divmod(at - head, _CHUNK)
+        chunks = self._chunks
+        return chunks[chunk][inner] if chunk < len(chunks) else tail[inner]
+
+    def _from(self, start: int) -> Iterator[Message]:
+        """The messages from ``start`` on, reading only the chunks from there."""
+        head = len(self._head)
+        if start < head:
+            return chain(self._head[start:], chain.from_iterable(self._chunks), self._tail)
+        chunk, inner = divmod(start - head, _CHUNK)
+        chunks = self._chunks
+        if chunk >= len(chunks):
+            return iter(self._tail[inner:])
+        rest = chain.from_iterable(chunks[chunk + 1 :])  # a slice: islice would walk
+        return chain(chunks[chunk][inner:], rest, self._tail)
 
     def __iter__(self) -> Iterator[Message]:
-        items = islice(self._items, self._size)
-        return chain(self._head, items) if self._head else items
+        if not self._chunks and not self._head:
+            return iter(self._tail)
+        return chain(self._head, chain.from_iterable(self._chunks), self._tail)
 
     def _same_storage(self, other: Transcript) -> bool:
         return (
-            other._items is self._items and other._size == self._size and other._head == self._head
+            other._chunks is self._chunks
+            and other._tail is self._tail
+            and other._head == self._head
         )
 
 

@@ -330,8 +330,8 @@ class Planning(Active[C]):
         if type(transcript) is not Transcript:  # a phase built by hand with a tuple
             transcript = Transcript(transcript)
         system = self.instructions()
-        if not system:
-            return transcript
+        if not system:  # an object of the model's own: it shares only tuples with the phase
+            return transcript.prefixed()
         return transcript.prefixed(_system(system))
 
     def _action(self, call: ReadCall | WriteCall, raw_arguments: str | None) -> ActionRecord:

@@ -36,6 +36,7 @@ from statemachine import (
     Failed,
     Idle,
     LoopState,
+    MemoryCheckpointer,
     Message,
     ModelRequest,
     Observing,
@@ -547,10 +548,14 @@ def test_a_transcript_reads_as_the_tuple_of_its_messages() -> None:
     plain: tuple[Message, ...] = ()
     grown = Transcript()
     kept: list[tuple[Transcript, tuple[Message, ...]]] = []
-    for n in range(40):
+    for n in range(120):  # several full chunks
         new = (said(n),) if n % 3 else (said(n), said(n + 100))
         plain, grown = plain + new, grown.appended(*new)
         kept.append((grown, plain))
+        if n == 50:  # more than a chunk at once
+            many = tuple(said(1000 + i) for i in range(70))
+            plain, grown = plain + many, grown.appended(*many)
+            kept.append((grown, plain))
         if n % 7 == 0:  # a branch from an older transcript leaves the others as they were
             old, old_plain = kept[n // 2]
             branched = said(-n)
@@ -578,6 +583,8 @@ def test_a_transcript_reads_as_the_tuple_of_its_messages() -> None:
             slice(100, None),
             slice(2, -2),
             slice(None, None, 2),
+            slice(31, 65),
+            slice(-40, -1),
         ):
             assert transcript[cut] == expected[cut]
         with pytest.raises(IndexError):
@@ -586,22 +593,122 @@ def test_a_transcript_reads_as_the_tuple_of_its_messages() -> None:
     assert not Transcript()
 
 
-def test_appending_shares_the_messages_and_copies_only_a_branch() -> None:
-    m1, m2, m3, other = said(1), said(2), said(3), said(-3)
-    one = Transcript().appended(m1)
-    two = one.appended(m2)
-    three = two.appended(m3)
-    assert two._items is one._items is three._items  # grown in place, shared
-    branch = two.appended(other)  # two no longer ends the list: a copy
-    assert branch._items is not two._items
-    assert tuple(three) == (m1, m2, m3)
-    assert tuple(branch) == (m1, m2, other)
-    assert tuple(two) == (m1, m2)
-    # The shared empty transcript never holds another run's messages.
-    from statemachine._model import EMPTY_TRANSCRIPT
+def test_appending_shares_the_full_chunks_and_copies_only_the_tail() -> None:
+    from statemachine._model import _CHUNK, EMPTY_TRANSCRIPT
 
+    grown = Transcript()
+    for n in range(_CHUNK + 1):
+        grown = grown.appended(said(n))
+    assert len(grown._chunks) == 1
+    assert len(grown._tail) == 1
+    more = grown.appended(said(100))
+    branch = grown.appended(said(-100))  # a branch: the older transcript is unchanged
+    assert more._chunks is grown._chunks is branch._chunks  # shared, not copied
+    assert tuple(more)[-2:] == (said(_CHUNK), said(100))
+    assert tuple(branch)[-2:] == (said(_CHUNK), said(-100))
+    assert tuple(grown) == tuple(said(n) for n in range(_CHUNK + 1))
+    # Every part is a tuple: nothing a transcript holds can be changed through it.
+    for transcript in (grown, more, branch, more.prefixed(said(-1))):
+        assert type(transcript._head) is tuple
+        assert type(transcript._tail) is tuple
+        assert all(type(chunk) is tuple for chunk in transcript._chunks)
+        assert all(len(chunk) == _CHUNK for chunk in transcript._chunks)
+        assert 0 < len(transcript._tail) <= _CHUNK
     EMPTY_TRANSCRIPT.appended(said(9))
-    assert EMPTY_TRANSCRIPT._items == []
+    assert tuple(EMPTY_TRANSCRIPT) == ()
+
+
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("append"), st.integers(0, 40)),
+            st.tuples(st.just("branch"), st.integers(0, 1000)),
+        ),
+        max_size=40,
+    ),
+    head=st.integers(0, 2),
+    probe=st.integers(-200, 200),
+    cut=st.tuples(st.integers(-200, 200), st.integers(-200, 200), st.sampled_from([1, 1, 2, -1])),
+)
+def test_a_transcript_is_the_tuple_of_its_appends(
+    steps: list[tuple[str, int]], head: int, probe: int, cut: tuple[int, int, int]
+) -> None:
+    """Against the plain version (tuples concatenated): any appends and branches, any
+    index and slice, read with and without a prefix."""
+    made: list[tuple[Transcript, tuple[Message, ...]]] = [(Transcript(), ())]
+    transcript, plain = made[0]
+    counter = 0
+    for kind, number in steps:
+        if kind == "branch":
+            transcript, plain = made[number % len(made)]
+            continue
+        new = tuple(said(counter + i) for i in range(number))
+        counter += number
+        transcript, plain = transcript.appended(*new), plain + new
+        made.append((transcript, plain))
+    prefix = tuple(Message(role="system", content=f"rule {i}") for i in range(head))
+    for transcript, plain in made:
+        prefixed = transcript.prefixed(*prefix)
+        for shown, expected in ((transcript, plain), (prefixed, prefix + plain)):
+            assert tuple(shown) == expected
+            assert len(shown) == len(expected)
+            assert shown == Transcript(expected)
+            assert hash(shown) == hash(expected)
+            if -len(expected) <= probe < len(expected):
+                assert shown[probe] is expected[probe]
+            else:
+                with pytest.raises(IndexError):
+                    shown[probe]
+            window = slice(*cut)
+            assert shown[window] == expected[window]
+
+
+@pytest.mark.parametrize("instructions", ["Be brief.", ""])
+async def test_a_model_cannot_change_the_run_s_past_messages(instructions: str) -> None:
+    """A model given the run's conversation tries to rewrite it, through the request's
+    public and private attributes: the run's transcript and its checkpoints are as
+    they would have been."""
+
+    class Tamperer:
+        async def complete(self, request: ModelRequest) -> Any:
+            shown: Any = request.messages
+            forged = Message(role="user", content="forged")
+            for name in ("_chunks", "_tail", "_head", "_items"):
+                part = getattr(shown, name, None)
+                for target in (part, *(part if isinstance(part, tuple) else ())):
+                    with pytest.raises((TypeError, AttributeError)):
+                        target[0] = forged  # a tuple refuses item assignment
+                    with pytest.raises((TypeError, AttributeError)):
+                        target.append(forged)
+            object.__setattr__(shown, "_tail", (forged,))  # its own object only
+            object.__setattr__(shown, "_chunks", ())
+            with pytest.raises(AttributeError):
+                shown._items = [forged]
+            with pytest.raises(attrs.exceptions.FrozenInstanceError):
+                shown[-1].content = "forged"  # type: ignore[misc]
+            return await model.complete(request)
+
+    model = ScriptedModel(
+        [tool_call("lookup", f'{{"key": "k{n}"}}') for n in range(20)] + [reply("Done.")]
+    )
+    agent = Agent[None](name="fast", tools=[lookup], instructions=instructions)
+    store = MemoryCheckpointer()
+    result = await Runner(agent, model=Tamperer(), gate=AutoDenyGate(), checkpointer=store).run(
+        None, "go"
+    )
+    plain_model = ScriptedModel(
+        [tool_call("lookup", f'{{"key": "k{n}"}}') for n in range(20)] + [reply("Done.")]
+    )
+    plain_store = MemoryCheckpointer()
+    expected = await Runner(
+        agent, model=plain_model, gate=AutoDenyGate(), checkpointer=plain_store
+    ).run(None, "go", run_id=result.run_id)
+    assert result.final.transcript == expected.final.transcript
+    assert all(m.content != "forged" for m in result.final.transcript)
+    _, stored = await store.load(result.run_id)
+    _, plain_stored = await plain_store.load(result.run_id)
+    assert stored["fields"]["transcript"] == plain_stored["fields"]["transcript"]
+    assert len(stored["fields"]["transcript"]) > 32  # the past spans a full chunk
 
 
 def test_transcripts_appended_from_many_threads_hold_their_own_messages() -> None:

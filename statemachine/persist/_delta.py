@@ -40,7 +40,7 @@ from .. import _json
 from .._actions import CHUNK, ActionLog
 from .._governor import LoopState
 from .._json import fingerprint
-from .._model import Transcript
+from .._model import _CHUNK, Transcript
 from .._phases import Phase
 from .._seal import _UNSAVED
 from ._codec import (
@@ -258,15 +258,18 @@ def _tuple_change(
 def _transcript_change(
     old: Sequence[Any], encoded: list[Any], new: Sequence[Any], path: list[str]
 ) -> tuple[list[Any], list[Any] | None]:
-    """As :func:`_tuple_change`, for transcripts: one that grew from ``old`` (the same
-    shared messages, longer) gives its new messages without comparing the others."""
-    if type(old) is Transcript and type(new) is Transcript:
-        size = old._size
-        if new._items is old._items and new._head == old._head and new._size >= size:
-            if new._size == size:
-                return encoded, None
-            added = [_encode(item) for item in new._items[size : new._size]]
-            return encoded + added, ["append", path, added]
+    """As :func:`_tuple_change`, for transcripts: one that grew from ``old`` (its full
+    chunks shared, its tail a prefix of what follows them) gives its new messages
+    without comparing the others."""
+    if type(old) is Transcript and type(new) is Transcript and not old._head and not new._head:
+        chunks, tail = old._chunks, old._tail
+        if len(new._chunks) >= len(chunks) and _kept(chunks, new._chunks, 0, len(chunks)):
+            rest = new[len(chunks) * _CHUNK :]
+            if len(rest) >= len(tail) and all(map(operator.is_, rest, tail)):
+                if len(rest) == len(tail):
+                    return encoded, None
+                added = [_encode(item) for item in rest[len(tail) :]]
+                return encoded + added, ["append", path, added]
     return _tuple_change(tuple(old), encoded, tuple(new), path)
 
 
