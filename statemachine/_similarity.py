@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Iterator
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
+from itertools import filterfalse
 from typing import Any, Protocol, TypeVar, final, runtime_checkable
 
 from ._errors import ConfigError
@@ -221,6 +222,8 @@ def _number(text: str) -> str:
 
 
 def _anchors_of(value: Any, key: str, found: set[str]) -> None:
+    """The plain walk of :func:`call_anchors` (the reference its faster form is tested
+    against: ``_walk``)."""
     if isinstance(value, bool) or value is None:
         found.add(f"{key}={value}")
     elif isinstance(value, int | float):
@@ -240,6 +243,68 @@ def _anchors_of(value: Any, key: str, found: set[str]) -> None:
             _anchors_of(inner, key, found)
 
 
+def plain_anchors(text: str) -> tuple[str, ...]:
+    """:func:`call_anchors` as first written (regular expressions over every value)."""
+    found: set[str] = set()
+    _anchors_of(_arguments(text), "", found)
+    return tuple(sorted(found))
+
+
+def _arguments(text: str) -> Any:
+    """The arguments of the call ``text`` (``tool({...})``), or ``text`` if it is not one."""
+    opening = text.find("(")
+    if opening > 0 and text.endswith(")"):
+        try:
+            return json.loads(text[opening + 1 : -1])
+        except ValueError:
+            return text
+    return text
+
+
+# What separates tokens (``_TOKEN``'s separators); a run of other characters with a digit
+# or an @ in it is one token, found whole: the look-behind starts a match only where a run
+# starts, and the possessive repeats never step back.
+_SEPARATORS = r"\s,;:!?()\[\]{}\"'<>"
+_RUN_WITH = re.compile(rf"(?<![^{_SEPARATORS}])[^{_SEPARATORS}\d@]*+[\d@][^{_SEPARATORS}]*+")
+
+
+@lru_cache(maxsize=256)
+def _names_a_thing(key: str) -> bool:
+    """Whether the values under ``key`` are identifiers (compared whole)."""
+    return _IDENTIFIER_KEY.search(key) is not None
+
+
+def _tokens(value: str, found: set[str]) -> None:
+    """Add the anchors inside the free text ``value``: what ``_TOKEN.findall`` finds.
+
+    A token is a whole run between separators (white space, as ``str.split`` splits, and
+    the punctuation of ``_TOKEN``) with a digit or an @ in it, so a word of letters only
+    (``str.isalpha``) holds none: the regular expression reads only the other words.
+    """
+    for word in filterfalse(str.isalpha, value.split()):
+        for token in _RUN_WITH.findall(word):
+            token = token.strip(_EDGES)
+            if token:
+                found.add(_number(token).casefold())
+
+
+def _walk(value: Any, key: str, found: set[str]) -> None:
+    """``_anchors_of``, the same anchors, by exact type first (JSON's own types)."""
+    kind = type(value)
+    if kind is str:
+        if _names_a_thing(key):
+            found.add(f"{key}={value.strip(_EDGES).casefold()}")
+        _tokens(value, found)
+    elif kind is dict:
+        for name, inner in value.items():
+            _walk(inner, str(name), found)
+    elif kind is list:
+        for inner in value:
+            _walk(inner, key, found)
+    else:  # a number, a boolean, null, or a subclass: the plain walk
+        _anchors_of(value, key, found)
+
+
 @lru_cache(maxsize=8192)
 def call_anchors(text: str) -> tuple[str, ...]:
     """What of the call ``text`` (``tool({...canonical JSON...})``) is compared exactly.
@@ -251,14 +316,7 @@ def call_anchors(text: str) -> tuple[str, ...]:
     a call's is free text: its tokens with a digit or an ``@``.
     """
     found: set[str] = set()
-    opening = text.find("(")
-    arguments: Any = text
-    if opening > 0 and text.endswith(")"):
-        try:
-            arguments = json.loads(text[opening + 1 : -1])
-        except ValueError:
-            arguments = text
-    _anchors_of(arguments, "", found)
+    _walk(_arguments(text), "", found)
     return tuple(sorted(found))
 
 

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from statemachine import (
@@ -44,7 +46,12 @@ from statemachine import (
     read_tool,
 )
 from statemachine._json import canonical
-from statemachine._similarity import SIMILARITY_VAR, call_anchors, configured_similarity
+from statemachine._similarity import (
+    SIMILARITY_VAR,
+    call_anchors,
+    configured_similarity,
+    plain_anchors,
+)
 
 PAIRS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parent / "data" / "call_pairs.json").read_text()
@@ -142,6 +149,40 @@ def test_anchors_compare_identifiers_and_amounts_exactly(
     """Amounts are one spelling (25 = 25.00), identifiers whole and case-folded, and free
     text's tokens with a digit or an @ count: another number is another call."""
     assert (call_anchors(first) == call_anchors(second)) is anchors
+
+
+# Letters, digits (ASCII and others), @, every separator and edge character of the
+# anchors, white space as str.split and the regular expression's \\s see it.
+_CHARACTERS = "aZé1٣9@#$€.,-+*/=%;:!?()[]{}\"'<> \t\n\x1c\u2003_İ"
+_KEYS = st.sampled_from(["q", "order_id", "customer", "note", "orderId", "amount", "x_ref"])
+_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**30), 10**30)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(_CHARACTERS, max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(_KEYS, _VALUES, max_size=5),
+    st.text(_CHARACTERS, max_size=60),
+    st.booleans(),
+)
+def test_the_anchors_are_those_of_the_plain_walk(
+    arguments: dict[str, Any], free: str, as_call: bool
+) -> None:
+    """call_anchors (types read exactly, tokens found word by word, without stepping back)
+    finds what the plain walk (regular expressions over every value) finds: for a call's
+    canonical JSON, for a call's JSON as sent, and for free text."""
+    texts = [free, f"ask({json.dumps(arguments)})"]
+    if as_call:
+        texts.append(f"ask({json.dumps(arguments, ensure_ascii=False)} {free})")
+    for case in texts:
+        assert call_anchors.__wrapped__(case) == plain_anchors(case), case
 
 
 class RefundArgs(BaseModel):
