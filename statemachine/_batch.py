@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, assert_never
 
 from . import _json
+from ._actions import ActionRecord
 from ._errors import SetupError
 from ._fast._messages import _appended, _asking, _message, _request, _told
 from ._governor import Decision, LoopState, Verdict
@@ -153,6 +154,29 @@ def _routed_head(planning: Planning[Any]) -> ReadCall | WriteCall | InvalidCall 
 # --- the transitions' bodies (each leaves the phase once its call is known) -------------
 
 
+# The action record ``_action`` made last: (the phase, the call, its raw arguments, the
+# record). A tuple, replaced whole, so that a reader in another thread sees one entry.
+_last_action: list[tuple[object, object, str | None, ActionRecord] | None] = [None]
+
+
+def _action(
+    planning: Planning[Any], call: ReadCall | WriteCall, raw_arguments: str | None
+) -> ActionRecord:
+    """``planning._action(call, raw_arguments)``: the governor's record of ``call``.
+
+    Made once for a call the model asked for: ``_checked_call`` makes it for the
+    governor's ``before_action``, and the transition it then takes records the same
+    record (the same phase, call and arguments give the same record: the governor's
+    ``action`` reads only them, the call id from the phase's pending calls).
+    """
+    last = _last_action[0]
+    if last is not None and last[0] is planning and last[1] is call and last[2] == raw_arguments:
+        return last[3]
+    action = planning._action(call, raw_arguments)
+    _last_action[0] = (planning, call, raw_arguments, action)
+    return action
+
+
 def _asked_for(
     planning: Planning[Any],
     transition: str,
@@ -164,7 +188,7 @@ def _asked_for(
     ``call``, by ``transition``."""
     taken = _taken(planning, call.name, lambda: _json.dumps(call.args))
     planning._leave(transition)
-    action = planning._action(call, raw_arguments)
+    action = _action(planning, call, raw_arguments)
     return planning._next(
         cls,
         call=call,
@@ -184,7 +208,7 @@ def _suppressed(
     """``planning`` again, the model told why ``call`` was skipped."""
     taken = _taken(planning, call.name, lambda: _json.dumps(call.args))
     planning._leave("suppress")
-    action = planning._action(call, raw_arguments).model_copy(
+    action = _action(planning, call, raw_arguments).model_copy(
         update={"outcome": "suppressed", "result": decision.reason}
     )
     told = _told(decision.message, taken.call_id, call.name)
@@ -282,7 +306,7 @@ def _checked_call(
     agent = planning.agent
     decision = agent.governor.before_action(
         planning.loop,
-        planning._action(routed, arguments),
+        _action(planning, routed, arguments),
         spent=planning.spent,
         budget=agent.budget,
         elapsed=rt.elapsed(),

@@ -24,6 +24,7 @@ from ._breaker import _settle_tool, _tool_refused
 from ._budget import Spend
 from ._context import _run_context
 from ._errors import EffectUncertainError, ToolError, UnapprovedWriteError
+from ._money import money_sum
 from ._runtime import Runtime, _within
 from ._seal import _own_ticket
 from ._tools import _IDEMPOTENCY_KEY, ReadCall, ReadTool, Tool, WriteTool, idempotency_key
@@ -76,11 +77,15 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
         return calling._fail_call(refusal)
     if ledger is not None and key is not None:
         await ledger.record_intent(key, run_id=rt.run_id, tool=tool.name, args_hash=args_hash)
-    spent = calling.spent.add(tool_calls=1)
+    # The call is counted (one tool call) where the count is read. An answered call's
+    # spend adds the call and its price at once (``_counted``).
+    spent = calling.spent
     remaining = rt.remaining(agent.budget)
     timeout = tool.timeout if remaining is None else min(tool.timeout, remaining)
     context = (
-        _run_context(calling, rt, key=key, seconds=timeout, spent=spent, price=price)
+        _run_context(
+            calling, rt, key=key, seconds=timeout, spent=spent.add(tool_calls=1), price=price
+        )
         if tool.takes_context
         else None
     )
@@ -92,7 +97,7 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
         _settle_tool(agent.breaker, tool.name, rt.clock(), error)
         if not isinstance(error, Exception):
             raise
-        return _failed(calling, tool, error, spent, price)
+        return _failed(calling, tool, error, spent.add(tool_calls=1), price)
     finally:
         _IDEMPOTENCY_KEY.reset(token)
     _settle_tool(agent.breaker, tool.name, rt.clock(), None)
@@ -103,9 +108,19 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
         call=calling.call,
         call_id=calling.call_id,
         output=output,
-        spent=spent.add(cost=price),
+        spent=_counted(spent, price),
         pending=calling.pending,
     )
+
+
+def _counted(spent: Spend, price: Decimal) -> Spend:
+    """``spent.add(tool_calls=1).add(cost=price)`` in one step: the first step adds
+    ``Decimal(0)`` to the cost, which can change its exponent (``1E+2`` becomes ``100``),
+    so it is added to the price first (exact sums: the same value and spelling)."""
+    return spent.add(tool_calls=1, cost=money_sum(_ZERO, price))
+
+
+_ZERO = Decimal(0)
 
 
 def _checked(calling: ToolCalling[C], rt: Runtime) -> tuple[Tool, BaseModel, str]:

@@ -18,8 +18,6 @@ from collections.abc import Awaitable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never
 
-import anyio
-
 from . import _json
 from ._batch import _queued, _take
 from ._breaker import model_circuit
@@ -31,6 +29,7 @@ from ._errors import (
     ModelUnavailableError,
 )
 from ._events import _streamed
+from ._fast._deadline import _until
 from ._fast._messages import _REQUEST_FIELDS
 from ._fast._pydantic import _trusted
 from ._governor import Verdict
@@ -283,9 +282,7 @@ async def _answered(call: Awaitable[object], seconds: float | None) -> object:
     """
     if seconds is None:
         return await call
-    with anyio.CancelScope(deadline=anyio.current_time() + seconds):
-        return await call
-    return _DEADLINE
+    return await _until(call, seconds, _DEADLINE)
 
 
 def _out_of_time(remaining: float | None) -> str:

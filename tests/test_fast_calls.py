@@ -1,0 +1,314 @@
+"""The tool call's shortcuts, each pinned against the plain version it replaces.
+
+- ``_fast._deadline._within``: a call under its deadline, against the whole call within
+  ``anyio.CancelScope(deadline=...)`` (values, errors, the deadline's ``TimeoutError``,
+  a call that opens scopes and task groups of its own, cancellation from outside, the
+  deadline a call reads, calls running side by side).
+- ``_calling._counted``: an answered call's spend in one step, against the two adds.
+- ``_batch._action``: the governor's record of a call made once for the governor's check
+  and the transition, against ``Planning._action``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from statemachine import Agent, Budget, LoopGovernor, Runtime, read_tool
+from statemachine._batch import _action, _queued, _take
+from statemachine._budget import Spend
+from statemachine._calling import _counted
+from statemachine._fast import _deadline
+from statemachine._model import ToolRequest
+from statemachine.testing import AutoDenyGate, ScriptedModel
+
+pytestmark = pytest.mark.anyio
+
+
+async def _within_plain(call: Any, seconds: float | None) -> Any:
+    """The plain version: the whole call within anyio's cancel scope with the deadline."""
+    if seconds is None:
+        return await call
+    with anyio.CancelScope(deadline=anyio.current_time() + seconds):
+        return await call
+    raise TimeoutError
+
+
+async def _returns() -> str:
+    return "done"
+
+
+async def _raises() -> str:
+    raise ValueError("the tool failed")
+
+
+async def _waits(times: int, each: float) -> str:
+    for _ in range(times):
+        await anyio.sleep(each)
+    return f"waited {times}"
+
+
+async def _waits_then_raises() -> str:
+    await anyio.lowlevel.checkpoint()
+    raise KeyError("after a wait")
+
+
+async def _cleans_up() -> str:
+    try:
+        await anyio.sleep(10)
+    except anyio.get_cancelled_exc_class():
+        await anyio.lowlevel.checkpoint()  # a cleanup that waits, then the cancellation goes on
+        raise
+    return "never"
+
+
+async def _swallows() -> str:
+    try:
+        await anyio.sleep(10)
+    except anyio.get_cancelled_exc_class():
+        return "swallowed"  # a tool that ignores the cancellation
+    return "never"
+
+
+async def _scopes_of_its_own() -> str:
+    with anyio.CancelScope():
+        await anyio.lowlevel.checkpoint()
+    async with anyio.create_task_group() as group:
+        group.start_soon(anyio.sleep, 0)
+    return "scoped"
+
+
+async def _own_scope_past_the_deadline() -> str:
+    with anyio.CancelScope():
+        async with anyio.create_task_group() as group:
+            group.start_soon(anyio.sleep, 10)
+    return "never"
+
+
+async def _own_shorter_deadline() -> str:
+    with anyio.move_on_after(0.01):
+        await anyio.sleep(10)
+    return "moved on"
+
+
+async def _reads_its_deadline() -> str:
+    left = anyio.current_effective_deadline() - anyio.current_time()
+    await anyio.lowlevel.checkpoint()
+    return "no deadline" if math.isinf(left) else f"{round(left)}s"
+
+
+_CASES: list[tuple[str, Callable[[], Any], float | None]] = [
+    ("returns", _returns, 5.0),
+    ("returns, no deadline", _returns, None),
+    ("returns, deadline passed", _returns, 0.0),
+    ("returns, deadline negative", _returns, -1.0),
+    ("raises", _raises, 5.0),
+    ("waits within", lambda: _waits(5, 0), 5.0),
+    ("waits a while within", lambda: _waits(3, 0.001), 5.0),
+    ("waits past", lambda: _waits(3, 0.05), 0.02),
+    ("waits, deadline passed", lambda: _waits(1, 0), 0.0),
+    ("waits, then raises", _waits_then_raises, 5.0),
+    ("cleans up past the deadline", _cleans_up, 0.02),
+    ("swallows the cancellation", _swallows, 0.02),
+    ("enters a scope and a task group and waits in them", _scopes_of_its_own, 5.0),
+    ("waits in a task group of its own past the deadline", _own_scope_past_the_deadline, 0.02),
+    ("a shorter deadline of its own", _own_shorter_deadline, 5.0),
+    ("reads its deadline", _reads_its_deadline, 30.0),
+    ("reads its deadline, none", _reads_its_deadline, None),
+]
+
+
+@pytest.mark.parametrize(("case", "make", "seconds"), _CASES, ids=[c[0] for c in _CASES])
+async def test_a_call_under_its_deadline_ends_as_within_anyios_scope(
+    case: str, make: Callable[[], Any], seconds: float | None
+) -> None:
+    """Every call ends (its value, its error, the deadline's ``TimeoutError``) as it does
+    wholly within ``anyio.CancelScope(deadline=...)``; the scopes a call opens nest."""
+
+    async def ended(within: Any) -> tuple[str, str]:
+        try:
+            return "value", await within(make(), seconds)
+        except Exception as error:
+            return type(error).__name__, str(error)
+
+    assert await ended(_deadline._within) == await ended(_within_plain), case
+
+
+async def _times_out_itself() -> str:
+    await anyio.lowlevel.checkpoint()
+    raise TimeoutError("its own limit")
+
+
+_EXPIRED = object()
+
+
+async def _until_plain(call: Any, seconds: float, expired: object) -> Any:
+    """The plain version of ``_until`` (the model call's ``_answered`` before it)."""
+    with anyio.CancelScope(deadline=anyio.current_time() + seconds):
+        return await call
+    return expired
+
+
+@pytest.mark.parametrize(
+    ("case", "make", "seconds"),
+    [*_CASES, ("raises TimeoutError itself", _times_out_itself, 5.0)],
+    ids=[*(c[0] for c in _CASES), "raises TimeoutError itself"],
+)
+async def test_a_call_until_its_deadline_ends_as_within_anyios_scope(
+    case: str, make: Callable[[], Any], seconds: float | None
+) -> None:
+    """``_until`` (the model call's): the call's value or error, or the value given for
+    the deadline, as the plain scope gives them; a ``TimeoutError`` the call raises
+    itself is its own error, not the deadline."""
+    if seconds is None:
+        return
+
+    async def ended(until: Any) -> tuple[str, str]:
+        try:
+            result = await until(make(), seconds, _EXPIRED)
+        except Exception as error:
+            return type(error).__name__, str(error)
+        return ("expired", "") if result is _EXPIRED else ("value", result)
+
+    assert await ended(_deadline._until) == await ended(_until_plain), case
+
+
+async def test_a_call_is_cancelled_from_outside_as_within_anyios_scope() -> None:
+    """A scope around the run cancels a call that waits, and the call's cleanup runs."""
+    cleaned: list[str] = []
+
+    async def slow() -> str:
+        try:
+            await anyio.sleep(10)
+        finally:
+            cleaned.append("cleaned")
+        return "never"
+
+    for within in (_deadline._within, _within_plain):
+        with anyio.CancelScope() as outer:
+            async with anyio.create_task_group() as group:
+
+                async def cancel_soon(scope: anyio.CancelScope = outer) -> None:
+                    await anyio.sleep(0.01)
+                    scope.cancel()
+
+                group.start_soon(cancel_soon)
+                await within(slow(), 5.0)
+        assert outer.cancelled_caught
+    assert cleaned == ["cleaned", "cleaned"]
+
+
+async def test_calls_side_by_side_each_end_at_their_own_deadline() -> None:
+    """One timer serves every call on the loop: a later deadline still fires after an
+    earlier call left (its timer was for that call), and calls running together are each
+    cancelled at their own deadline, in order."""
+    ended: list[str] = []
+
+    async def call(name: str, wait: float, seconds: float) -> None:
+        try:
+            ended.append(f"{name} {await _deadline._within(_waits(1, wait), seconds)}")
+        except TimeoutError:
+            ended.append(f"{name} timed out")
+
+    await call("first", 0, 5.0)  # leaves a timer armed for 5 s from now
+    await call("second", 0.2, 0.02)  # an earlier deadline re-arms it
+    async with anyio.create_task_group() as group:
+        group.start_soon(call, "late", 0.3, 0.1)
+        group.start_soon(call, "early", 0.3, 0.03)
+        group.start_soon(call, "in time", 0.01, 5.0)
+    assert ended == [
+        "first waited 1",
+        "second timed out",
+        "in time waited 1",
+        "early timed out",
+        "late timed out",
+    ]
+    deadlines = _deadline._LOOPS.get(_running_loop())
+    assert deadlines is not None
+    assert not deadlines._scopes
+
+
+def _running_loop() -> asyncio.AbstractEventLoop:
+    return asyncio.get_running_loop()
+
+
+_amounts = st.decimals(
+    allow_nan=False, allow_infinity=False, min_value=-(10**6), max_value=10**6, places=6
+)
+_exponents = st.integers(min_value=-6, max_value=4)
+
+
+@given(spent=_amounts, price=_amounts, spent_exp=_exponents, price_exp=_exponents)
+def test_an_answered_calls_spend_is_the_two_adds(
+    spent: Decimal, price: Decimal, spent_exp: int, price_exp: int
+) -> None:
+    """``_counted`` is ``add(tool_calls=1)`` then ``add(cost=price)``: the same Spend, the
+    cost spelt the same (an amount with a positive exponent too: ``1E+2``)."""
+    cost = Decimal(spent).scaleb(spent_exp).copy_abs()
+    priced = Decimal(price).scaleb(price_exp).copy_abs()
+    before = Spend(tokens=3, cost=cost, tool_calls=2, model_calls=1)
+    plain = before.add(tool_calls=1).add(cost=priced)
+    fast = _counted(before, priced)
+    assert fast == plain
+    assert str(fast.cost) == str(plain.cost)
+    assert fast.model_dump_json() == plain.model_dump_json()
+
+
+class _Args(BaseModel):
+    key: str
+
+
+@read_tool
+async def _lookup(args: _Args) -> str:
+    """Look a key up."""
+    return args.key
+
+
+def test_a_calls_record_is_made_once_and_is_the_plain_one() -> None:
+    """``_action`` gives ``Planning._action``'s record; asked again for the same phase, call
+    and arguments, the same record; for other arguments or another phase, a new one."""
+    agent = Agent[None](name="t", tools=[_lookup], budget=Budget())
+    planning = agent.start(None, "go").receive("go")
+    call = agent.tools.call("_lookup", {"key": "a"})
+    first = _action(planning, call, '{"key": "a"}')
+    assert first == planning._action(call, '{"key": "a"}')
+    assert _action(planning, call, '{"key": "a"}') is first
+    spaced = _action(planning, call, '{"key":  "a"}')
+    assert spaced == planning._action(call, '{"key":  "a"}')
+    assert spaced.exact != first.exact
+    other = agent.start(None, "go").receive("go")
+    again = _action(other, call, '{"key": "a"}')
+    assert again == first
+    assert again is not first
+
+
+def test_a_queued_call_records_the_action_the_governor_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The model's call taken from the queue records the record ``before_action`` saw."""
+    seen: list[object] = []
+    checked = LoopGovernor.before_action
+
+    def before_action(self: LoopGovernor, loop: Any, action: Any, **kwargs: Any) -> Any:
+        seen.append(action)
+        return checked(self, loop, action, **kwargs)
+
+    monkeypatch.setattr(LoopGovernor, "before_action", before_action)
+    agent = Agent[None](name="t", tools=[_lookup], budget=Budget())
+    planning = agent.start(None, "go").receive("go")
+    rt = Runtime(run_id="r", model=ScriptedModel([]), gate=AutoDenyGate())
+    request = ToolRequest(name="_lookup", arguments='{"key": "b"}', id="c1")
+    calling = _take(_queued(planning, (request,)), rt)
+    assert calling.loop.actions[-1] is seen[0]
+    plain = planning._action(agent.tools.call("_lookup", {"key": "b"}), '{"key": "b"}')
+    assert seen[0] == plain.model_copy(update={"call_id": "c1"})
