@@ -112,14 +112,24 @@ DURABLE = (
     Framework("LangGraph + SqliteSaver", "langgraph-sqlite", False, "langgraph-checkpoint-sqlite"),
     Framework("Burr + SQLitePersister", "burr-sqlite", False, "apache-burr"),
 )
-# (label, ours?, module): what a user imports to build the loop.
+# What the in-memory `ours` run of bench/loops.py imports from us: `import statemachine`
+# alone loads only the package's __init__ (each name is imported on first use), so this
+# row is the import a run pays, shown next to it so the one is not taken for the other.
+RUN_IMPORTS = (
+    "from statemachine import Agent, Budget, LoopGovernor, ModelReply, ModelRequest, "
+    "Observing, Phase, ReadCall, Runner, Runtime, read_tool; "
+    "from statemachine.testing import AutoDenyGate, reply, tool_call"
+)
+RUN_IMPORTS_LABEL = "statemachine, the names bench/loops.py's run imports"
+# (label, ours?, statement): what a user imports to build the loop.
 IMPORTS = (
-    ("statemachine (this library)", True, "statemachine"),
-    ("transitions", False, "transitions"),
-    ("python-statemachine", False, "statemachine"),
-    ("pydantic-graph", False, "pydantic_graph"),
-    ("LangGraph", False, "langgraph.graph"),
-    ("Burr", False, "burr.core"),
+    ("statemachine (this library)", True, "import statemachine"),
+    (RUN_IMPORTS_LABEL, True, RUN_IMPORTS),
+    ("transitions", False, "import transitions"),
+    ("python-statemachine", False, "import statemachine"),
+    ("pydantic-graph", False, "import pydantic_graph"),
+    ("LangGraph", False, "import langgraph.graph"),
+    ("Burr", False, "import burr.core"),
 )
 
 
@@ -204,10 +214,10 @@ def import_times(peers_python: str, repeats: int) -> dict[str, dict[str, Any]]:
     )
     runs: dict[str, list[float]] = {label: [] for label, _, _ in IMPORTS}
     for number in range(repeats):
-        for label, ours, module in rotated(IMPORTS, number):
+        for label, ours, statement in rotated(IMPORTS, number):
             code = (
                 "import time; started = time.perf_counter(); "
-                f"import {module}; print((time.perf_counter() - started) * 1e3)"
+                f"{statement}; print((time.perf_counter() - started) * 1e3)"
             )
             python = OURS if ours else peers_python
             done = subprocess.run(
@@ -335,6 +345,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     small, large, note = _growth(results, "ours-sqlite")
     growth = _ratio(large, small)
     imported = results["import_ms"].get("statemachine (this library)", {}).get("median_ms")
+    run_ms = results["import_ms"].get(RUN_IMPORTS_LABEL, {}).get("median_ms")
+    run_note = "" if run_ms is None else f" (a run's imports: {run_ms:.0f} ms)"
     rows: list[tuple[str, float | None, Callable[[float], bool], str]] = [
         ("bare typed transition <= 3x the attrs floor", bare, lambda v: v <= 3, "{:.1f}x"),
         (
@@ -361,7 +373,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             lambda v: v <= 2,
             "{:.1f}x" + note,
         ),
-        ("import statemachine <= 150 ms", imported, lambda v: v <= 150, "{:.0f} ms"),
+        ("import statemachine <= 150 ms", imported, lambda v: v <= 150, "{:.0f} ms" + run_note),
     ]
     return [
         {
@@ -540,10 +552,11 @@ def targets_23(results: dict[str, Any]) -> list[dict[str, Any]]:
         traced.get("ours", {}).get("peak_kib"), traced.get("langgraph", {}).get("peak_kib")
     )
     imports = results["import_ms"]
-    imported = _ratio(
-        imports.get("statemachine (this library)", {}).get("median_ms"),
-        imports.get("pydantic-graph", {}).get("median_ms"),
-    )
+    graph_ms = imports.get("pydantic-graph", {}).get("median_ms")
+    imported = _ratio(imports.get("statemachine (this library)", {}).get("median_ms"), graph_ms)
+    # The target reads `import statemachine`; what a run imports is shown beside it.
+    run_imported = _ratio(imports.get(RUN_IMPORTS_LABEL, {}).get("median_ms"), graph_ms)
+    run_note = "" if run_imported is None else f" (a run's imports: {run_imported:.2f}x)"
     extras = results.get("extras", {})
     checks = extras.get("governor_us", {})
     slowest = max((row.get("10000", 0.0) for row in checks.values()), default=None)
@@ -608,7 +621,7 @@ def targets_23(results: dict[str, Any]) -> list[dict[str, Any]]:
             "import statemachine <= pydantic-graph's in the same run",
             imported,
             lambda v: v <= 1.0,
-            "{:.2f}x pydantic-graph's",
+            "{:.2f}x pydantic-graph's" + run_note,
         ),
         (
             "bytes per transition, 10,000 vs 100 transitions <= 1.5x",
