@@ -493,7 +493,9 @@ class Runner(Generic[C, D]):
         watch = Watch(rt, self._agent, state)
         in_run = trace.set_span_in_context(run_span)
         log = _log().bind(run_id=rt.run_id, agent=self._agent.name)
+        told = _Told(self._tracer, run_span)  # after the bind: its processors
         saving = self._checkpointer is not None
+        on_transition, events = self._on_transition, rt.events
         if isinstance(state, Active):
             # A phase validates its input before it starts: entering from outside (a new
             # run, a resumed one) is where a context can arrive unchecked.
@@ -510,15 +512,15 @@ class Runner(Generic[C, D]):
                     # A worker shutting down: the run stays running, for another.
                     return _result(rt.run_id, went, state)
                 before = state
-                state = await self._step(rt, before, in_run, log, watch)
+                state = await self._step(rt, before, in_run, log, watch, told)
                 went.add(state)
                 # Without a checkpointer there is nothing to save: no coroutine to await.
                 record = await saver.save(state) if saving else None
-                if self._on_transition is not None:
-                    self._on_transition(before, state)
-                if rt.events is not None:
-                    await rt.events.transition(before, state)
-                if _stop_asked(record) and isinstance(state, Active):
+                if on_transition is not None:
+                    on_transition(before, state)
+                if events is not None:
+                    await events.transition(before, state)
+                if record is not None and _stop_asked(record) and isinstance(state, Active):
                     # Stopped from elsewhere (the store): as stop(), at this checkpoint.
                     return await self._stopped(saver, went, driving, state, mark=True)
                 if _waits_for_a_person(state):
@@ -543,18 +545,48 @@ class Runner(Generic[C, D]):
         return stopped
 
     async def _step(
-        self, rt: Runtime, before: Active[C], in_run: Context, log: Any, watch: Watch
+        self, rt: Runtime, before: Active[C], in_run: Context, log: Any, watch: Watch, told: _Told
     ) -> Phase[C]:
         """One transition, in one span named after it, and one log event with the same keys.
 
         The span is started and made current as ``start_as_current_span`` does it. Its
         name and attributes, and the event's keys, are built only when someone takes
-        them: a span that records, a logger that listens.
+        them: a span that records, a logger that listens. With the no-op tracer the span
+        of every transition is the run's own (``_Told``), made current as it would be.
         """
-        name = f"{before.kind} -> ?"
         entered = rt.clock()
-        span = self._tracer.start_span(name, context=in_run)
-        keys: dict[str, Any] | None = None
+        if told.untraced is None:
+            after, took, keys = await self._traced(rt, before, in_run, watch, entered)
+        else:
+            # Current all the same (spans that others start inside the phase see it), but
+            # without use_span's generator: nothing of it is recorded. The no-op tracer
+            # gives back the span that is current already: nothing to attach then.
+            token = None
+            if told.untraced is not trace.get_current_span():
+                token = otel_context.attach(trace.set_span_in_context(told.untraced))
+            try:
+                after = watch.accept(before, await before.advance(rt))
+            except BaseException:
+                self._metrics.failed(before, rt.clock() - entered)
+                raise
+            finally:
+                if token is not None:
+                    otel_context.detach(token)
+            took = rt.clock() - entered
+            keys = None
+        self._metrics.transition(before, after, took, count_waits=self._checkpointer is None)
+        if told.events_wanted():
+            log.info(
+                "transition", **(_transition_keys(rt, before, after) if keys is None else keys)
+            )
+        return after
+
+    async def _traced(
+        self, rt: Runtime, before: Active[C], in_run: Context, watch: Watch, entered: float
+    ) -> tuple[Phase[C], float, dict[str, Any] | None]:
+        """``_step``'s transition in a span of the tracer's own; the span's keys when it
+        records them."""
+        span = self._tracer.start_span(f"{before.kind} -> ?", context=in_run)
         if span.is_recording():
             with trace.use_span(span, end_on_exit=True):
                 try:
@@ -568,29 +600,21 @@ class Runner(Generic[C, D]):
                 keys = _transition_keys(rt, before, after)
                 span.update_name(f"{before.kind} -> {after.kind}")
                 span.set_attributes({f"statemachine.{key}": value for key, value in keys.items()})
-        else:
-            # Current all the same (spans that others start inside the phase see it), but
-            # without use_span's generator: nothing of it is recorded. The no-op tracer
-            # gives back the span that is current already: nothing to attach then.
-            token = None
-            if span is not trace.get_current_span():
-                token = otel_context.attach(trace.set_span_in_context(span))
-            try:
-                after = watch.accept(before, await before.advance(rt))
-            except BaseException:
-                self._metrics.failed(before, rt.clock() - entered)
-                raise
-            finally:
-                if token is not None:
-                    otel_context.detach(token)
-                span.end()
-            took = rt.clock() - entered
-        self._metrics.transition(before, after, took, count_waits=self._checkpointer is None)
-        if _events_wanted():
-            log.info(
-                "transition", **(_transition_keys(rt, before, after) if keys is None else keys)
-            )
-        return after
+            return after, took, keys
+        # As _step's no-op branch, with the span the tracer gave.
+        token = None
+        if span is not trace.get_current_span():
+            token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            after = watch.accept(before, await before.advance(rt))
+        except BaseException:
+            self._metrics.failed(before, rt.clock() - entered)
+            raise
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+            span.end()
+        return after, rt.clock() - entered, None
 
     async def resume(
         self,
@@ -757,25 +781,49 @@ def _log() -> Any:
     return structlog.wrap_logger(_library_logger)
 
 
-def _events_wanted() -> bool:
-    """Whether a transition's log event goes anywhere, checked before it is built.
+@final
+class _Told:
+    """Who hears of one drive's transitions, found out once at its start.
 
-    The event ends at the standard library's ``statemachine`` logger, so it is wanted
-    when that logger takes INFO (``configure_logging`` sets it; so does a root logger
-    at INFO), or while structlog captures events (``structlog.testing.capture_logs``,
-    ``statemachine.testing.capture``). Otherwise structlog's processors would render
-    a line per transition only for the logger to drop it.
+    ``untraced``: the run's span when the runner's tracer is OpenTelemetry's no-op one (a
+    ``NoOpTracer``, or the global tracer while no provider is set): that tracer's span
+    for each transition is the run's span itself, a span that records nothing, so it is
+    not asked for one (a provider set while a run goes on is used from the next run).
+    ``None``: each transition asks the tracer for its span.
     """
-    if _library_logger.isEnabledFor(_INFO):
-        return True
-    # LogCapture is defined in structlog.testing (which structlog imports): not imported,
-    # nothing captures. Read from sys.modules: an import statement per transition costs
-    # more than the rest of this check.
-    testing = sys.modules.get("structlog.testing")
-    if testing is None:
-        return False
-    processors = sys.modules["structlog"].get_config()["processors"]
-    return bool(processors) and isinstance(processors[-1], testing.LogCapture)
+
+    __slots__ = ("_capture", "_processors", "untraced")
+
+    def __init__(self, tracer: trace.Tracer, run_span: trace.Span) -> None:
+        quiet = type(tracer) is trace.NoOpTracer or (
+            type(tracer) is trace.ProxyTracer
+            and type(trace.get_tracer_provider()) is trace.ProxyTracerProvider
+        )
+        self.untraced = run_span if quiet else None
+        # LogCapture is defined in structlog.testing (which structlog imports): not
+        # imported, nothing captures. The processors are the list the run's logger was
+        # bound with (capture_logs changes that very list in place).
+        testing = sys.modules.get("structlog.testing")
+        self._capture: type[Any] | None = None if testing is None else testing.LogCapture
+        self._processors: list[Any] = sys.modules["structlog"].get_config()["processors"]
+
+    def events_wanted(self) -> bool:
+        """Whether a transition's log event goes anywhere, checked before it is built.
+
+        The event ends at the standard library's ``statemachine`` logger, so it is wanted
+        when that logger takes INFO (``configure_logging`` sets it; so does a root logger
+        at INFO), or while structlog captures events (``structlog.testing.capture_logs``,
+        ``statemachine.testing.capture``). Otherwise structlog's processors would render
+        a line per transition only for the logger to drop it.
+        """
+        if _library_logger.isEnabledFor(_INFO):
+            return True
+        processors = self._processors
+        return (
+            self._capture is not None
+            and bool(processors)
+            and (isinstance(processors[-1], self._capture))
+        )
 
 
 def _transition_keys(rt: Runtime, before: Phase[Any], after: Phase[Any]) -> dict[str, Any]:

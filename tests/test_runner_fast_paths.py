@@ -1,6 +1,9 @@
 """The runner's shortcuts do exactly what the long way does.
 
 A tool call that never waits runs without its deadline's cancel scope (``_within``).
+With OpenTelemetry's no-op tracer a transition's span is the run's own, not asked of
+the tracer each time, and whether log events are wanted is found from the processors
+the run's logger was bound with (``_runner._Told``).
 """
 
 from __future__ import annotations
@@ -11,8 +14,14 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+import structlog
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from pydantic import BaseModel
+from structlog.testing import capture_logs
 
-from statemachine import _runtime
+from statemachine import Agent, Runner, _runner, _runtime, read_tool
+from statemachine.testing import ScriptedGate, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -152,3 +161,95 @@ async def test_a_call_in_a_cancelled_run_ends_as_before(make: Callable[[], Any])
             value = await within(make(), 5.0)
         outcomes.append((value, outer.cancelled_caught))
     assert outcomes[0] == outcomes[1]
+
+
+# --- the transition's span and log event -------------------------------------------------
+
+
+class _WhereArgs(BaseModel):
+    city: str
+
+
+_TOLD = _runner._Told
+
+
+def _told_plain(tracer: trace.Tracer, run_span: trace.Span) -> _runner._Told:
+    """A ``_Told`` that asks the tracer for every transition's span, as before."""
+    told = _TOLD(tracer, run_span)
+    told.untraced = None
+    return told
+
+
+async def _observed_run(
+    tracer: trace.Tracer | None, caller: trace.SpanContext | None = None
+) -> tuple[Any, ...]:
+    """A two-call run: the span current in each tool call (``"caller"``: the caller's
+    span), the span current after the run, and the events a capture saw."""
+    seen: list[trace.Span] = []
+
+    @read_tool
+    async def where(args: _WhereArgs) -> str:
+        """Note the current span."""
+        seen.append(trace.get_current_span())
+        return args.city
+
+    model = ScriptedModel(
+        [tool_call("where", {"city": "Oslo"}), tool_call("where", {"city": "Rome"}), reply("Ok.")]
+    )
+    runner = Runner(
+        Agent[None](name="a", tools=[where]), model=model, gate=ScriptedGate([]), tracer=tracer
+    )
+    with capture_logs() as events:
+        result = await runner.run(None, "Where?")
+    contexts = [span.get_span_context() for span in seen]
+    return (
+        result.history,
+        ["caller" if c == caller else (c.trace_id, c.span_id, c.is_valid) for c in contexts],
+        [type(span) for span in seen],
+        trace.get_current_span().get_span_context().is_valid,
+        [{k: v for k, v in event.items() if k != "run_id"} for event in events],
+    )
+
+
+@pytest.mark.parametrize("tracer", [None, trace.NoOpTracer()], ids=["global", "no-op"])
+@pytest.mark.parametrize("caller", [False, True], ids=["no caller span", "in a caller's span"])
+async def test_an_untraced_run_is_seen_as_a_traced_one_was(
+    tracer: trace.Tracer | None, caller: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The span current inside each transition (none, or the caller's as a non-recording
+    span), the events captured and the span current after the run are the same with the
+    no-op tracer's span taken from the run as with the tracer asked each time."""
+
+    async def observed() -> tuple[Any, ...]:
+        if not caller:
+            return await _observed_run(tracer)
+        with TracerProvider().get_tracer("caller").start_as_current_span("caller") as span:
+            return await _observed_run(tracer, span.get_span_context())
+
+    fast = await observed()
+    monkeypatch.setattr(_runner, "_Told", _told_plain)
+    plain = await observed()
+    assert fast == plain
+    assert len(fast[4]) == len(fast[0]) - 1  # one event per transition
+    if caller:  # the run's span, and each transition's, is the caller's, not recorded
+        assert fast[1] == ["caller", "caller"]
+
+
+def test_only_the_no_op_tracer_is_taken_for_untraced() -> None:
+    span = trace.INVALID_SPAN
+    assert _runner._Told(trace.NoOpTracer(), span).untraced is span
+    assert _runner._Told(TracerProvider().get_tracer("t"), span).untraced is None
+    proxy = trace.ProxyTracerProvider().get_tracer("t")
+    unset = type(trace.get_tracer_provider()) is trace.ProxyTracerProvider
+    assert (_runner._Told(proxy, span).untraced is span) == unset
+
+
+def test_events_are_wanted_while_the_bound_processors_capture() -> None:
+    """A capture entered after the run started is seen (it changes the processors' list
+    in place); nothing is wanted below INFO without one."""
+    told = _runner._Told(trace.NoOpTracer(), trace.INVALID_SPAN)
+    assert not told.events_wanted()
+    with capture_logs():
+        assert told.events_wanted()
+    assert not told.events_wanted()
+    assert structlog.get_config()["processors"] is told._processors
