@@ -6,8 +6,10 @@ The behaviour suite runs against both the in-memory and the SQLite store.
 from __future__ import annotations
 
 import itertools
+import re
 import sqlite3
 from collections.abc import AsyncIterator, Callable
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 from support import exactly
 
+import statemachine.persist._sqlite as store_module
 from statemachine import (
     CheckpointCipher,
     CheckpointCorruptError,
@@ -28,6 +31,7 @@ from statemachine import (
     UnknownRunError,
     generate_key,
 )
+from statemachine.persist._lifecycle import ENDINGS
 
 pytestmark = pytest.mark.anyio
 
@@ -485,3 +489,100 @@ async def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
         ):
             await store.load("r1")
     assert path.read_bytes() == b"this is not a database" * 100
+
+
+async def test_every_kind_of_save_writes_the_row_it_returns(tmp_path: Path) -> None:
+    """A save that changes only the phase, time, seq and head writes those alone (the
+    SQLite store's narrow update); any other change writes the whole row. Either way the
+    row read back by another connection is the record the save returned, and the memory
+    store, doing the same, returns the same records."""
+    path = tmp_path / "runs.db"
+    clocks = WallClock(), WallClock()
+    stores = SQLiteCheckpointer(path, clock=clocks[0]), MemoryCheckpointer(clock=clocks[1])
+    reader = SQLiteCheckpointer(path)
+    seq = 0
+
+    async def save(phase: str, status: str = "running", waiting_for: str = "") -> None:
+        nonlocal seq
+        records = []
+        for store, clock in zip(stores, clocks, strict=True):
+            clock.advance(seconds=1)
+            records.append(
+                await store.save(
+                    "r",
+                    seq,
+                    document(seq),
+                    agent="a",
+                    status=status,
+                    phase=phase,
+                    waiting_for=waiting_for,
+                )
+            )
+        assert records[0] == records[1] == await reader.record("r")
+        seq += 1
+
+    async def both(operation: str, *args: Any, **options: Any) -> None:
+        for store, clock in zip(stores, clocks, strict=True):
+            clock.advance(seconds=1)
+            await getattr(store, operation)("r", *args, **options)
+        assert await stores[0].record("r") == await stores[1].record("r")
+
+    await save("Planning")
+    narrow = 0
+
+    def count(statement: str) -> None:
+        nonlocal narrow
+        narrow += statement.startswith("UPDATE runs SET phase = ")
+
+    stores[0]._db.set_trace_callback(count)
+    await save("ToolCalling")  # the narrow update
+    await save("Observing")
+    await both("set_status", "failed_resumable")
+    assert (await reader.record("r")).failures == 1
+    await save("Planning")  # failures and retry_at reset: the whole row
+    assert (await reader.record("r")).failures == 0
+    await save("AwaitApproval", "interrupted", "approval of pay")  # a status change
+    await save("AwaitApproval", "interrupted", "approval of pay")  # the same wait: narrow
+    await both("set_status", "running")
+    await both("claim", "worker")
+    await both("request_stop")  # stop_requested, kept by the saves after it
+    await save("Planning")
+    await save("ToolCalling")
+    assert (await reader.record("r")).stop_requested
+    await save("Done", "completed")
+    assert (await reader.load("r"))[0] == seq - 1  # the head the narrow updates wrote
+    await reader.verify("r")
+    assert narrow == 5  # the saves that changed nothing but the phase, time, seq and head
+    await stores[0].aclose()
+    await reader.aclose()
+
+
+async def test_a_file_with_the_old_status_index_gets_the_new_ones(tmp_path: Path) -> None:
+    """The index on (status, updated_at), which every save rewrote, is replaced by one on
+    status and one on the ended runs' age (which purge uses)."""
+    path = tmp_path / "runs.db"
+    async with SQLiteCheckpointer(path) as store:
+        await save_run(store, "r1", 2)
+    with closing(raw(path)) as db:
+        db.execute("DROP INDEX runs_of_status")
+        db.execute("DROP INDEX runs_ended")
+        db.execute("CREATE INDEX runs_by_status ON runs (status, updated_at)")
+    async with SQLiteCheckpointer(path) as store:
+        await save_run(store, "r1", 1, first=2)
+        indexes = {
+            name
+            for (name,) in store._db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'"
+            )
+        }
+        assert indexes == {"runs_of_status", "runs_ended", "sqlite_autoindex_runs_1"}
+        plan = store._db.execute(
+            "EXPLAIN QUERY PLAN SELECT run_id FROM runs WHERE "
+            f"{store_module._ENDED} AND updated_at < ?",
+            ("",),
+        ).fetchall()
+        assert "runs_ended" in str(plan)
+        assert {RunStatus(value) for value in re.findall(r"'(\w+)'", store_module._ENDED)} == (
+            ENDINGS
+        )
+        assert (await store.load("r1"))[0] == 2

@@ -99,6 +99,10 @@ class _Store:
         """Write the run's row; ``head``, when given, is its chain's new head (a save)."""
         raise NotImplementedError
 
+    def _put_saved(self, before: RunRecord | None, saved: RunRecord, head: bytes) -> None:
+        """Write the run's row once a checkpoint is saved (``before``: its row before)."""
+        self._put_record(saved, head)
+
     def _get_head(self, run_id: str) -> bytes | None:
         """The head of the run's chain as its row records it (``None``: none recorded)."""
         raise NotImplementedError
@@ -542,7 +546,7 @@ class _Store:
             vars(saved).update(retry_fields(record, status, now, saved=True))
             # Everything that can fail is done: the memory store has no rollback.
             self._put_row(run_id, _Row(seq, snapshot, phase, blob, now))
-            self._put_record(saved, last.head)
+            self._put_saved(record, saved, last.head)
             if record is not None and record.decision_pending:
                 self._put_decision(run_id, None)
         self._chain.remember(run_id, last)

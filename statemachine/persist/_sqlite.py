@@ -32,7 +32,11 @@ _WAL_PAGES: Final = 1000
 _T = TypeVar("_T")
 
 
-_SCHEMA: Final = """
+# The ended runs (ENDINGS), as their index and purge's query both write them: the
+# planner uses a partial index for a query whose terms are the index's own.
+_ENDED: Final = f"status IN ({', '.join(repr(status.value) for status in sorted(ENDINGS))})"
+_SCHEMA: Final = (
+    """
 CREATE TABLE IF NOT EXISTS runs (
     run_id      TEXT PRIMARY KEY,
     agent       TEXT NOT NULL,
@@ -48,7 +52,13 @@ CREATE TABLE IF NOT EXISTS runs (
     retry_at    TEXT,           -- when a worker may retry it; NULL: at once
     head        BLOB            -- the head of its chain of checkpoints (see _chain)
 );
-CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_at);
+-- By status alone: a save changes a run's updated_at, and an index holding it would be
+-- one more page written per save. Ended runs, which purge reads by age, keep it.
+DROP INDEX IF EXISTS runs_by_status;
+CREATE INDEX IF NOT EXISTS runs_of_status ON runs (status);
+CREATE INDEX IF NOT EXISTS runs_ended ON runs (status, updated_at) WHERE """
+    + _ENDED
+    + """;
 CREATE TABLE IF NOT EXISTS checkpoints (
     run_id TEXT NOT NULL,
     seq    INTEGER NOT NULL,
@@ -84,6 +94,7 @@ CREATE TABLE IF NOT EXISTS effects (
 );
 CREATE INDEX IF NOT EXISTS effects_by_run ON effects (run_id);
 """
+)
 _EFFECT_COLUMNS: Final = "key, run_id, tool, args_hash, status, result, updated_at"
 _RECORD_COLUMNS: Final = (
     "run_id, agent, status, phase, waiting_for, updated_at, seq, stop_requested, "
@@ -122,6 +133,20 @@ def _record_of(row: tuple[Any, ...]) -> RunRecord:
         reason=reason,
         failures=failures,
         retry_at=None if retry_at is None else datetime.fromisoformat(retry_at),
+    )
+
+
+def _same_but_saved(before: RunRecord, saved: RunRecord) -> bool:
+    """Whether a save's row differs from the one before only in what every save changes
+    (phase, updated_at, seq, head) and in the pending decision (cleared on its own)."""
+    return (
+        before.status is saved.status
+        and before.waiting_for == saved.waiting_for
+        and before.agent == saved.agent
+        and before.stop_requested == saved.stop_requested
+        and before.reason == saved.reason
+        and before.failures == saved.failures
+        and before.retry_at == saved.retry_at
     )
 
 
@@ -438,8 +463,8 @@ class SQLiteCheckpointer(_Store):
         return pages
 
     def _committed(self, db: sqlite3.Connection, pages: int) -> None:
-        # A page or two of each table and index the transaction wrote, and its blobs.
-        self._wal_pages += 4 + pages
+        # A page of each table and index a save writes (three), and its blobs.
+        self._wal_pages += 3 + pages
         if self._wal.finished:
             self._wal.catch_up(db)
         elif self._wal_pages >= _WAL_PAGES:
@@ -496,6 +521,21 @@ class SQLiteCheckpointer(_Store):
             ),
         )
         self._written[record.run_id] = record
+
+    def _put_saved(self, before: RunRecord | None, saved: RunRecord, head: bytes) -> None:
+        # A run's ordinary save changes only these columns of its row: an UPDATE that
+        # sets only them writes the row's page alone (no index holds them).
+        if before is None or not _same_but_saved(before, saved):
+            self._put_record(saved, head)
+            return
+        updated = self._db.execute(
+            "UPDATE runs SET phase = ?, updated_at = ?, seq = ?, head = ? WHERE run_id = ?",
+            (saved.phase, self._stamp(saved.updated_at), saved.seq, head, saved.run_id),
+        )
+        if updated.rowcount != 1:  # not found after all: the whole row, as a new run's
+            self._put_record(saved, head)
+            return
+        self._written[saved.run_id] = saved
 
     def _get_head(self, run_id: str) -> bytes | None:
         row = self._db.execute("SELECT head FROM runs WHERE run_id = ?", (run_id,)).fetchone()
@@ -561,12 +601,10 @@ class SQLiteCheckpointer(_Store):
         return [_record_of(row) for row in rows]
 
     def _delete_ended(self, before: datetime) -> list[str]:
-        endings = tuple(status.value for status in sorted(ENDINGS))
         removed = [
             run_id
             for (run_id,) in self._db.execute(
-                "SELECT run_id FROM runs WHERE status IN (?, ?) AND updated_at < ?",
-                (*endings, _stamp(before)),
+                f"SELECT run_id FROM runs WHERE {_ENDED} AND updated_at < ?", (_stamp(before),)
             )
         ]
         self._db.executemany("DELETE FROM checkpoints WHERE run_id = ?", [(r,) for r in removed])
