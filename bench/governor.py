@@ -161,7 +161,8 @@ def checks(governor: LoopGovernor, loop: LoopState, size: int) -> dict[str, floa
     assert len(loop.actions) == size
     budget = Budget(cost=Decimal("100"))
     # Seeds of texts no history, earlier round or other row used (each row its own).
-    fresh = 1_000_000 * next(_ROUNDS)
+    round_ = next(_ROUNDS)
+    fresh = 1_000_000 * round_
     ok = next(a for a in loop.actions if a.outcome == "ok" and a.tool == "search")
     asked = _query_of(ok)
     oldest = loop.actions[loop.failures[-governor.semantic_window :][0]]
@@ -198,9 +199,11 @@ def checks(governor: LoopGovernor, loop: LoopState, size: int) -> dict[str, floa
         return "{" + " " * (i + 1) + json.dumps({"query": asked})[1:]
 
     def spaced(text: str, i: int) -> str:
-        """``text`` upper-cased, with i + 2 spaces after its first word."""
-        first, rest = text.upper().split(" ", 1)
-        return first + " " * (i + 2) + rest
+        """``text`` upper-cased, with i + 2 spaces after one of its words, a word of its own
+        for each round (the warm-up's round asked the same query at 10 prior actions)."""
+        words = text.upper().split(" ")
+        words[round_ % (len(words) - 1)] += " " * (i + 1)
+        return " ".join(words)
 
     def begin() -> Decision:
         return governor.begin_step(

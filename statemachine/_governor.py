@@ -33,6 +33,8 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from functools import lru_cache
+from itertools import compress
+from operator import attrgetter
 from typing import Any, Literal, Protocol, Self, final
 
 import attrs
@@ -105,6 +107,9 @@ CONTINUE = Decision(Verdict.CONTINUE)
 
 
 _SETTLED = frozenset({"ok", "failed", "refused"})
+_OUTCOME = attrgetter("outcome")
+_TOOL = attrgetter("tool")
+_NOT_PENDING = "pending".__ne__
 
 
 # The positions of one key or call id, ascending: one int, or a list when there are more.
@@ -159,7 +164,7 @@ class _Line:
     signature, by the similarity that made it, made when it is first compared.
     """
 
-    __slots__ = ("alike", "calls", "failures", "keys", "signed", "size")
+    __slots__ = ("alike", "calls", "failing", "failures", "keys", "signed", "size")
 
     def __init__(self) -> None:
         self.size = 0
@@ -167,6 +172,8 @@ class _Line:
         self.calls: dict[str, _Positions] = {}
         self.failures = 0
         self.alike: dict[tuple[str, tuple[str, ...]], tuple[list[int], list[int]]] = {}
+        # The tools of those calls: a call of another tool has no anchors to look up.
+        self.failing: set[str] = set()
         self.signed: dict[object, dict[int, object]] = {}
 
     @classmethod
@@ -195,6 +202,7 @@ class _Line:
     def failed(self, rank: int, position: int, action: ActionRecord) -> None:
         """Note that the action at ``position`` failed (or was refused), the failure ``rank``."""
         self.failures = rank + 1
+        self.failing.add(action.tool)
         found = self.alike.get((action.tool, call_anchors(action.text)))
         if found is None:
             self.alike[action.tool, call_anchors(action.text)] = ([rank], [position])
@@ -647,13 +655,14 @@ class LoopGovernor:
         )
         if refusal is not None:
             return Decision(Verdict.ABORT, refusal, check="budget")
-        earlier = loop.earlier(action.exact)
+        line, actions = loop._line(), loop.actions
+        earlier = line.latest(action.exact, actions)
         if earlier is not None:
             return self._duplicate(action, earlier, "exact")
-        earlier = loop.earlier(action.key)
+        earlier = line.latest(action.key, actions)
         if earlier is not None:
             return self._duplicate(action, earlier, "canonical")
-        semantic = self._semantic(loop, action)
+        semantic = self._semantic(loop, line, action)
         if semantic is not None:
             return semantic
         return self._cycle(loop, action)
@@ -674,13 +683,12 @@ class LoopGovernor:
         reason = f"{check} duplicate of {earlier.call_id} ({earlier.text}, {earlier.outcome})"
         return Decision(Verdict.SUPPRESS, reason, message, check)
 
-    def _semantic(self, loop: LoopState, action: ActionRecord) -> Decision | None:
+    def _semantic(self, loop: LoopState, line: _Line, action: ActionRecord) -> Decision | None:
         # Only failed and refused calls of the same tool and anchors count, and only the
         # latest semantic_window failures: an index look-up, then a few comparisons.
         count = len(loop.failures)
-        if not count:
+        if not count or action.tool not in line.failing:
             return None
-        line = loop._line()
         found = line.alike.get((action.tool, call_anchors(action.text)))
         if found is None:
             return None
@@ -721,16 +729,25 @@ class LoopGovernor:
             # Writes to different targets (refund A, then refund B) are not a loop, and
             # every write already waits for a person.
             return CONTINUE
-        recent = [a for a in loop.actions[-(self.cycle_window - 1) :] if a.outcome != "pending"]
-        names = [a.tool for a in recent] + [action.tool]
+        # The last cycle_window - 1 actions, read from the log's tail when it holds them.
+        need = self.cycle_window - 1
+        log = loop.actions
+        tail = log.tail
+        window = tail[-need:] if len(tail) >= need else log[-need:]
+        recent = list(compress(window, map(_NOT_PENDING, map(_OUTCOME, window))))
+        tool = action.tool
+        names = [*map(_TOOL, recent), tool]
         for block in range(2, len(names) // 2 + 1):
-            tail = names[-2 * block :]
-            if tail[:block] != tail[block:] or len(set(tail[:block])) < 2:
+            # A block repeated twice ends both times with this call's tool.
+            if names[-1 - block] != tool:
+                continue
+            tail_names = names[-2 * block :]
+            if tail_names[:block] != tail_names[block:] or len(set(tail_names[:block])) < 2:
                 continue
             # The latest repetition: the new action and the block - 1 settled before it.
             repeat = recent[-(block - 1) :]
             if all((a.gain or 0.0) < self.cycle_gain for a in repeat):
-                steps = " -> ".join(tail[:block])
+                steps = " -> ".join(tail_names[:block])
                 message = (
                     f"You are repeating the same steps ({steps} -> {steps}) and the last "
                     "round found nothing new. Stop repeating them: answer from what you "
