@@ -193,7 +193,7 @@ class ReadTool(_Tool[A, D]):
 
     def call(self, args: A | Mapping[str, Any]) -> ReadCall:
         """A call of this tool with validated arguments."""
-        return ReadCall(tool=self, args=self._validate(args))
+        return _made(ReadCall, self, self._validate(args))
 
 
 @final
@@ -210,7 +210,7 @@ class WriteTool(_Tool[A, D]):
 
     def call(self, args: A | Mapping[str, Any]) -> WriteCall[A]:
         """A call of this tool with validated arguments (still needing approval)."""
-        return WriteCall(tool=self, args=self._validate(args))
+        return _made(WriteCall, self, self._validate(args))
 
 
 Tool = ReadTool[Any, Any] | WriteTool[Any, Any]
@@ -273,6 +273,28 @@ def _canonical(args: BaseModel) -> str:
 
 
 def _sorted_c_writes_it(value: Any) -> bool:
+    """Whether ``value`` holds only what the sorted C encoder writes as ``canonical``.
+
+    A dict's scalar items are checked in its own loop (a call's arguments are mostly
+    those); anything else by ``_c_writes_item``, which says the same of every value.
+    """
+    if type(value) is not dict:
+        return _c_writes_item(value)
+    for key, item in value.items():
+        if type(key) is not str:
+            return False
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int:
+            if not -_INT_BOUND < item < _INT_BOUND:
+                return False
+        elif not _c_writes_item(item):
+            return False
+    return True
+
+
+def _c_writes_item(value: Any) -> bool:
     """Whether ``value`` holds only what the sorted C encoder writes as ``canonical``."""
     kind = type(value)
     if kind is str or kind is bool or value is None:
@@ -281,9 +303,9 @@ def _sorted_c_writes_it(value: Any) -> bool:
         number: int = value
         return -_INT_BOUND < number < _INT_BOUND
     if kind is dict:
-        return all(type(key) is str and _sorted_c_writes_it(item) for key, item in value.items())
+        return all(type(key) is str and _c_writes_item(item) for key, item in value.items())
     if kind is list or kind is tuple:
-        return all(_sorted_c_writes_it(item) for item in value)
+        return all(_c_writes_item(item) for item in value)
     return False
 
 
@@ -308,12 +330,7 @@ class _Call:
     _canonical: str = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        try:
-            # What _json.canonical_hash(self.args) computes, with the text kept.
-            canonical = _canonical(self.args)
-            args_hash = hashlib.sha256(canonical.encode()).hexdigest()
-        except (ValueError, ArithmeticError) as error:
-            raise BadArgumentsError(self.name, (f"not a JSON value: {error}",)) from None
+        canonical, args_hash = _hashed(self.name, self.args)
         object.__setattr__(self, "args_hash", args_hash)
         object.__setattr__(self, "_canonical", canonical)
 
@@ -331,6 +348,16 @@ class _Call:
     def describe(self) -> str:
         """The call as a person reads it: ``tool({canonical arguments})``."""
         return _describe(self.name, self.args)
+
+
+def _hashed(name: str, args: BaseModel) -> tuple[str, str]:
+    """The canonical JSON of ``args`` and its SHA-256 (hex): what
+    ``_json.canonical_hash(args)`` computes, with the text kept."""
+    try:
+        canonical = _canonical(args)
+        return canonical, hashlib.sha256(canonical.encode()).hexdigest()
+    except (ValueError, ArithmeticError) as error:
+        raise BadArgumentsError(name, (f"not a JSON value: {error}",)) from None
 
 
 @final
@@ -352,6 +379,31 @@ class WriteCall(_Call, Generic[AM]):
     """
 
     tool: WriteTool[AM, Any] = attrs.field(validator=_effect(WriteTool))
+
+
+C = TypeVar("C", ReadCall, WriteCall[Any])
+
+
+def _made(cls: type[C], tool: Any, args: BaseModel) -> C:
+    """``cls(tool=tool, args=args)``, made by setting its slots (its attrs ``__init__``
+    and post-init cost about as much as the call's canonical text). ``tool`` is the
+    tool whose ``call`` this is: a ``ReadTool`` for a ``ReadCall``, a ``WriteTool`` for
+    a ``WriteCall`` (the classes are final), so the ``tool`` field's check passes."""
+    canonical, args_hash = _hashed(tool.name, args)
+    call = _new(cls)
+    _set_args(call, args)
+    _set_args_hash(call, args_hash)
+    _set_canonical(call, canonical)
+    _set_tool[cls](call, tool)
+    return call
+
+
+# The calls' slots, set through their descriptors (what attrs' __init__ sets).
+_new = object.__new__
+_set_args = _Call.__dict__["args"].__set__
+_set_args_hash = _Call.__dict__["args_hash"].__set__
+_set_canonical = _Call.__dict__["_canonical"].__set__
+_set_tool = {kind: kind.__dict__["tool"].__set__ for kind in (ReadCall, WriteCall)}
 
 
 def idempotency_key(run_id: str, tool: str, args_hash: str) -> str:

@@ -7,6 +7,9 @@
 - ``_calling._counted``: an answered call's spend in one step, against the two adds.
 - ``_batch._action``: the governor's record of a call made once for the governor's check
   and the transition, against ``Planning._action``.
+- ``_tools._sorted_c_writes_it`` (a dict's items checked in its own loop) and a tool's
+  ``call`` made by setting the call's slots, against the recursive check and the
+  call's attrs ``__init__``.
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from statemachine import Agent, Budget, LoopGovernor, Runtime, read_tool
+from statemachine import Agent, Budget, LoopGovernor, Runtime, _json, _tools, read_tool, write_tool
 from statemachine._batch import _action, _queued, _take
 from statemachine._budget import Spend
 from statemachine._calling import _counted
+from statemachine._errors import BadArgumentsError
 from statemachine._fast import _deadline
 from statemachine._model import ToolRequest
+from statemachine._tools import ReadCall, WriteCall
 from statemachine.testing import AutoDenyGate, ScriptedModel
 
 pytestmark = pytest.mark.anyio
@@ -312,3 +317,102 @@ def test_a_queued_call_records_the_action_the_governor_checked(
     assert calling.loop.actions[-1] is seen[0]
     plain = planning._action(agent.tools.call("_lookup", {"key": "b"}), '{"key": "b"}')
     assert seen[0] == plain.model_copy(update={"call_id": "c1"})
+
+
+def _writes_it_plain(value: Any) -> bool:
+    """``_tools._sorted_c_writes_it`` as it was: one recursive check for every value."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return -_tools._INT_BOUND < value < _tools._INT_BOUND
+    if kind is dict:
+        return all(type(key) is str and _writes_it_plain(item) for key, item in value.items())
+    if kind is list or kind is tuple:
+        return all(_writes_it_plain(item) for item in value)
+    return False
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.text(max_size=5),
+    st.integers(),
+    st.integers(min_value=-(10**401), max_value=10**401),
+    st.just(10**400),
+    st.just(-(10**400)),
+    st.floats(allow_nan=False),
+    st.decimals(allow_nan=False, allow_infinity=False),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.integers()), inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+@given(value=_values)
+def test_the_sorted_c_check_says_what_it_said(value: Any) -> None:
+    """The dict's own loop in ``_sorted_c_writes_it`` answers as the recursive check."""
+    assert _tools._sorted_c_writes_it(value) is _writes_it_plain(value)
+
+
+class _Many(BaseModel):
+    text: str
+    count: int
+    flag: bool = False
+    amount: Decimal | None = None
+    tags: list[str] = []
+    nested: dict[str, Any] = {}
+
+
+@read_tool
+async def _reads(args: _Many) -> str:
+    """Read."""
+    return args.text
+
+
+@write_tool
+async def _writes(args: _Many) -> str:
+    """Write."""
+    return args.text
+
+
+@given(
+    text=st.text(max_size=8),
+    count=st.integers(min_value=-(10**500), max_value=10**500),
+    amount=st.none() | st.decimals(allow_nan=False, allow_infinity=False),
+    tags=st.lists(st.text(max_size=3), max_size=3),
+    nested=st.dictionaries(st.text(max_size=3), _values, max_size=2),
+)
+def test_a_tools_call_is_the_call_its_init_makes(
+    text: str, count: int, amount: Decimal | None, tags: list[str], nested: dict[str, Any]
+) -> None:
+    """``tool.call(args)`` (made by setting the call's slots) is the call
+    ``ReadCall(tool=..., args=...)`` / ``WriteCall(...)`` makes: equal, the same repr,
+    canonical text and hash; or the same refusal for arguments that are not JSON (a
+    number too large, a key that is not text)."""
+    args = _Many(text=text, count=count, amount=amount, tags=tags, nested=nested)
+    for tool, kind in ((_reads, ReadCall), (_writes, WriteCall)):
+        try:
+            plain: Any = kind(tool=tool, args=args)  # type: ignore[arg-type]
+        except (BadArgumentsError, TypeError) as error:
+            refused = (type(error), str(error), getattr(error, "problems", ()))
+            try:
+                tool.call(args)
+            except (BadArgumentsError, TypeError) as fast_error:
+                fast_refused = (type(fast_error), str(fast_error))
+                problems = getattr(fast_error, "problems", ())
+            assert (*fast_refused, problems) == refused
+            continue
+        fast = tool.call(args)
+        assert type(fast) is kind
+        assert fast == plain
+        assert repr(fast) == repr(plain)
+        assert (fast.args, fast.tool) == (plain.args, plain.tool)
+        assert fast._canonical == plain._canonical
+        assert fast.args_hash == plain.args_hash == _json.canonical_hash(args)
