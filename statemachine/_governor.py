@@ -737,6 +737,8 @@ class LoopGovernor:
         recent = list(compress(window, map(_NOT_PENDING, map(_OUTCOME, window))))
         tool = action.tool
         names = [*map(_TOOL, recent), tool]
+        if names.count(tool) == len(names):  # one tool only: no block of two or more
+            return CONTINUE
         for block in range(2, len(names) // 2 + 1):
             # A block repeated twice ends both times with this call's tool.
             if names[-1 - block] != tool:
