@@ -29,6 +29,7 @@ from ._approval import (
 )
 from ._budget import Budget
 from ._errors import SetupError
+from ._fast import _deadline
 from ._ledger import EffectLedger
 from ._model import Model
 from ._tools import AM
@@ -142,10 +143,8 @@ async def _within(call: Awaitable[T], seconds: float | None) -> T:
     """
     if seconds is None or (type(call) is CoroutineType and _never_waits(call.cr_code)):
         return await call
-    with anyio.CancelScope(deadline=anyio.current_time() + seconds):
-        return await call
-    # Reached only when the scope caught its own cancellation: its deadline passed.
-    raise TimeoutError
+    # Within anyio's cancel scope, its deadline served by one timer per event loop.
+    return await _deadline._within(call, seconds)
 
 
 # The instructions at which a coroutine may give control back to the event loop; every

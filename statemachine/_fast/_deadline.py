@@ -26,13 +26,16 @@ way (``anyio.CancelScope(deadline=...)``). Pinned against the long way by
 
 from __future__ import annotations
 
-import asyncio
 import math
+import sys
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
+
+if TYPE_CHECKING:
+    import asyncio
 
 _library: Callable[[], str] | None
 try:  # anyio asks sniffio which library runs the task when sniffio is installed
@@ -64,7 +67,7 @@ async def _until(call: Awaitable[T], seconds: float, expired: E) -> T | E:
     """What ``call`` returns, or ``expired`` when the deadline ``seconds`` from now
     cancelled it first (a ``TimeoutError`` the call raises itself propagates)."""
     loop = _asyncio_loop()
-    scope_class = _SCOPE[0]
+    scope_class = None if loop is None else _SCOPE[0] if _SCOPE else _scope_class()
     if loop is None or not seconds > 0 or scope_class is None:
         with anyio.CancelScope(deadline=anyio.current_time() + seconds):
             return await call
@@ -87,7 +90,10 @@ _EXPIRED: Final = object()
 
 def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
     """The running asyncio loop when anyio runs this task on its asyncio backend."""
-    loop = asyncio._get_running_loop()
+    # Read from sys.modules: no asyncio loop runs where asyncio was never imported, and
+    # importing it here would load it (and what it loads) with the package.
+    asyncio = sys.modules.get("asyncio")
+    loop = None if asyncio is None else asyncio._get_running_loop()
     if loop is None or _library is None:
         return loop
     try:
@@ -97,19 +103,22 @@ def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
     return loop if name == "asyncio" else None
 
 
-def _scope_class() -> list[Callable[[], Any] | None]:
+def _scope_class() -> Callable[[], Any] | None:
     """The asyncio backend's ``CancelScope`` class, when it keeps its deadline in the
-    ``_deadline`` slot this module sets; else ``None`` (every call takes the long way)."""
+    ``_deadline`` slot this module sets; else ``None`` (every call takes the long way).
+    Read on first use (it imports the backend, as anyio does on its first call)."""
     try:
         from anyio._backends._asyncio import CancelScope
     except ImportError:  # pragma: no cover - depends on anyio's version
-        return [None]
-    if "_deadline" not in getattr(CancelScope, "__slots__", ()):  # pragma: no cover
-        return [None]
-    return [CancelScope]
+        found = None
+    else:
+        found = CancelScope if "_deadline" in getattr(CancelScope, "__slots__", ()) else None
+    _SCOPE.append(found)
+    return found
 
 
-_SCOPE = _scope_class()
+# The class _scope_class found, once it has been asked.
+_SCOPE: list[Callable[[], Any] | None] = []
 
 
 class _Deadlines:
