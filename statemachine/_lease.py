@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 import anyio
 
 from ._errors import RunClaimedError, SetupError
-from .persist._protocol import Checkpointer
 
 if TYPE_CHECKING:
     from ._runner import RunResult
+    from .persist._protocol import Checkpointer
 
 __all__ = ["DEFAULT_LEASE", "_Driving", "_Leases"]
 

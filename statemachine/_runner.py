@@ -62,9 +62,7 @@ from ._phases import (
 )
 from ._saving import _Saver, _status, _stop_asked, _Went
 from ._watch import Watch, check_start
-from .persist._codec import check_resumable, dump_phase, load_phase
 from .persist._lifecycle import RunStatus
-from .persist._protocol import Checkpointer, RunRecord
 
 if TYPE_CHECKING:
     import logging
@@ -73,6 +71,8 @@ if TYPE_CHECKING:
     from opentelemetry import metrics, trace
     from opentelemetry.context import Context
     from opentelemetry.trace import Status, StatusCode
+
+    from .persist._protocol import Checkpointer, RunRecord
 
 __all__ = ["RunResult", "Runner", "StopReport"]
 
@@ -309,6 +309,8 @@ class Runner(Generic[C, D]):
         The run's first phase is saved as checkpoint 0, status ``running`` with no
         lease, so the next worker that calls ``claim_next`` on the store takes it.
         """
+        from .persist._codec import check_resumable, dump_phase
+
         checkpointer = self._require_checkpointer("submit")
         check_resumable(ctx, checkpointer)
         state = self._agent.start(ctx, text)
@@ -360,6 +362,8 @@ class Runner(Generic[C, D]):
         checkpointer = self._checkpointer
         if checkpointer is None:
             return await self._drive_from(state, run_id=run_id, gate=gate, deps=given)
+        from .persist._codec import check_resumable  # a run with a store only
+
         check_resumable(state.ctx, checkpointer)
         run_id = run_id or uuid.uuid4().hex
         go = partial(self._drive_from, state, run_id=run_id, gate=gate, deps=given)
@@ -663,6 +667,8 @@ class Runner(Generic[C, D]):
         decision: Approve | Denial | None,
         deps: object,
     ) -> RunResult[C]:
+        from .persist._codec import dump_phase, load_phase
+
         seq, document = await checkpointer.load(run_id)
         state = load_phase(document, agents={self._agent.name: self._agent}, run_id=run_id)
         gate = await _decision_gate(checkpointer, run_id, state, decision)

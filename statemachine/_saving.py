@@ -3,13 +3,14 @@ it went through (all of them, or only their kinds and steps)."""
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ._phases import Active, AnyPhase, Done, Failed, Phase, Runtime
-from .persist._codec import DOCUMENT_VERSION, dump_phase
-from .persist._delta import PhaseDumper
 from .persist._lifecycle import RunStatus
-from .persist._protocol import Checkpointer, RunRecord
+
+if TYPE_CHECKING:
+    from .persist._delta import PhaseDumper
+    from .persist._protocol import Checkpointer, RunRecord
 
 __all__ = ["_Saver", "_Went", "_status", "_stop_asked"]
 
@@ -80,13 +81,19 @@ class _Saver:
         self._run_id = rt.run_id
         self._agent = agent
         self._seq = seq
-        self._dumper = PhaseDumper()
         # The document saved last, to which the next save's ops apply (None: give no ops).
         self._saved: dict[str, Any] | None = None
         # The library's stores take ops and never change a document; other checkpointers
-        # get a whole new document, alone: their save may not take ops.
-        self._gives_ops = getattr(type(checkpointer), "_takes_ops", False) is True
-        if loaded is not None and self._gives_ops and seq is not None:
+        # get a whole new document, alone: their save may not take ops. The dumper is
+        # made for the former only, so a run without a store loads no codec or delta.
+        self._dumper: PhaseDumper | None = None
+        if getattr(type(checkpointer), "_takes_ops", False) is True:
+            from .persist._delta import PhaseDumper
+
+            self._dumper = PhaseDumper()
+        if loaded is not None and self._dumper is not None and seq is not None:
+            from .persist._codec import DOCUMENT_VERSION
+
             # A resumed run: checkpoint ``seq`` is the phase ``loaded`` was decoded from
             # and the document the store loaded (which it remembers), so the next save
             # is a delta from it. A document of an older format is dumped afresh.
@@ -106,9 +113,11 @@ class _Saver:
         else:
             self._seq = 0 if self._seq is None else self._seq + 1
         status, waiting = _status(state)
-        if self._gives_ops:
+        if self._dumper is not None:
             dumped, ops = self._dumper.dump(state)
         else:  # a document of its own, which that checkpointer may keep or change
+            from .persist._codec import dump_phase
+
             dumped, ops = dump_phase(state), None
         # The clock is part of what is saved: a resumed run's time goes on.
         elapsed = round(self._rt.elapsed(), 6)
@@ -132,7 +141,8 @@ class _Saver:
                 **extra,
             )
         except BaseException:
-            self._dumper.forget()  # not saved: the next save starts from nothing
+            if self._dumper is not None:
+                self._dumper.forget()  # not saved: the next save starts from nothing
             raise
         self._saved = document
         return record

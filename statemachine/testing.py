@@ -15,18 +15,21 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, final
 
 from . import _json
 from ._approval import _HAND_GRANTS, _MINT, Approval, ApprovalRequest, Approve, Denial, _Grant
-from ._capture import Capture, CapturedSpan, MetricPoint, capture
 from ._errors import ScriptExhaustedError
+from ._lazy import lazy_names
 from ._model import ModelChunk, ModelReply, ModelRequest, ToolRequest, Usage
 from ._money import to_money
 from ._phases import AwaitApproval, Phase
 from ._seal import _Ticket
 from ._tools import AM
-from .persist._memory import MemoryCheckpointer
+
+if TYPE_CHECKING:
+    from ._capture import Capture, CapturedSpan, MetricPoint, capture
+    from .persist._memory import MemoryCheckpointer
 
 __all__ = [
     "AutoApproveGate",
@@ -44,6 +47,19 @@ __all__ = [
     "reply",
     "tool_call",
 ]
+
+# Loaded on first use: a test that drives a scripted run loads neither the stores nor
+# the capture's classes (and logging with them).
+_LAZY: Final[dict[str, str]] = {
+    "Capture": "statemachine._capture",
+    "CapturedSpan": "statemachine._capture",
+    "MemoryCheckpointer": "statemachine.persist._memory",
+    "MetricPoint": "statemachine._capture",
+    "capture": "statemachine._capture",
+}
+
+if not TYPE_CHECKING:  # hidden from the type checkers, so a misspelt name stays an error
+    __getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)
 
 P = TypeVar("P", bound=Phase[Any])
 

@@ -130,6 +130,59 @@ def test_the_core_names_load_none_of_the_optional_parts() -> None:
     assert sorted(name for name in NOT_AT_IMPORT if name in loaded) == []
 
 
+# The persistence wing's modules beyond the status enum: a run without a store needs none.
+STORE_MODULES = (
+    "sqlite3",
+    "statemachine.persist._base",
+    "statemachine.persist._chain",
+    "statemachine.persist._codec",
+    "statemachine.persist._delta",
+    "statemachine.persist._memory",
+    "statemachine.persist._protocol",
+    "statemachine.persist._rows",
+    "statemachine.persist._sqlite",
+)
+
+A_RUN = """from statemachine import Agent, Runner
+from statemachine.testing import AutoDenyGate, ScriptedModel, reply
+runner = Runner(Agent(name="a"), model=ScriptedModel([reply("hi")]), gate=AutoDenyGate(){store})
+result = runner.run_sync(None, "hello")
+assert result.status == "done", result.status
+"""
+
+
+def test_a_run_without_a_store_loads_no_store_codec_or_chain() -> None:
+    """A run to Done with no checkpointer loads none of the persistence wing's stores,
+    codec, delta producer, chain or protocols, nor the capture of statemachine.testing."""
+    loaded = loaded_after(A_RUN.format(store=""))
+    assert "statemachine.persist._lifecycle" in loaded  # the run's status names
+    assert sorted(set(STORE_MODULES) & loaded) == []
+    assert "statemachine._capture" not in loaded
+
+
+def test_a_run_with_a_store_loads_the_codec_and_the_delta() -> None:
+    """The same run with a MemoryCheckpointer saves through the codec and the delta producer."""
+    code = "from statemachine import MemoryCheckpointer\n" + A_RUN.format(
+        store=", checkpointer=MemoryCheckpointer()"
+    )
+    loaded = loaded_after(code)
+    assert {"statemachine.persist._codec", "statemachine.persist._delta"} <= loaded
+
+
+def test_the_testing_doubles_load_their_lazy_names_on_first_use() -> None:
+    """``statemachine.testing``'s store and capture are the package's objects, loaded when
+    first asked for."""
+    import statemachine.testing
+
+    assert "statemachine._capture" not in loaded_after("import statemachine.testing")
+    assert statemachine.testing.MemoryCheckpointer is statemachine.MemoryCheckpointer
+    assert statemachine.testing.capture is sys.modules["statemachine._capture"].capture
+    assert {"capture", "MemoryCheckpointer"} <= set(dir(statemachine.testing))
+    with pytest.raises(AttributeError) as raised:
+        statemachine.testing.NoSuchDouble  # type: ignore[attr-defined]  # noqa: B018
+    assert str(raised.value) == "module 'statemachine.testing' has no attribute 'NoSuchDouble'"
+
+
 def test_a_runner_loads_opentelemetry_and_logging() -> None:
     """A Runner binds the tracer and the library's logger when it is made."""
     code = f"""{CORE_NAMES}
