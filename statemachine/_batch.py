@@ -57,12 +57,17 @@ P = TypeVar("P", bound="Phase[Any]")
 # --- the queue ---------------------------------------------------------------------------
 
 
-def _queued(planning: Planning[C], requests: tuple[ToolRequest, ...]) -> Planning[C]:
-    """``planning`` with the reply's calls asked (one message) and queued, in its place."""
-    calls = _with_ids(planning.loop, planning.step, requests)
+def _queued(
+    planning: Planning[C], requests: tuple[ToolRequest, ...], **changes: Any
+) -> Planning[C]:
+    """``planning`` with the reply's calls asked (one message) and queued, in its place,
+    and the ``changes`` (its spend and loop memory: ``_plan`` makes one copy) made."""
+    loop: LoopState = changes.get("loop", planning.loop)
+    calls = _with_ids(loop, planning.step, requests)
     # As Message(role="assistant", tool_calls=calls) makes it: each call is a ToolRequest.
     asking = _message("assistant", "", calls, "", "")
-    return planning._copy(transcript=_appended(planning.transcript, asking), pending=calls)
+    transcript = _appended(planning.transcript, asking)
+    return planning._copy(transcript=transcript, pending=calls, **changes)
 
 
 def _with_ids(

@@ -32,7 +32,7 @@ from ._events import _streamed
 from ._fast._deadline import _until
 from ._fast._messages import _REQUEST_FIELDS
 from ._fast._pydantic import _trusted
-from ._governor import Verdict
+from ._governor import LoopState, Verdict
 from ._guard import (
     CustomerResponse,
     GuardMode,
@@ -106,10 +106,14 @@ async def _plan(
         case _:
             assert_never(decision.verdict)
     planning._leave("advance")
-    reply, heard = await _ask(planning, rt, tools=agent.tools.schemas())
+    reply, spent, loop = await _heard(planning, rt, tools=agent.tools.schemas())
     if isinstance(reply, str):
-        return _unanswered(heard, reply)
-    return await _route(heard, rt, reply)
+        return _unanswered(planning._copy(spent=spent, loop=loop), reply)
+    if reply.tool_calls and reply.finish_reason != "length":
+        # What _route does with the phase _ask makes, in one copy of this phase: the
+        # reply's usage and the calls it asks for, queued.
+        return _take(_queued(planning, reply.tool_calls, spent=spent, loop=loop), rt)
+    return await _route(planning._copy(spent=spent, loop=loop), rt, reply)
 
 
 def _unanswered(heard: Planning[C], reason: str, prefix: str = "") -> ModelRetrying[C] | Failed[C]:
@@ -166,6 +170,20 @@ async def _ask(
     or what came back is not a reply. ``answering`` (no tools, an answer wanted) sends
     the answer guard's schema to a constrained backend.
     """
+    reply, spent, loop = await _heard(planning, rt, tools=tools, note=note, answering=answering)
+    return reply, planning._copy(spent=spent, loop=loop)
+
+
+async def _heard(
+    planning: Planning[C],
+    rt: Runtime,
+    *,
+    tools: tuple[dict[str, Any], ...],
+    note: str = "",
+    answering: bool = False,
+) -> tuple[ModelReply | str, Spend, LoopState]:
+    """What ``_ask`` does, with the spend and the loop memory its phase would hold
+    instead of the phase (a caller that changes more makes the phase once)."""
     remaining = rt.remaining(planning.agent.budget)
     messages = planning.messages()
     if note:
@@ -190,7 +208,7 @@ async def _ask(
     )
     loop = planning.agent.governor.flag(planning.loop, planning.step)
     reply, spent = await _call(planning, rt, request, remaining)
-    return reply, planning._copy(spent=spent, loop=loop)
+    return reply, spent, loop
 
 
 async def _call(

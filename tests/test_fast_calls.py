@@ -10,6 +10,8 @@
 - ``_tools._sorted_c_writes_it`` (a dict's items checked in its own loop) and a tool's
   ``call`` made by setting the call's slots, against the recursive check and the
   call's attrs ``__init__``.
+- ``_planning._plan``: a reply's usage and its calls queued in one copy of the phase,
+  against ``_ask`` then ``_route``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from statemachine import Agent, Budget, LoopGovernor, Runtime, _json, _tools, read_tool, write_tool
+from statemachine import (
+    Agent,
+    Budget,
+    LoopGovernor,
+    ModelReply,
+    Runtime,
+    ToolCalling,
+    Usage,
+    _json,
+    _planning,
+    _tools,
+    read_tool,
+    write_tool,
+)
 from statemachine._batch import _action, _queued, _take
 from statemachine._budget import Spend
 from statemachine._calling import _counted
@@ -35,7 +50,7 @@ from statemachine._errors import BadArgumentsError
 from statemachine._fast import _deadline
 from statemachine._model import ToolRequest
 from statemachine._tools import ReadCall, WriteCall
-from statemachine.testing import AutoDenyGate, ScriptedModel
+from statemachine.testing import AutoDenyGate, ScriptedModel, reply
 
 pytestmark = pytest.mark.anyio
 
@@ -416,3 +431,35 @@ def test_a_tools_call_is_the_call_its_init_makes(
         assert (fast.args, fast.tool) == (plain.args, plain.tool)
         assert fast._canonical == plain._canonical
         assert fast.args_hash == plain.args_hash == _json.canonical_hash(args)
+
+
+_TWO_CALLS = ModelReply(
+    tool_calls=(
+        ToolRequest(name="_lookup", arguments='{"key": "a"}', id="x"),
+        ToolRequest(name="_lookup", arguments='{"key": "b"}', id=""),
+    ),
+    finish_reason="tool_calls",
+    usage=Usage(input_tokens=7, output_tokens=3, cost=Decimal("0.25")),
+)
+
+
+@pytest.mark.parametrize("turn", [_TWO_CALLS, reply("done")], ids=["calls", "answer"])
+async def test_a_reply_is_routed_as_ask_then_route_routed_it(turn: ModelReply) -> None:
+    """``Planning.advance`` queues a reply's calls in one copy of the phase (its usage, its
+    loop memory, the calls): the phase it ends in is the one ``_ask`` and ``_route`` make
+    (the usage in a copy, then the calls queued in another)."""
+    agent = Agent[None](name="t", tools=[_lookup], budget=Budget())
+    rt = Runtime(run_id="r", model=ScriptedModel([turn, turn]), gate=AutoDenyGate())
+    fast = await agent.start(None, "go").receive("go").advance(rt)
+    planning = agent.start(None, "go").receive("go")
+    planning._leave("advance")
+    said, heard = await _planning._ask(planning, rt, tools=agent.tools.schemas())
+    assert isinstance(said, ModelReply)
+    plain = await _planning._route(heard, rt, said)
+    assert type(fast) is type(plain)
+    for field in ("transcript", "pending", "spent", "loop", "step", "invalid_streak"):
+        assert getattr(fast, field, None) == getattr(plain, field, None), field
+    assert tuple(fast.transcript) == tuple(plain.transcript)
+    if isinstance(plain, ToolCalling):
+        assert isinstance(fast, ToolCalling)
+        assert (fast.call, fast.call_id) == (plain.call, plain.call_id)
