@@ -106,6 +106,14 @@ _runtime_parts = operator.attrgetter(*(field.name for field in attrs.fields(Runt
 _agent_parts = operator.attrgetter(*(field.name for field in attrs.fields(Agent)))
 
 
+# The phases that run a call, and those that hold one, as tuples (``A | B`` in an
+# isinstance check builds the union at every call).
+_RUNS_A_CALL: tuple[type[ToolCalling[Any]], type[Retrying[Any]]] = (ToolCalling, Retrying)
+_HOLDS_A_CALL: tuple[
+    type[ToolCalling[Any]], type[AwaitApproval[Any]], type[Observing[Any]], type[Retrying[Any]]
+] = (ToolCalling, AwaitApproval, Observing, Retrying)
+
+
 def _same(now: tuple[Any, ...], then: tuple[Any, ...]) -> bool:
     """Whether the two tuples hold the very same objects (identity, not ``==``)."""
     return all(map(operator.is_, now, then))
@@ -214,7 +222,7 @@ class Watch:
             cap = self._agent.retry_for(after.call.tool).max_attempts
             if now[8] > cap:
                 return f"attempt {now[8]} is past the retry cap of {cap}"
-        if isinstance(after, ToolCalling | Retrying) and type(after.call) is ApprovedCall:
+        if isinstance(after, _RUNS_A_CALL) and type(after.call) is ApprovedCall:
             return _write_problem(before, after, was)
         return _model_retry_problem(before, after, len(self._rt.fallback_models))
 
@@ -326,7 +334,7 @@ def _asked_problem(after: Phase[Any]) -> str | None:
     if asking is None:
         return None
     accounted = [message.tool_call_id for message in answered]
-    if isinstance(after, ToolCalling | AwaitApproval | Observing | Retrying):
+    if isinstance(after, _HOLDS_A_CALL):
         accounted.append(after.call_id)
     accounted.extend(request.id for request in getattr(after, "pending", ()))
     asked = [call.id for call in asking.tool_calls]
