@@ -302,7 +302,7 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
             "_index": private.get("_index") if _index is None else _index,
             "_grams": private.get("_grams"),
         }
-        return _trusted(LoopState, values, set(_LOOP_FIELDS), kept)
+        return _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A copy, as pydantic makes it; one with other ``actions`` indexes them anew (and
@@ -421,6 +421,8 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
 
 
 _LOOP_FIELDS = tuple(LoopState.model_fields)
+# Every field, as the set a state made by _evolve holds (copied for each: its own).
+_LOOP_FIELD_SET = set(_LOOP_FIELDS)
 
 
 class Check(Protocol):
