@@ -70,6 +70,7 @@ class Instruments:
     """
 
     __slots__ = (
+        "_meter",
         "_waiting",
         "fallbacks",
         "phase_time",
@@ -80,6 +81,7 @@ class Instruments:
     )
 
     def __init__(self, meter: metrics.Meter) -> None:
+        self._meter = meter
         self.transitions = meter.create_counter(
             TRANSITIONS, unit="1", description="transitions from one phase to the next"
         )
@@ -128,12 +130,35 @@ class Instruments:
             for record in after.loop.verdicts[len(before.loop.verdicts) :]:
                 if record.verdict is Verdict.SUPPRESS:
                     self.suppressions.add(1, {_AGENT: agent, "statemachine.tier": record.check})
-        if not count_waits:
-            return
+        if count_waits:
+            self.waits(before, after)
+
+    def waits(self, before: Phase[Any], after: Phase[Any]) -> None:
+        """Count the approvals waiting that one transition began or ended (a runner
+        without a store), as :meth:`transition` does: the gauge reads the count whenever
+        a meter provider collects, so it is kept while nothing is recorded too."""
         if isinstance(before, AwaitApproval) and before.waiting:
-            self._wait(None, agent, before.call.name, -1)
+            self._wait(None, before.agent.name, before.call.name, -1)
         if isinstance(after, AwaitApproval) and after.waiting:
-            self._wait(None, agent, after.call.name, 1)
+            self._wait(None, before.agent.name, after.call.name, 1)
+
+    def quiet(self) -> bool:
+        """Whether what :meth:`transition` records goes nowhere now: the instruments were
+        made on OpenTelemetry's no-op meter, or on the global meter while no meter
+        provider is set (its instruments are proxies that drop every measurement until
+        one is). A runner reads it once per run: a provider set during a run is recorded
+        to from its next run.
+        """
+        from opentelemetry import metrics
+
+        meter = self._meter
+        if isinstance(meter, metrics.NoOpMeter):
+            return True
+        # The API's proxies are private classes: read by name, and any other meter (a
+        # later API's proxy included) is taken as one that records.
+        return _named(meter, "_ProxyMeter") and _named(
+            metrics.get_meter_provider(), "_ProxyMeterProvider"
+        )
 
     def _wait(self, source: str | None, agent: str, tool: str, change: int) -> None:
         counts = self._waiting.setdefault(source, Counter())
@@ -165,6 +190,12 @@ class Instruments:
         self.phase_time.record(
             seconds, {_AGENT: before.agent.name, "statemachine.phase": before.kind}
         )
+
+
+def _named(thing: object, name: str) -> bool:
+    """Whether ``thing`` is of OpenTelemetry's metrics API class ``name``."""
+    kind = type(thing)
+    return kind.__name__ == name and kind.__module__.startswith("opentelemetry.metrics")
 
 
 @functools.cache

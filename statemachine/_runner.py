@@ -497,7 +497,7 @@ class Runner(Generic[C, D]):
         watch = Watch(rt, self._agent, state)
         in_run = trace.set_span_in_context(run_span)
         log = _log().bind(run_id=rt.run_id, agent=self._agent.name)
-        told = _Told(self._tracer, run_span)  # after the bind: its processors
+        told = _Told(self._tracer, run_span, self._metrics)  # after the bind: its processors
         saving = self._checkpointer is not None
         on_transition, events = self._on_transition, rt.events
         if isinstance(state, Active):
@@ -578,7 +578,10 @@ class Runner(Generic[C, D]):
                     otel_context.detach(token)
             took = rt.clock() - entered
             keys = None
-        self._metrics.transition(before, after, took, count_waits=self._checkpointer is None)
+        if told.metered:
+            self._metrics.transition(before, after, took, count_waits=self._checkpointer is None)
+        elif self._checkpointer is None:
+            self._metrics.waits(before, after)
         if told.events_wanted():
             log.info(
                 "transition", **(_transition_keys(rt, before, after) if keys is None else keys)
@@ -795,17 +798,20 @@ class _Told:
     ``NoOpTracer``, or the global tracer while no provider is set): that tracer's span
     for each transition is the run's span itself, a span that records nothing, so it is
     not asked for one (a provider set while a run goes on is used from the next run).
-    ``None``: each transition asks the tracer for its span.
+    ``None``: each transition asks the tracer for its span. ``metered``: whether the
+    runner's instruments record anything (``Instruments.quiet``); when not, a transition
+    only counts the approvals waiting that the gauge reads.
     """
 
-    __slots__ = ("_capture", "_processors", "untraced")
+    __slots__ = ("_capture", "_processors", "metered", "untraced")
 
-    def __init__(self, tracer: trace.Tracer, run_span: trace.Span) -> None:
+    def __init__(self, tracer: trace.Tracer, run_span: trace.Span, meter: Instruments) -> None:
         quiet = type(tracer) is trace.NoOpTracer or (
             type(tracer) is trace.ProxyTracer
             and type(trace.get_tracer_provider()) is trace.ProxyTracerProvider
         )
         self.untraced = run_span if quiet else None
+        self.metered = not meter.quiet()
         # LogCapture is defined in structlog.testing (which structlog imports): not
         # imported, nothing captures. The processors are the list the run's logger was
         # bound with (capture_logs changes that very list in place).

@@ -15,12 +15,23 @@ import anyio
 import anyio.lowlevel
 import pytest
 import structlog
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
-from statemachine import Agent, Runner, _runner, _runtime, read_tool
+from statemachine import (
+    Agent,
+    ApprovalRequest,
+    Pending,
+    Runner,
+    _observe,
+    _runner,
+    _runtime,
+    read_tool,
+    write_tool,
+)
 from statemachine.testing import ScriptedGate, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio
@@ -173,10 +184,14 @@ class _WhereArgs(BaseModel):
 _TOLD = _runner._Told
 
 
-def _told_plain(tracer: trace.Tracer, run_span: trace.Span) -> _runner._Told:
-    """A ``_Told`` that asks the tracer for every transition's span, as before."""
-    told = _TOLD(tracer, run_span)
+def _told_plain(
+    tracer: trace.Tracer, run_span: trace.Span, meter: _observe.Instruments
+) -> _runner._Told:
+    """A ``_Told`` that asks the tracer for every transition's span and records every
+    transition on the instruments, as before."""
+    told = _TOLD(tracer, run_span, meter)
     told.untraced = None
+    told.metered = True
     return told
 
 
@@ -237,19 +252,65 @@ async def test_an_untraced_run_is_seen_as_a_traced_one_was(
 
 def test_only_the_no_op_tracer_is_taken_for_untraced() -> None:
     span = trace.INVALID_SPAN
-    assert _runner._Told(trace.NoOpTracer(), span).untraced is span
-    assert _runner._Told(TracerProvider().get_tracer("t"), span).untraced is None
+    meter = _observe.default_instruments()
+    assert _runner._Told(trace.NoOpTracer(), span, meter).untraced is span
+    assert _runner._Told(TracerProvider().get_tracer("t"), span, meter).untraced is None
     proxy = trace.ProxyTracerProvider().get_tracer("t")
     unset = type(trace.get_tracer_provider()) is trace.ProxyTracerProvider
-    assert (_runner._Told(proxy, span).untraced is span) == unset
+    assert (_runner._Told(proxy, span, meter).untraced is span) == unset
+
+
+def test_only_instruments_that_record_nothing_are_quiet() -> None:
+    """The no-op meter's, and the global meter's while no provider is set; a meter of
+    an SDK provider records."""
+    assert _observe.Instruments(metrics.NoOpMeter("m")).quiet()
+    assert not _observe.Instruments(MeterProvider().get_meter("m")).quiet()
+    unset = type(metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider"
+    assert _observe.default_instruments().quiet() == unset
+    assert _observe.Instruments(metrics.get_meter("m")).quiet() == unset
 
 
 def test_events_are_wanted_while_the_bound_processors_capture() -> None:
     """A capture entered after the run started is seen (it changes the processors' list
     in place); nothing is wanted below INFO without one."""
-    told = _runner._Told(trace.NoOpTracer(), trace.INVALID_SPAN)
+    told = _runner._Told(trace.NoOpTracer(), trace.INVALID_SPAN, _observe.default_instruments())
     assert not told.events_wanted()
     with capture_logs():
         assert told.events_wanted()
     assert not told.events_wanted()
     assert structlog.get_config()["processors"] is told._processors
+
+
+class _FlightArgs(BaseModel):
+    flight: str
+
+
+@write_tool
+async def _book(args: _FlightArgs) -> str:
+    """Book a flight."""
+    return args.flight
+
+
+class _DeskGate:
+    """Every request waits for a person."""
+
+    async def decide(self, request: ApprovalRequest) -> Pending:
+        return Pending(reason="sent to the desk")
+
+
+async def test_quiet_instruments_still_count_the_approvals_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the no-op meter a run that waits for an approval is counted in the gauge's
+    tally as when every transition is recorded (a provider set later reads it)."""
+
+    async def tally() -> dict[Any, Any]:
+        agent = Agent[None](name="desk", tools=[_book])
+        model = ScriptedModel([tool_call("_book", {"flight": "TP1"})])
+        runner = Runner(agent, model=model, gate=_DeskGate(), meter=metrics.NoOpMeter("m"))
+        assert (await runner.run(None, "Book it")).status == "paused"
+        return {source: dict(counts) for source, counts in runner._metrics._waiting.items()}
+
+    fast = await tally()
+    monkeypatch.setattr(_runner, "_Told", _told_plain)
+    assert fast == await tally() == {None: {("desk", "_book"): 1}}
