@@ -172,10 +172,12 @@ def _action(
     Made once for a call the model asked for: ``_checked_call`` makes it for the
     governor's ``before_action``, and the transition it then takes records the same
     record (the same phase, call and arguments give the same record: the governor's
-    ``action`` reads only them, the call id from the phase's pending calls).
+    ``action`` reads only them, the call id from the phase's pending calls). The
+    record is kept for one more ask only: the second takes it out.
     """
     last = _last_action[0]
     if last is not None and last[0] is planning and last[1] is call and last[2] == raw_arguments:
+        _last_action[0] = None  # taken: the phase and its call are not kept past it
         return last[3]
     action = planning._action(call, raw_arguments)
     _last_action[0] = (planning, call, raw_arguments, action)

@@ -303,6 +303,9 @@ def test_a_calls_record_is_made_once_and_is_the_plain_one() -> None:
     first = _action(planning, call, '{"key": "a"}')
     assert first == planning._action(call, '{"key": "a"}')
     assert _action(planning, call, '{"key": "a"}') is first
+    third = _action(planning, call, '{"key": "a"}')  # taken once: made again, the same
+    assert third == first
+    assert third is not first
     spaced = _action(planning, call, '{"key":  "a"}')
     assert spaced == planning._action(call, '{"key":  "a"}')
     assert spaced.exact != first.exact
