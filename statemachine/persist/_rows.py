@@ -72,7 +72,7 @@ class _Since(NamedTuple):
 
     def after(self, seq: int, snapshot: bool, size: int) -> _Since:
         """What it is once checkpoint ``seq`` (``size`` bytes) is stored."""
-        return _Since(seq, size, 0) if snapshot else self._replace(deltas=self.deltas + size)
+        return _Since(seq, size, 0) if snapshot else _Since(self.seq, self.size, self.deltas + size)
 
 
 def _since_of(rows: list[_Row]) -> _Since:
@@ -114,6 +114,8 @@ class _EffectRow(NamedTuple):
 
 
 def _utc(moment: datetime, what: str) -> datetime:
+    if moment.tzinfo is UTC:  # the system clock's, at every save: in UTC already
+        return moment
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ConfigError(
             (
