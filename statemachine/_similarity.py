@@ -285,7 +285,15 @@ def _tokens(value: str, found: set[str]) -> None:
         for token in _RUN_WITH.findall(word):
             token = token.strip(_EDGES)
             if token:
-                found.add(_number(token).casefold())
+                found.add(_token_number(token).casefold())
+
+
+def _token_number(token: str) -> str:
+    """``_number(token)``; a short token of ASCII digits alone (an order number) without
+    Decimal: its integer's text is the one spelling ``_number`` gives it (no leading zero)."""
+    if len(token) <= 18 and token.isascii() and token.isdigit():
+        return str(int(token))
+    return _number(token)
 
 
 def _walk(value: Any, key: str, found: set[str]) -> None:
