@@ -288,7 +288,9 @@ class SQLiteCheckpointer(_Store):
     when the connection is free and no other connection holds the write lock (it never
     waits for one there): a commit that need not reach the disk costs less than a hop
     to a thread. The run's registry row is read from memory when no other connection
-    has committed since this one wrote it (``PRAGMA data_version``).
+    has committed since this one wrote it (``PRAGMA data_version``); a save that changes
+    only its phase, time, seq and head writes only those, which no index holds, so a
+    save writes three pages (the checkpoint, its key, the run's row).
     ``synchronous=NORMAL``: a process crash loses nothing committed; a power cut may
     lose the last commits, never the file. The side-effect ledger is written with
     ``synchronous=FULL``: a recorded intent or result survives a power cut too. Its
@@ -299,8 +301,9 @@ class SQLiteCheckpointer(_Store):
     disk) by a thread of this checkpointer's own, with a connection of its own, once
     about 4,000 pages (16 MB) were written since the last one: not by the commit that
     happens to cross the mark, as SQLite's automatic checkpoint does. A checkpoint that
-    fails (the disk is full) is tried again after the next 4,000 pages; what was committed stays in
-    the WAL, which SQLite reads as part of the file, so nothing is lost.
+    fails (the disk is full) is tried again after the next 4,000 pages; what was
+    committed stays in the WAL, which SQLite reads as part of the file, so nothing is
+    lost.
     """
 
     def __init__(
