@@ -30,7 +30,7 @@ import math
 import sys
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -54,13 +54,27 @@ async def _within(call: Awaitable[T], seconds: float | None) -> T:
 
     ``None``: no deadline. As ``anyio.CancelScope(deadline=anyio.current_time() +
     seconds)`` around ``await call`` (the module's docstring says how it is cheaper).
+    ``_until``'s body, written out: a coroutine more around every tool call costs.
     """
     if seconds is None:
         return await call
-    result = await _until(call, seconds, _EXPIRED)
-    if result is _EXPIRED:
+    loop = _asyncio_loop()
+    scope_class = None if loop is None else _SCOPE[0] if _SCOPE else _scope_class()
+    if loop is None or not seconds > 0 or scope_class is None:
+        with anyio.CancelScope(deadline=anyio.current_time() + seconds):
+            return await call
         raise TimeoutError
-    return result  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
+    deadline = loop.time() + seconds
+    deadlines = _deadlines(loop)
+    with scope_class() as scope:
+        scope._deadline = deadline
+        deadlines.add(scope, deadline)
+        try:
+            return await call
+        finally:
+            deadlines.discard(scope)
+    # Reached only when the scope caught its own cancellation: its deadline passed.
+    raise TimeoutError
 
 
 async def _until(call: Awaitable[T], seconds: float, expired: E) -> T | E:
@@ -83,9 +97,6 @@ async def _until(call: Awaitable[T], seconds: float, expired: E) -> T | E:
             deadlines.discard(scope)
     # Reached only when the scope caught its own cancellation: its deadline passed.
     return expired
-
-
-_EXPIRED: Final = object()
 
 
 def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
@@ -171,7 +182,15 @@ _LOOPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = (
 
 def _deadlines(loop: asyncio.AbstractEventLoop) -> _Deadlines:
     """The deadlines of ``loop`` (made on first use; forgotten with the loop)."""
+    last = _LAST[0]
+    if last is not None and last._loop() is loop:  # nearly always: one loop at a time
+        return last
     deadlines = _LOOPS.get(loop)
     if deadlines is None:
         deadlines = _LOOPS[loop] = _Deadlines(loop)
+    _LAST[0] = deadlines
     return deadlines
+
+
+# The deadlines _deadlines gave last (their loop held weakly, as in _LOOPS).
+_LAST: list[_Deadlines | None] = [None]
