@@ -328,12 +328,13 @@ __all__ = (
 )
 
 # Every public name is imported from its module on first use (PEP 562), so that
-# ``import statemachine`` loads only this file: a program pays for the parts it uses
-# (the phases and the runner for a run; the stores, the guard, the diagram, the worker,
-# the configuration models, the model adapters, httpx, cryptography, psycopg and
-# llama.cpp when first asked for). ``from statemachine import X`` and
-# ``statemachine.X`` work as before; the type checkers read the imports above, and
-# tests/test_imports.py checks that they and this map name the same things.
+# ``import statemachine`` loads only this file and a program pays for the parts it
+# uses: a run loads the phases, the runner and what they need; the stores, the codec,
+# the diagram, the worker, the configuration models, the model adapters (httpx,
+# cryptography, psycopg, llama.cpp) wait until a name of theirs is asked for.
+# ``from statemachine import X`` and ``statemachine.X`` work as before; the type
+# checkers read the imports above, and tests/test_imports.py checks that they and this
+# map name the same things.
 _LAZY: Final[dict[str, str]] = _by_module(
     {
         "._approval": (
