@@ -7,9 +7,10 @@ side-effect ledger, the one role the core uses). :class:`Checkpointer` is all fi
 the runner needs them; ask for fewer where fewer are used (the worker: ``Leases``).
 
 The stores: :class:`MemoryCheckpointer`, :class:`SQLiteCheckpointer` (the embedded
-default) and :class:`PostgresCheckpointer` (loaded on first use: it needs psycopg, the
-``postgres`` extra); :class:`CheckpointCipher` encrypts checkpoints at rest. Every name
-here is the same object as the one of the same name in ``statemachine``.
+default) and :class:`PostgresCheckpointer` (it needs psycopg, the ``postgres`` extra);
+:class:`CheckpointCipher` encrypts checkpoints at rest. Each name is imported from its
+module on first use, and is the same object as the one of the same name in
+``statemachine``.
 """
 
 from __future__ import annotations
