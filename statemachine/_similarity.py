@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import operator
 import os
 import re
 import threading
@@ -24,7 +23,8 @@ import warnings
 from collections.abc import Iterator
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from itertools import filterfalse
+from itertools import filterfalse, repeat
+from operator import and_, mul, truediv
 from typing import Any, Protocol, TypeVar, final, runtime_checkable
 
 from ._errors import ConfigError
@@ -358,7 +358,8 @@ class GramMasks:
         # A word with what precedes it in its text (see _joined) -> its trigrams' mask.
         self._words: dict[str, int] = {}
         # The latest evidence window compared, and its texts' masks and sizes, in order.
-        self._window: tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]] | None = None
+        # (Sizes as floats: see best.)
+        self._window: tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...]] | None = None
 
     def start(self, window: int) -> None:
         """Before a comparison: start again if the cache has grown past its bounds.
@@ -389,15 +390,16 @@ class GramMasks:
             self.masks[text] = known
         return known
 
-    def _signed(self, window: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """The masks and sizes of ``window``'s texts, kept for the window last compared."""
+    def _signed(self, window: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """The masks and sizes (as floats) of ``window``'s texts, kept for the window last
+        compared."""
         kept = self._window
         if kept is not None and kept[0] is window:
             return kept[1], kept[2]
         found = list(map(self.masks.get, window))
         theirs = [known or self.mask(seen) for known, seen in zip(found, window, strict=True)]
         masks = tuple(mask for mask, _ in theirs)
-        sizes = tuple(size for _, size in theirs)
+        sizes = tuple(float(size) for _, size in theirs)
         self._window = (window, masks, sizes)
         return masks, sizes
 
@@ -409,7 +411,8 @@ class GramMasks:
         if kept is None or kept[0] is not before or not after:
             return
         mask, size = self.mask(after[-1])
-        self._window = (after, (*kept[1], mask)[-len(after) :], (*kept[2], size)[-len(after) :])
+        sizes = (*kept[2], float(size))[-len(after) :]
+        self._window = (after, (*kept[1], mask)[-len(after) :], sizes)
 
     def _joined(self, words: list[str]) -> int:
         """The mask of the text these words make (two or more), joined by single spaces.
@@ -459,7 +462,10 @@ class GramMasks:
         mine, size = self.mask(text)
         masks, sizes = self._signed(window)
         # |A & B| / sqrt(|A| |B|) for each, in C (a text has a trigram: no size is 0).
-        shared = map(int.bit_count, map(mine.__and__, masks))
-        roots = map(math.sqrt, map(size.__mul__, sizes))
-        best: float = max(map(operator.truediv, shared, roots))
+        # |A| |B| as the product of two floats: each size is an int a float holds exactly,
+        # and the product is a*b rounded once to the nearest float, as math.sqrt's own
+        # conversion of the int a*b rounds it: the same float, with no int made per mask.
+        shared = map(int.bit_count, map(and_, repeat(mine), masks))
+        roots = map(math.sqrt, map(mul, repeat(float(size)), sizes))
+        best: float = max(map(truediv, shared, roots))
         return best

@@ -759,6 +759,15 @@ def test_a_mask_made_word_by_word_is_the_mask_made_trigram_by_trigram(texts: lis
         assert size == len(_grams(text))
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.integers(1, 2**52), st.integers(1, 2**52))
+def test_sizes_multiplied_as_floats_give_the_int_product_s_root(first: int, second: int) -> None:
+    """The convergence kernel multiplies the sizes as floats: each is held exactly, and
+    the product rounds once, as the int product's conversion does, so the root is the
+    same float at any size."""
+    assert math.sqrt(float(first) * float(second)) == math.sqrt(first * second)
+
+
 def test_the_default_gain_is_exact_past_a_large_vocabulary() -> None:
     """Texts with thousands of distinct trigrams (wide masks) and a run long enough to
     start its cache again still give the set formula's gain."""
