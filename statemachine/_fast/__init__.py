@@ -20,4 +20,9 @@ rule.
   cases beside them).
 - ``_messages._result_text``: a tool's result written by the C JSON encoder when that is
   provably the same text as ``_json.dumps`` (the ``written(...)`` cases).
+- ``_deadline._within`` / ``_until``: a call under a deadline within the asyncio backend's
+  own cancel scope, its deadline served by one timer per event loop (pinned against
+  ``anyio.CancelScope(deadline=...)`` in ``tests/test_fast_calls.py``, which also pins the
+  call path's other shortcuts: a tool's call built by its slots, the governor's record
+  made once, a reply queued in one copy, an answered call's spend in one step).
 """
