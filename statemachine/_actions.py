@@ -6,7 +6,7 @@ recording or settling a call costs the same at any length of the run.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import chain, islice
 from typing import Any, ClassVar, Final, Literal, cast, final, overload
 
@@ -224,6 +224,22 @@ def _record(
 # (and, once a chunk in CHUNK, the tuple of chunks).
 CHUNK: Final = 32
 
+_Chunk = tuple[ActionRecord, ...] | str
+
+
+def _unread(text: str) -> tuple[ActionRecord, ...]:
+    raise RuntimeError("an action log holds a chunk as text, and no reader is set")
+
+
+# A full chunk is a tuple of records or, in a log loaded from a checkpoint, the chunk's
+# JSON text, read (through ``persist``'s reader, which it sets here, and which keeps
+# what it read) when a record of it is first needed. Either is immutable.
+_chunk_reader: Callable[[str], tuple[ActionRecord, ...]] = _unread
+
+
+def _records_of(chunk: _Chunk) -> tuple[ActionRecord, ...]:
+    return chunk if type(chunk) is tuple else _chunk_reader(cast(str, chunk))
+
 
 @final
 class ActionLog(TupleLike[ActionRecord]):
@@ -240,7 +256,7 @@ class ActionLog(TupleLike[ActionRecord]):
     __slots__ = ("_chunks", "_tail")
     _ITEM = ActionRecord
 
-    _chunks: tuple[tuple[ActionRecord, ...], ...]
+    _chunks: tuple[_Chunk, ...]
     _tail: tuple[ActionRecord, ...]
 
     def __init__(self, records: Iterable[ActionRecord] = ()) -> None:
@@ -250,9 +266,7 @@ class ActionLog(TupleLike[ActionRecord]):
         self._tail = items[cut:]
 
     @classmethod
-    def _of(
-        cls, chunks: tuple[tuple[ActionRecord, ...], ...], tail: tuple[ActionRecord, ...]
-    ) -> ActionLog:
+    def _of(cls, chunks: tuple[_Chunk, ...], tail: tuple[ActionRecord, ...]) -> ActionLog:
         made = cls.__new__(cls)
         made._chunks, made._tail = chunks, tail
         return made
@@ -260,7 +274,7 @@ class ActionLog(TupleLike[ActionRecord]):
     @property
     def chunks(self) -> tuple[tuple[ActionRecord, ...], ...]:
         """The full chunks (``CHUNK`` records each), shared with the logs grown from them."""
-        return self._chunks
+        return tuple(map(_records_of, self._chunks))
 
     @property
     def tail(self) -> tuple[ActionRecord, ...]:
@@ -280,7 +294,7 @@ class ActionLog(TupleLike[ActionRecord]):
         chunks, tail = self._chunks, self._tail
         if chunk == len(chunks):
             return ActionLog._of(chunks, tail[:at] + (record,) + tail[at + 1 :])  # noqa: RUF005
-        old = chunks[chunk]
+        old = _records_of(chunks[chunk])
         new = old[:at] + (record,) + old[at + 1 :]  # noqa: RUF005
         return ActionLog._of(chunks[:chunk] + (new,) + chunks[chunk + 1 :], tail)  # noqa: RUF005
 
@@ -305,7 +319,7 @@ class ActionLog(TupleLike[ActionRecord]):
             raise IndexError(f"action log index {index} out of range (length {length})")
         chunk, inner = divmod(at, CHUNK)
         chunks = self._chunks
-        return chunks[chunk][inner] if chunk < len(chunks) else self._tail[inner]
+        return _records_of(chunks[chunk])[inner] if chunk < len(chunks) else self._tail[inner]
 
     def _from(self, start: int) -> Iterator[ActionRecord]:
         """The records from ``start`` on, reading only the chunks from there."""
@@ -313,13 +327,13 @@ class ActionLog(TupleLike[ActionRecord]):
         chunks = self._chunks
         if chunk >= len(chunks):
             return iter(self._tail[inner:])
-        rest = chain.from_iterable(chunks[chunk + 1 :])  # a slice: islice would walk
-        return chain(chunks[chunk][inner:], rest, self._tail)
+        rest = chain.from_iterable(map(_records_of, chunks[chunk + 1 :]))  # a slice
+        return chain(_records_of(chunks[chunk])[inner:], rest, self._tail)
 
     def __iter__(self) -> Iterator[ActionRecord]:
         if not self._chunks:
             return iter(self._tail)
-        return chain(chain.from_iterable(self._chunks), self._tail)
+        return chain(chain.from_iterable(map(_records_of, self._chunks)), self._tail)
 
     def _same_storage(self, other: ActionLog) -> bool:
         return other._chunks is self._chunks and other._tail is self._tail

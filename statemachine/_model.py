@@ -18,7 +18,7 @@ uses is the final one, checked as ``complete``'s is, never the deltas joined.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
 from itertools import chain, islice
 from typing import (
@@ -186,6 +186,20 @@ def _dump_message(message: Message, info: core_schema.SerializationInfo) -> dict
 _CHUNK: Final = 32
 
 
+def _unread(text: str) -> tuple[Message, ...]:
+    raise RuntimeError("a transcript holds a chunk as text, and no reader is set")
+
+
+# A full chunk is a tuple of messages or, in a transcript loaded from a checkpoint, the
+# chunk's JSON text, read (through ``persist``'s reader, which it sets here, and which
+# keeps what it read) when a message of it is first needed. Either is immutable.
+_chunk_reader: Callable[[str], tuple[Message, ...]] = _unread
+
+
+def _messages_of(chunk: tuple[Message, ...] | str) -> tuple[Message, ...]:
+    return chunk if type(chunk) is tuple else _chunk_reader(cast(str, chunk))
+
+
 @final
 class Transcript(TupleLike[Message]):
     """A conversation that only grows: an immutable sequence of :class:`Message` s whose
@@ -209,7 +223,7 @@ class Transcript(TupleLike[Message]):
     _ITEM = Message
 
     _head: tuple[Message, ...]
-    _chunks: tuple[tuple[Message, ...], ...]
+    _chunks: tuple[tuple[Message, ...] | str, ...]
     _tail: tuple[Message, ...]
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
@@ -223,7 +237,7 @@ class Transcript(TupleLike[Message]):
     def _of(
         cls,
         head: tuple[Message, ...],
-        chunks: tuple[tuple[Message, ...], ...],
+        chunks: tuple[tuple[Message, ...] | str, ...],
         tail: tuple[Message, ...],
     ) -> Transcript:
         made = cls.__new__(cls)
@@ -274,24 +288,28 @@ class Transcript(TupleLike[Message]):
             return self._head[at]
         chunk, inner = divmod(at - head, _CHUNK)
         chunks = self._chunks
-        return chunks[chunk][inner] if chunk < len(chunks) else tail[inner]
+        return _messages_of(chunks[chunk])[inner] if chunk < len(chunks) else tail[inner]
 
     def _from(self, start: int) -> Iterator[Message]:
         """The messages from ``start`` on, reading only the chunks from there."""
         head = len(self._head)
         if start < head:
-            return chain(self._head[start:], chain.from_iterable(self._chunks), self._tail)
+            return chain(self._head[start:], self._chunked(self._chunks), self._tail)
         chunk, inner = divmod(start - head, _CHUNK)
         chunks = self._chunks
         if chunk >= len(chunks):
             return iter(self._tail[inner:])
-        rest = chain.from_iterable(chunks[chunk + 1 :])  # a slice: islice would walk
-        return chain(chunks[chunk][inner:], rest, self._tail)
+        rest = self._chunked(chunks[chunk + 1 :])  # a slice: islice would walk
+        return chain(_messages_of(chunks[chunk])[inner:], rest, self._tail)
+
+    @staticmethod
+    def _chunked(chunks: tuple[tuple[Message, ...] | str, ...]) -> Iterator[Message]:
+        return chain.from_iterable(map(_messages_of, chunks))
 
     def __iter__(self) -> Iterator[Message]:
         if not self._chunks and not self._head:
             return iter(self._tail)
-        return chain(self._head, chain.from_iterable(self._chunks), self._tail)
+        return chain(self._head, self._chunked(self._chunks), self._tail)
 
     def _same_storage(self, other: Transcript) -> bool:
         return (

@@ -23,6 +23,7 @@ from statemachine import (
     Runner,
     SQLiteCheckpointer,
     dumps,
+    loads,
     read_tool,
     write_tool,
 )
@@ -97,9 +98,24 @@ async def test_a_long_run_written_before_chunks_loads_whole(store_path: Path) ->
     assert len(final.loop.actions) == 40
     assert [a.outcome for a in final.loop.actions] == ["ok"] * 40
     assert seq == 40 * 3 + 3
-    # Dumped again, it is the document that was stored (the same JSON, field by field).
+    # Dumped again, it is the document that was stored in today's format (version 2):
+    # the same JSON, field by field, but for each full chunk of 32 messages or actions,
+    # held as one string, their JSON text (each item as the list of its values).
+    assert document["version"] == 1
     again = dump_phase(final)
-    assert dumps(again["fields"]) == dumps(document["fields"])
+    assert again["version"] == 2
+    fields = dict(document["fields"])
+    fields["transcript"] = packed(fields["transcript"])
+    fields["loop"] = {**fields["loop"], "actions": packed(fields["loop"]["actions"])}
+    assert dumps(again["fields"]) == dumps(fields)
+    assert phase_of(loads(dumps(again)), agent, "long") == final
+
+
+def packed(items: list[Any]) -> list[Any]:
+    """A version 1 list as version 2 writes it: every full chunk but the last, as text."""
+    full = (len(items) - 1) // 32 * 32 if items else 0
+    rows = [list(item.values()) for item in items]
+    return [dumps(rows[at : at + 32]) for at in range(0, full, 32)] + items[full:]
 
 
 async def test_a_sealed_run_written_before_chunks_loads(store_path: Path) -> None:
@@ -127,6 +143,7 @@ async def test_a_waiting_run_written_before_chunks_resumes_to_done(store_path: P
         assert len(resumed.final.loop.actions) == 13
         # The resumed run's checkpoints load again, in today's format.
         _, document = await store.load("waiting")
+    assert document["version"] == 2
     again = phase_of(document, looker(), "waiting")
     assert isinstance(again, Done)
     assert len(list(again.transcript)) == 1 + 2 * 13 + 1

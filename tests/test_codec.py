@@ -53,7 +53,7 @@ from statemachine import (
     write_tool,
 )
 from statemachine._approval import _approve
-from statemachine.persist import _codec
+from statemachine.persist import _chunks, _codec
 from statemachine.testing import hand_approval, hand_built
 
 NOON = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -268,7 +268,7 @@ def test_the_document_is_json_values_with_the_documented_header() -> None:
     phase = constructed()[3]
     document = loads(dumps(dump_phase(phase)))
     assert {k: document[k] for k in ("version", "kind", "class", "agent")} == {
-        "version": 1,
+        "version": 2,
         "kind": "ToolCalling",
         "class": "statemachine._phases:ToolCalling",
         "agent": "desk",
@@ -376,7 +376,7 @@ def test_an_older_schema_version_is_refused_as_older() -> None:
         CheckpointMismatchError,
         match=exactly(
             "checkpoint: the phase document is from an older schema (version 0) and this "
-            "library reads version 1; resume it with the statemachine release that wrote it, "
+            "library reads versions 1 to 2; resume it with the statemachine release that wrote it, "
             "or migrate it"
         ),
     ):
@@ -384,8 +384,8 @@ def test_an_older_schema_version_is_refused_as_older() -> None:
 
 
 def test_a_newer_schema_version_is_refused_as_newer() -> None:
-    """Version 2 asks for an upgrade."""
-    document = document_of(constructed()[0]) | {"version": 2}
+    """Version 3 asks for an upgrade."""
+    document = document_of(constructed()[0]) | {"version": 3}
     with pytest.raises(CheckpointMismatchError, match=r"newer schema .* upgrade statemachine"):
         load_phase(document, agents={"desk": AGENT})
 
@@ -579,8 +579,8 @@ def test_a_transcript_message_loads_as_the_long_way_loads_it(item: Any) -> None:
     # The short way for dump_phase's own form makes the same message (and the same tool
     # calls, with the same fields set) as Message.model_validate(_decode(item)); any other
     # form goes the long way and is refused as it refuses it.
-    short = _outcome(_codec._load_message, item)
-    long = _outcome(lambda value: Message.model_validate(_codec._decode(value)), item)
+    short = _outcome(_chunks._load_message, item)
+    long = _outcome(lambda value: Message.model_validate(_chunks._decode(value)), item)
     assert short == long
 
 
@@ -590,7 +590,7 @@ def test_the_short_way_takes_what_dump_phase_writes() -> None:
     )
     phase = hand_built(Planning, agent=AGENT, ctx=TRIP, transcript=Transcript((message,)))
     (item,) = dump_phase(phase)["fields"]["transcript"]
-    loaded = _codec._load_message(loads(dumps(item)))
+    loaded = _chunks._load_message(loads(dumps(item)))
     assert loaded == message
     assert loaded.tool_calls[0].model_fields_set == {"name", "arguments", "id"}
 
@@ -643,8 +643,8 @@ def _loop_outcome(load: Any, value: Any) -> tuple[str, Any]:
 def test_loop_memory_loads_as_the_long_way_loads_it(value: Any) -> None:
     # The actions in dump_phase's form are made the short way, to the same records and
     # state; anything else is validated whole the long way and refused as it refuses it.
-    short = _loop_outcome(_codec._load_loop, value)
-    long = _loop_outcome(lambda item: LoopState.model_validate(_codec._decode(item)), value)
+    short = _loop_outcome(lambda item: _chunks._load_loop(item, False), value)
+    long = _loop_outcome(lambda item: LoopState.model_validate(_chunks._decode(item)), value)
     assert short == long
 
 
@@ -653,5 +653,162 @@ def test_a_dumped_loop_memory_loads_the_short_way() -> None:
     loop = loop.settle("call-1", "ok", "booked")
     phase = hand_built(Planning, agent=AGENT, ctx=TRIP, loop=loop)
     value = loads(dumps(dump_phase(phase)["fields"]["loop"]))
-    assert _codec._load_record(value["actions"][0]) is not None
-    assert _codec._load_loop(value) == loop
+    assert _chunks._load_record(value["actions"][0]) is not None
+    assert _chunks._load_loop(value, True) == loop
+
+
+# --- version 2: full chunks held as their JSON text --------------------------------------
+
+
+def _said(n: int) -> Message:
+    return Message(role="user", content=f"message {n}")
+
+
+def _looked(loop: LoopState, n: int, outcome: str = "ok") -> LoopState:
+    action = AGENT.governor.action(book.call(FLIGHT), f'{{"n": {n}}}', f"call-{n}")
+    return loop.record(action).settle(f"call-{n}", outcome, f"result {n}")
+
+
+@settings(max_examples=40, deadline=None)
+@given(messages=st.integers(0, 140), actions=st.integers(0, 70))
+def test_a_version_2_document_loads_the_phase_it_was_dumped_from(
+    messages: int, actions: int
+) -> None:
+    """Each full chunk of the transcript and of the loop's actions is one string, the
+    JSON text of its items as version 1 wrote them, each as the list of its values;
+    loaded, it is read when first needed, and the phase is the one dumped (and dumps
+    again to the same document)."""
+    transcript = Transcript().appended(*(_said(n) for n in range(messages)))
+    loop = LoopState()
+    for n in range(actions):
+        loop = _looked(loop, n)
+    phase = hand_built(Planning, agent=AGENT, ctx=TRIP, transcript=transcript, loop=loop)
+    document = loads(dumps(dump_phase(phase)))
+    assert document["version"] == 2
+    written, records = document["fields"]["transcript"], document["fields"]["loop"]["actions"]
+    for items, plain in ((written, list(transcript)), (records, list(loop.actions))):
+        full = (len(plain) - 1) // 32 if plain else 0
+        assert [type(item) for item in items] == [str] * full + [dict] * (len(plain) - full * 32)
+        for at in range(full):
+            assert (
+                loads(items[at])
+                == [  # each item as the list of its fields' values
+                    list(loads(dumps(_codec._encode(one))).values())
+                    for one in plain[at * 32 : at * 32 + 32]
+                ]
+            )
+    loaded = load_phase(document, agents={"desk": AGENT})
+    assert isinstance(loaded, Planning)
+    assert all(type(chunk) is str for chunk in loaded.transcript._chunks)  # not read yet
+    assert loaded == phase
+    assert tuple(loaded.transcript) == tuple(transcript)
+    assert tuple(loaded.loop.actions) == tuple(loop.actions)
+    assert dumps(dump_phase(loaded)) == dumps(document)
+
+
+def test_a_damaged_chunk_is_refused_when_first_read() -> None:
+    transcript = Transcript().appended(*(_said(n) for n in range(40)))
+    phase = hand_built(Planning, agent=AGENT, ctx=TRIP, transcript=transcript)
+    document = loads(dumps(dump_phase(phase)))
+    document["fields"]["transcript"][0] = dumps([{"role": "nobody"}] * 32)
+    loaded = load_phase(document, agents={"desk": AGENT})
+    assert loaded.transcript[-1] == _said(39)  # the tail is read as it is
+    with pytest.raises(CheckpointCorruptError, match="a chunk of the transcript kept as text"):
+        loaded.transcript[0]
+    document["fields"]["transcript"][0] = "[1, 2"
+    with pytest.raises(CheckpointCorruptError, match="is not JSON"):
+        tuple(load_phase(document, agents={"desk": AGENT}).transcript)
+
+
+def test_text_after_an_object_in_a_version_2_list_is_refused() -> None:
+    transcript = Transcript().appended(*(_said(n) for n in range(40)))
+    phase = hand_built(Planning, agent=AGENT, ctx=TRIP, transcript=transcript)
+    document = loads(dumps(dump_phase(phase)))
+    document["fields"]["transcript"].append("[]")
+    with pytest.raises(CheckpointCorruptError, match="transcript"):
+        load_phase(document, agents={"desk": AGENT})
+
+
+def test_a_version_1_document_loads_and_dumps_as_version_2() -> None:
+    transcript = Transcript().appended(*(_said(n) for n in range(70)))
+    loop = LoopState()
+    for n in range(40):
+        loop = _looked(loop, n)
+    phase = hand_built(Planning, agent=AGENT, ctx=TRIP, transcript=transcript, loop=loop)
+    old = loads(dumps(dump_phase(phase)))
+    old["version"] = 1  # as version 1 wrote it: every item an object
+    old["fields"]["transcript"] = [_codec._encode(one) for one in transcript]
+    old["fields"]["loop"]["actions"] = [_codec._encode(one) for one in loop.actions]
+    old = loads(dumps(old))
+    loaded = load_phase(old, agents={"desk": AGENT})
+    assert loaded == phase
+    assert dumps(dump_phase(loaded)) == dumps(dump_phase(phase))
+
+
+def test_successive_phases_dump_as_ops_that_pack_full_chunks() -> None:
+    """The dumper's document for each phase is dump_phase's, and its ops (appends, the
+    fields of a settled record set, packs of the chunks that filled) turn the document
+    before into it; a record settled in an older full chunk is spliced from there."""
+    from statemachine.persist._delta import PhaseDumper, _apply
+
+    dumper = PhaseDumper()
+    transcript, loop = Transcript(), LoopState()
+    before: dict[str, Any] | None = None
+    kinds: set[str] = set()
+    for n in range(90):
+        transcript = transcript.appended(*(_said(n * 10 + i) for i in range(n % 3 + 1)))
+        pending = AGENT.governor.action(book.call(FLIGHT), f'{{"n": {n}}}', f"call-{n}")
+        loop = loop.record(pending)
+        if n % 2:  # settled later, after a record or two more (a chunk may fill between)
+            loop = loop.settle(f"call-{n - 1}", "ok", f"result {n}")
+        if n == 80:  # a record of the first full chunk settled: spliced from there
+            loop = loop.settle("call-5", "failed", "late")
+        phase = hand_built(Planning, agent=AGENT, ctx=TRIP, transcript=transcript, loop=loop)
+        document, ops = dumper.dump(phase)
+        assert dumps(document) == dumps(dump_phase(phase))
+        if before is not None:
+            assert ops is not None
+            kinds.update(op[0] for op in ops)
+            rebuilt = copy.deepcopy(before)
+            _apply(rebuilt, loads(dumps(ops)))
+            assert dumps(rebuilt) == dumps(document)
+        before = loads(dumps(document))
+    assert {"append", "splice", "pack", "set"} <= kinds
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        ["pack", ["items"], 1, 5, ["a"]],
+        ["pack", ["items"], -1, 1, ["a"]],
+        ["pack", ["items"], 0, 0, ["a"]],
+        ["pack", ["items"], "0", 1, ["a"]],
+        ["pack", ["count"], 0, 1, ["a"]],
+        ["pack", ["items"], 0, 2, ["b"]],
+        ["pack", ["items"], 0, 2, "a"],
+        ["pack", ["others"], 0, 1, ["a"]],
+    ],
+)
+def test_a_pack_outside_its_list_or_of_other_objects_is_refused(op: list[Any]) -> None:
+    from statemachine.persist._delta import _apply
+
+    document = {"items": [{"a": 1}, {"a": 2}], "count": 3, "others": [1]}
+    with pytest.raises((TypeError, ValueError)):
+        _apply(document, [op])
+    _apply(document, [["pack", ["items"], 0, 2, ["a"]]])
+    assert document["items"] == ["[[1],[2]]"]
+
+
+def test_a_reader_of_the_document_sees_every_message_and_record_as_an_object() -> None:
+    """``runs show`` and the inbox read the stored document itself: the chunks a version
+    2 document holds as text are written out again as the objects version 1 held."""
+    from statemachine.cli._show import fields
+
+    transcript = Transcript().appended(*(_said(n) for n in range(70)))
+    loop = LoopState()
+    for n in range(40):
+        loop = _looked(loop, n)
+    phase = hand_built(Planning, agent=AGENT, ctx=TRIP, transcript=transcript, loop=loop)
+    shown = fields(loads(dumps(dump_phase(phase))))
+    assert shown["transcript"] == [message.model_dump(mode="json") for message in transcript]
+    assert shown["loop"]["actions"] == [record.model_dump() for record in loop.actions]

@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any, cast
 
 from .. import CheckpointEntry, Checkpointer, CheckpointError, canonical
-from ..persist._codec import _decode
+from ..persist._chunks import _decode, _unpacked
 from ..persist._lifecycle import ENDINGS
 from ._options import PROG
 from ._render import count, emit_json, money, pairs, record_json, seconds, table, when
@@ -31,7 +31,7 @@ def _object(value: object) -> dict[str, Any]:
 
 def fields(document: Mapping[str, Any]) -> dict[str, Any]:
     """The phase's fields in a checkpoint document, decoded."""
-    return _object(_decode(_object(document.get("fields"))))
+    return _object(_decode(_unpacked(_object(document.get("fields")))))
 
 
 def pending(kind: str, phase_fields: Mapping[str, Any]) -> dict[str, Any] | None:

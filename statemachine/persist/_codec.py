@@ -37,7 +37,6 @@ import enum
 import functools
 import hashlib
 import importlib
-import math
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -48,7 +47,7 @@ import attrs
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from .. import _json
-from .._actions import _EFFECTS, _OUTCOMES, _RECORD_FIELDS, ActionLog, ActionRecord, _record
+from .._actions import _RECORD_FIELDS, ActionLog
 from .._approval import ApprovedCall, _approval_document, _approve, _restored_approval
 from .._budget import Spend
 from .._errors import (
@@ -60,7 +59,6 @@ from .._errors import (
     SetupError,
     UnknownToolError,
 )
-from .._fast._messages import _message, _request
 from .._governor import LoopState
 from .._guard import Parsed, Repair
 from .._model import Message, ToolRequest, Transcript
@@ -68,12 +66,16 @@ from .._phases import Agent, AnyPhase, Done, Failed, Phase
 from .._schema import Diagnostic
 from .._seal import _UNSAVED, _Ticket
 from .._tools import ReadCall, ReadTool, WriteCall, WriteTool
+from ._chunks import _MESSAGE_KEYS, _decode, _load_loop, _load_transcript, _packed, _text
 
 __all__ = ["check_resumable", "DOCUMENT_VERSION", "dump_phase", "load_phase"]
 
 C = TypeVar("C")
 
-DOCUMENT_VERSION: Final = 1
+DOCUMENT_VERSION: Final = 2
+# Version 1 (before 2026-12-02) held every message and action record as an object;
+# version 2 holds each full chunk of 32 as one string, its JSON text. Both load.
+_READABLE: Final = (1, 2)
 
 # The phase field that ``Phases`` names the class of each kind; Failed and Done are final.
 _ROLES: Final = {
@@ -292,108 +294,30 @@ def _scalar_annotation(annotation: Any) -> bool:
     return False
 
 
-def _decode(value: Any) -> Any:
-    """The inverse of :func:`_encode`, up to lists for tuples (a schema makes them tuples)."""
-    if isinstance(value, dict):
-        if len(value) == 1:
-            (key, item), *_ = value.items()
-            if key == "$decimal":
-                return Decimal(_text(item, key))
-            if key == "$float":
-                return float(_text(item, key))
-            if key == "$object":
-                if not isinstance(item, dict):
-                    raise TypeError("a $object holds an object")
-                return {k: _decode(v) for k, v in item.items()}
-        return {k: _decode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode(item) for item in value]
-    return value
+def _dump_transcript(value: Any) -> list[Any]:
+    """A transcript as version 2 writes it: each full chunk as its text, then the tail."""
+    transcript = value if type(value) is Transcript else Transcript(value)
+    if transcript._head:
+        transcript = Transcript(transcript)
+    return [
+        chunk if type(chunk) is str else _packed([_encode(item) for item in chunk], _MESSAGE_KEYS)
+        for chunk in transcript._chunks
+    ] + [_encode(item) for item in transcript._tail]
 
 
-_MESSAGE_KEYS: Final = ("role", "content", "tool_calls", "tool_call_id", "name")
-_REQUEST_KEYS: Final = ("name", "arguments", "id")
-_MESSAGE_ROLES: Final = frozenset(("system", "user", "assistant", "tool"))
+def _dump_log(log: ActionLog) -> list[Any]:
+    """An action log as version 2 writes it: each full chunk as its text, then the tail."""
+    return [
+        chunk if type(chunk) is str else _packed([_encode(item) for item in chunk], _RECORD_FIELDS)
+        for chunk in log._chunks
+    ] + [_encode(item) for item in log._tail]
 
 
-def _load_message(item: Any) -> Message:
-    """``Message.model_validate(_decode(item))``, taking a short way for the form
-    ``dump_phase`` writes (all five fields, text as text, each tool call's three fields
-    as text); anything else goes the long way, with its checks and errors."""
-    if type(item) is dict and tuple(item) == _MESSAGE_KEYS:
-        role, content, calls, call_id, name = item.values()
-        if (
-            type(role) is str
-            and role in _MESSAGE_ROLES
-            and type(content) is str
-            and type(call_id) is str
-            and type(name) is str
-            and type(calls) is list
-        ):
-            requests: list[ToolRequest] = []
-            for call in calls:
-                request = _load_request(call)
-                if request is None:
-                    break
-                requests.append(request)
-            else:
-                return _message(role, content, tuple(requests), call_id, name)
-    return Message.model_validate(_decode(item))
-
-
-def _load_request(call: Any) -> ToolRequest | None:
-    """The tool call ``call`` holds when it is in the form ``dump_phase`` writes, else None."""
-    if type(call) is dict and tuple(call) == _REQUEST_KEYS:
-        name, arguments, call_id = call.values()
-        if type(name) is str and type(arguments) is str and type(call_id) is str:
-            return _request(name, arguments, call_id)
-    return None
-
-
-def _load_loop(value: Any) -> LoopState:
-    """``LoopState.model_validate(_decode(value))``, its actions read the short way when
-    every one is in the form ``dump_phase`` writes (else all of it goes the long way)."""
-    actions = value.get("actions") if type(value) is dict else None
-    if type(actions) is list:
-        records: list[ActionRecord] = []
-        for item in actions:
-            record = _load_record(item)
-            if record is None:
-                break
-            records.append(record)
-        else:
-            rest = _decode({key: item for key, item in value.items() if key != "actions"})
-            return LoopState.model_validate({**rest, "actions": ActionLog(records)})
-    return LoopState.model_validate(_decode(value))
-
-
-def _load_record(item: Any) -> ActionRecord | None:
-    """The action record ``item`` holds when it is in the form ``dump_phase`` writes (its
-    fields in order, text as text, the gain ``None`` or a finite ``$float``), else None."""
-    if type(item) is not dict or tuple(item) != _RECORD_FIELDS:
-        return None
-    call_id, tool, effect, exact, key, text, outcome, result, gain = item.values()
-    for field in (call_id, tool, effect, exact, key, text, outcome, result):
-        if type(field) is not str:
-            return None
-    if effect not in _EFFECTS or outcome not in _OUTCOMES:
-        return None
-    if gain is not None:
-        if type(gain) is not dict or len(gain) != 1 or type(gain.get("$float")) is not str:
-            return None
-        try:
-            gain = float(gain["$float"])
-        except ValueError:
-            return None
-        if not math.isfinite(gain):
-            return None
-    return _record(call_id, tool, effect, exact, key, text, outcome, result, gain)
-
-
-def _text(value: Any, tag: str) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"a {tag} holds text")
-    return value
+def _dump_loop(value: Any) -> Any:
+    encoded = _encode(value)
+    if type(value) is LoopState and type(value.actions) is ActionLog:
+        encoded["actions"] = _dump_log(value.actions)
+    return encoded
 
 
 @functools.lru_cache(maxsize=256)
@@ -471,9 +395,13 @@ def _dump_field(cls: type[Any], field: attrs.Attribute[Any], value: Any) -> Any:
     match field.name:
         case "ctx":
             return _dump_ctx(value)
-        case "transcript" | "pending":
+        case "transcript":
+            return _dump_transcript(value)
+        case "pending":
             return [_encode(item) for item in value]
-        case "spent" | "loop":
+        case "loop":
+            return _dump_loop(value)
+        case "spent":
             return _encode(value)
         case "call":
             return _dump_call(value)
@@ -600,11 +528,11 @@ def load_phase(
     version = document.get("version")
     if type(version) is not int:
         loader.corrupt("the document has no version number; it is not a phase document")
-    if version != DOCUMENT_VERSION:
+    if version not in _READABLE:
         older = "an older" if version < DOCUMENT_VERSION else "a newer"
         raise CheckpointMismatchError(
             f"the phase document is from {older} schema (version {version}) and this "
-            f"library reads version {DOCUMENT_VERSION}; "
+            f"library reads versions {_READABLE[0]} to {DOCUMENT_VERSION}; "
             + (
                 "resume it with the statemachine release that wrote it, or migrate it"
                 if version < DOCUMENT_VERSION
@@ -622,6 +550,7 @@ def load_phase(
             run_id=run_id,
         )
     cls = loader.phase_class(document, agent)
+    loader.chunked = version >= 2
     fields = document.get("fields")
     if not isinstance(fields, dict):
         loader.corrupt("the document has no fields object")
@@ -636,6 +565,7 @@ class _Loader:
 
     def __init__(self, run_id: str | None) -> None:
         self.run_id = run_id
+        self.chunked = False  # version 2: full chunks held as their JSON text
 
     def corrupt(self, detail: str) -> NoReturn:
         raise CheckpointCorruptError(
@@ -716,13 +646,13 @@ class _Loader:
             case "ctx":
                 return self.ctx(value)
             case "transcript":
-                return Transcript(_load_message(item) for item in value)
+                return _load_transcript(value, self.chunked)
             case "pending":
                 return tuple(ToolRequest.model_validate(_decode(item)) for item in value)
             case "spent":
                 return Spend.model_validate(_decode(value))
             case "loop":
-                return _load_loop(value)
+                return _load_loop(value, self.chunked)
             case "call":
                 call_id = fields.get("call_id")
                 return self.call(agent, value, call_id if isinstance(call_id, str) else "")

@@ -37,18 +37,20 @@ from typing import Any, Final
 import attrs
 
 from .. import _json
-from .._actions import CHUNK, ActionLog
+from .._actions import _RECORD_FIELDS, CHUNK, ActionLog
 from .._governor import LoopState
 from .._json import fingerprint
-from .._model import _CHUNK, Transcript
+from .._model import Transcript
 from .._phases import Phase
 from .._seal import _UNSAVED
+from ._chunks import _MESSAGE_KEYS, _packed
 from ._codec import (
     _FAILED,
     _SCALARS,
     DOCUMENT_VERSION,
     _class_path,
     _dump_field,
+    _dump_transcript,
     _encode,
     dump_phase,
 )
@@ -187,10 +189,24 @@ def _apply(document: Document, ops: Any) -> None:
             else:
                 del items[count:]
             items.extend(added)
+        elif name == "pack":
+            _pack(target[last], op[2], op[3], op[4], path)
         elif name == "drop":
             del target[last]
         else:
             raise ValueError(f"unknown op {name!r}")
+
+
+def _pack(items: Any, at: Any, count: Any, keys: Any, path: Any) -> None:
+    """The ``pack`` op: ``items[at:at + count]``, objects of the fields ``keys``, become
+    one string, their text (a full chunk of a version 2 document: ``_chunks._packed``)."""
+    if not isinstance(items, list) or type(at) is not int or type(count) is not int:
+        raise TypeError(f"pack at {path!r} needs a list, a position and a count")
+    if not (type(keys) is list and all(type(key) is str for key in keys)):
+        raise TypeError(f"pack at {path!r} needs the fields' names")
+    if not (at >= 0 and count > 0 and at + count <= len(items)):
+        raise ValueError(f"pack at {path!r}: {at} and {count} are outside the list")
+    items[at : at + count] = [_packed(items[at : at + count], keys)]
 
 
 # --- incremental dump ------------------------------------------------------------------
@@ -255,45 +271,109 @@ def _tuple_change(
     return whole, ["set", path, whole]
 
 
+def _chunked_change(
+    old: tuple[tuple[Any, ...], tuple[Any, ...]],
+    new_chunks: tuple[Any, ...],
+    new: Sequence[Any],
+    encoded: list[Any],
+    path: list[str],
+    keys: tuple[str, ...],
+) -> tuple[list[Any], list[list[Any]]]:
+    """A chunked sequence's new encoding and the ops to it from the old one's (its items
+    objects of the fields ``keys``).
+
+    ``old`` is the old sequence's full chunks and tail, ``encoded`` its version 2
+    encoding (each chunk's text, then the tail's items); ``new_chunks`` and ``new`` are
+    the new sequence's chunks and the sequence. The chunks both share (the very same
+    objects, from the first on) are kept; what follows them is appended when the old
+    items after them are still there, else spliced in from the first that differs; and
+    each chunk that filled since is packed into its text, as :func:`_apply` packs it.
+    """
+    chunks, tail = old
+    kept = len(chunks)
+    if len(new_chunks) < kept or not _kept(chunks, new_chunks, 0, kept):
+        kept = 0
+        while kept < min(len(chunks), len(new_chunks)) and new_chunks[kept] is chunks[kept]:
+            kept += 1
+        tail = ()  # the old chunks after the shared ones are replaced whole
+    rest = new[kept * CHUNK :]
+    same = 0
+    if kept == len(chunks):
+        while same < len(tail) and same < len(rest) and rest[same] is tail[same]:
+            same += 1
+        if same == len(tail) == len(rest):
+            return encoded, []
+    changed = None
+    if kept == len(chunks) and same < len(tail) <= len(rest):
+        changed = _fields_changed(encoded[kept:], tail, rest, same, [*path], kept)
+    ops: list[list[Any]]
+    if changed is not None:  # items of the tail changed field by field (a record settled)
+        items, ops = changed
+        added = [_encode(item) for item in rest[len(tail) :]]
+        if added:
+            ops.append(["append", path, added])
+            items += added
+    else:
+        added = [_encode(item) for item in rest[same:]]
+        items = encoded[kept : kept + same] + added
+        if kept == len(chunks) and same == len(tail):
+            ops = [["append", path, added]]
+        else:
+            ops = [["splice", path, kept + same, added]]
+    texts: list[str] = []
+    for at in range(len(new_chunks) - kept):
+        texts.append(_packed(items[at * CHUNK : (at + 1) * CHUNK], keys))
+        ops.append(["pack", path, kept + at, CHUNK, list(keys)])
+    return encoded[:kept] + texts + items[len(texts) * CHUNK :], ops
+
+
+def _fields_changed(
+    encoded: list[Any],
+    tail: tuple[Any, ...],
+    rest: Sequence[Any],
+    start: int,
+    path: list[Any],
+    offset: int,
+) -> tuple[list[Any], list[list[Any]]] | None:
+    """The tail's encodings with the items ``rest`` replaced from ``start`` on, and a
+    ``set`` op for each field that changed (``[*path, position, field]``); ``None`` when
+    an item changed in more than its fields' values (then splice it)."""
+    items = list(encoded)
+    ops: list[list[Any]] = []
+    for at in range(start, len(tail)):
+        if rest[at] is tail[at]:
+            continue
+        new, old = _encode(rest[at]), items[at]
+        if type(new) is not dict or type(old) is not dict or list(new) != list(old):
+            return None
+        for key, value in new.items():
+            if not _same(value, old[key]):
+                ops.append(["set", [*path, offset + at, key], value])
+        items[at] = new
+    return items, ops
+
+
 def _transcript_change(
     old: Sequence[Any], encoded: list[Any], new: Sequence[Any], path: list[str]
-) -> tuple[list[Any], list[Any] | None]:
-    """As :func:`_tuple_change`, for transcripts: one that grew from ``old`` (its full
-    chunks shared, its tail a prefix of what follows them) gives its new messages
-    without comparing the others."""
+) -> tuple[list[Any], list[list[Any]]]:
+    """``new``'s encoding from ``old``'s (a transcript that grew from it gives its new
+    messages without comparing the others), and the ops from one to the other."""
     if type(old) is Transcript and type(new) is Transcript and not old._head and not new._head:
-        chunks, tail = old._chunks, old._tail
-        if len(new._chunks) >= len(chunks) and _kept(chunks, new._chunks, 0, len(chunks)):
-            rest = new[len(chunks) * _CHUNK :]
-            if len(rest) >= len(tail) and all(map(operator.is_, rest, tail)):
-                if len(rest) == len(tail):
-                    return encoded, None
-                added = [_encode(item) for item in rest[len(tail) :]]
-                return encoded + added, ["append", path, added]
-    return _tuple_change(tuple(old), encoded, tuple(new), path)
+        return _chunked_change(
+            (old._chunks, old._tail), new._chunks, new, encoded, path, _MESSAGE_KEYS
+        )
+    whole = _dump_transcript(new)
+    return whole, [["set", path, whole]]
 
 
 def _log_change(
     old: ActionLog, encoded: list[Any], new: ActionLog, path: list[str]
-) -> tuple[list[Any], list[Any] | None]:
-    """As :func:`_tuple_change`, for the governor's action logs: when ``new`` shares
-    ``old``'s full chunks (it grew from it, or changed a record of its last chunk), only
-    the records after them are compared."""
-    chunks = old.chunks
-    if len(new.chunks) >= len(chunks) and _kept(chunks, new.chunks, 0, len(chunks)):
-        start = len(chunks) * CHUNK
-        tail, rest = old.tail, new[start:]
-        same = 0
-        while same < len(tail) and same < len(rest) and rest[same] is tail[same]:
-            same += 1
-        if same == len(tail):
-            if len(rest) == same:
-                return encoded, None
-            added = [_encode(item) for item in rest[same:]]
-            return encoded + added, ["append", path, added]
-        added = [_encode(item) for item in rest[same:]]
-        return encoded[: start + same] + added, ["splice", path, start + same, added]
-    return _tuple_change(tuple(old), encoded, tuple(new), path)
+) -> tuple[list[Any], list[list[Any]]]:
+    """As :func:`_transcript_change`, for the governor's action logs: only the records
+    after the full chunks ``new`` shares with ``old`` are compared."""
+    return _chunked_change(
+        (old._chunks, old._tail), new._chunks, new, encoded, path, _RECORD_FIELDS
+    )
 
 
 def _same(encoded: Any, before: Any) -> bool:
@@ -319,9 +399,8 @@ def _loop_change(
             continue
         path = ["fields", "loop", name]
         if type(value) is ActionLog and type(before) is ActionLog:
-            result[name], op = _log_change(before, encoded[name], value, path)
-            if op is not None:
-                ops.append(op)
+            result[name], changes = _log_change(before, encoded[name], value, path)
+            ops.extend(changes)
             continue
         if isinstance(value, tuple) and isinstance(before, tuple):
             result[name], op = _tuple_change(before, encoded[name], value, path)
@@ -416,9 +495,8 @@ class PhaseDumper:
             if value is previous and name in _SAME_BY_IDENTITY:
                 fields[name] = encoded
             elif name == "transcript" and isinstance(previous, Sequence):
-                fields[name], op = _transcript_change(previous, encoded, value, path)
-                if op is not None:
-                    changed.append(op)
+                fields[name], changes = _transcript_change(previous, encoded, value, path)
+                changed.extend(changes)
             elif name == "loop" and type(value) is LoopState and type(previous) is LoopState:
                 fields[name] = _loop_change(previous, encoded, value, changed)
             else:
