@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import sys
 import time
 import uuid
 from collections import Counter
@@ -45,7 +44,8 @@ from ._events import RunEvents, _claim_sink, _run_events
 from ._governor import VerdictRecord
 from ._lease import DEFAULT_LEASE, _Driving, _Leases
 from ._model import Model
-from ._observe import Instruments, default_instruments
+from ._observe import Instruments, _Told, default_instruments
+from ._observe import transition_keys as _transition_keys
 from ._phases import (
     Active,
     Agent,
@@ -53,7 +53,6 @@ from ._phases import (
     AwaitApproval,
     Done,
     Failed,
-    ModelRetrying,
     Phase,
     Planning,
     Retrying,
@@ -788,83 +787,6 @@ def _log() -> Any:
     import structlog
 
     return structlog.wrap_logger(_library_logger)
-
-
-@final
-class _Told:
-    """Who hears of one drive's transitions, found out once at its start.
-
-    ``untraced``: the run's span when the runner's tracer is OpenTelemetry's no-op one (a
-    ``NoOpTracer``, or the global tracer while no provider is set): that tracer's span
-    for each transition is the run's span itself, a span that records nothing, so it is
-    not asked for one (a provider set while a run goes on is used from the next run).
-    ``None``: each transition asks the tracer for its span. ``metered``: whether the
-    runner's instruments record anything (``Instruments.quiet``); when not, a transition
-    only counts the approvals waiting that the gauge reads.
-    """
-
-    __slots__ = ("_capture", "_processors", "metered", "untraced")
-
-    def __init__(self, tracer: trace.Tracer, run_span: trace.Span, meter: Instruments) -> None:
-        quiet = type(tracer) is trace.NoOpTracer or (
-            type(tracer) is trace.ProxyTracer
-            and type(trace.get_tracer_provider()) is trace.ProxyTracerProvider
-        )
-        self.untraced = run_span if quiet else None
-        self.metered = not meter.quiet()
-        # LogCapture is defined in structlog.testing (which structlog imports): not
-        # imported, nothing captures. The processors are the list the run's logger was
-        # bound with (capture_logs changes that very list in place).
-        testing = sys.modules.get("structlog.testing")
-        self._capture: type[Any] | None = None if testing is None else testing.LogCapture
-        self._processors: list[Any] = sys.modules["structlog"].get_config()["processors"]
-
-    def events_wanted(self) -> bool:
-        """Whether a transition's log event goes anywhere, checked before it is built.
-
-        The event ends at the standard library's ``statemachine`` logger, so it is wanted
-        when that logger takes INFO (``configure_logging`` sets it; so does a root logger
-        at INFO), or while structlog captures events (``structlog.testing.capture_logs``,
-        ``statemachine.testing.capture``). Otherwise structlog's processors would render
-        a line per transition only for the logger to drop it.
-        """
-        if _library_logger.isEnabledFor(_INFO):
-            return True
-        processors = self._processors
-        return (
-            self._capture is not None
-            and bool(processors)
-            and (isinstance(processors[-1], self._capture))
-        )
-
-
-def _transition_keys(rt: Runtime, before: Phase[Any], after: Phase[Any]) -> dict[str, Any]:
-    """What a span and a log event say about one transition (plain values only)."""
-    keys: dict[str, Any] = {
-        "run_id": rt.run_id,
-        "agent": before.agent.name,
-        "from": before.kind,
-        "to": after.kind,
-        "step": after.step,
-    }
-    call = getattr(after, "call", None) or getattr(before, "call", None)
-    if call is not None:
-        keys["tool"] = call.name
-        keys["effect"] = call.tool.effect
-    attempt = getattr(after, "attempt", None)
-    if isinstance(attempt, int):
-        keys["attempt"] = attempt
-    if isinstance(after, ModelRetrying):
-        keys["model_choice"] = after.model_choice
-        keys["error"] = after.error
-    said = [f"{v.verdict}: {v.check}" for v in after.loop.verdicts if v.step == before.step]
-    if said:
-        keys["verdict"] = "; ".join(said)
-    for budget, left in before.agent.budget.left(after.spent).items():
-        keys[f"budget_left.{budget}"] = left
-    if isinstance(after, Failed):
-        keys["reason"] = after.reason
-    return keys
 
 
 @final
