@@ -1,4 +1,6 @@
-"""Metrics, logging set-up and a terminal progress line (capture for tests: ``_capture``).
+"""Metrics, logging set-up and a terminal progress line (capture for tests: ``_capture``);
+what a runner's transitions are told to (``_Told``: the span, the instruments and the
+log event, each skipped as a whole when nothing takes it) and the keys they say.
 
 The library uses the OpenTelemetry *API* only: instruments are created on the meter
 the runner is given (default: the global meter provider's), and nothing is recorded
