@@ -86,7 +86,8 @@ def _with_ids(
     calls: list[ToolRequest] = []
     for index, request in enumerate(requests):
         name, arguments, given_id = request.name, request.arguments, request.id
-        if type(request) is not ToolRequest or not _texts(name, arguments, given_id):
+        texts = type(name) is str and type(arguments) is str and type(given_id) is str
+        if type(request) is not ToolRequest or not texts:
             # A subclass, or a reply made without validation: validated here.
             request = ToolRequest(name=name, arguments=arguments, id=given_id)
         call_id = request.id
@@ -101,10 +102,6 @@ def _with_ids(
         seen.add(call_id)
         calls.append(request)
     return tuple(calls)
-
-
-def _texts(*values: object) -> bool:
-    return all(type(value) is str for value in values)
 
 
 def _call_id(planning: Planning[Any]) -> str:

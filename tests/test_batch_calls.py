@@ -591,3 +591,24 @@ async def test_a_reply_is_one_tool_iteration_and_any_request_type_is_queued_plai
     asked = next(m for m in result.final.transcript if m.tool_calls)
     assert {type(call) for call in asked.tool_calls} == {ToolRequest}
     every_request_answered(model)
+
+
+def test_a_queued_call_made_without_validation_is_validated_when_queued() -> None:
+    """A reply's call made without validation (``model_construct``) is validated as it is
+    queued: text that is not ``str`` is refused, and a ``str`` subclass becomes ``str``."""
+    import pydantic
+
+    from statemachine._batch import _with_ids
+    from statemachine._governor import LoopState
+
+    class Text(str):
+        pass
+
+    loop = LoopState()
+    made = ToolRequest.model_construct(name=Text("lookup"), arguments='{"q": "a"}', id="c1")
+    (queued,) = _with_ids(loop, 1, (made,))
+    assert type(queued) is ToolRequest
+    assert (type(queued.name), queued.name, queued.id) == (str, "lookup", "c1")
+    wrong = ToolRequest.model_construct(name="lookup", arguments={"q": "a"}, id="c2")
+    with pytest.raises(pydantic.ValidationError):
+        _with_ids(loop, 1, (wrong,))
