@@ -28,18 +28,17 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import governor
-from _common import Cap
+from _common import Cap, CapReachedError
 from loops import CappedModel, _agent
 
 from statemachine import (
     Budget,
     BudgetMeter,
     LoopGovernor,
-    Planning,
+    ModelReply,
+    ModelRequest,
     Runner,
-    RunStatus,
     SQLiteCheckpointer,
-    dump_phase,
     load_phase,
 )
 from statemachine.testing import AutoDenyGate, ScriptedModel, reply
@@ -109,48 +108,43 @@ def reserve_commit(tasks: int, rounds: int) -> dict[str, float]:
     }
 
 
-_TAIL = 60  # real phases at the end of a built run: more than one snapshot interval (50)
+class _StoppingModel:
+    """The precomputed tool calls, one per call, then a raise (as ``CappedModel`` does at
+    its cap): the run stops in the ``Planning`` that asked, its last checkpoint."""
+
+    def __init__(self, calls: int) -> None:
+        self.turns = CappedModel(calls, Cap(None))
+        self.left = calls
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        if self.left == 0:
+            raise CapReachedError
+        self.left -= 1
+        return await self.turns.complete(request)
 
 
-async def _build_run(checkpointer: SQLiteCheckpointer, run_id: str, size: int) -> int:
-    """Save a run of ``size`` checkpoints whose last ones are a real run's last phases.
-
-    Dumping and diffing every phase of a 10,000-transition run costs minutes, and a load
-    reads only the last snapshot and the deltas after it. So the run's last ``_TAIL``
-    checkpoints are the real phases of an in-memory run of ``size`` transitions, ending
-    at a ``Planning`` (which a resume runs again), and the checkpoints before them are
-    its first phase saved again (cheap, and never read by a load). Returns the step of
-    the last phase.
-    """
-    agent = _agent()
-    calls = size // 3 + 1
-    # Every phase kept: the last ones are saved as the run's last checkpoints.
+async def _build_run(checkpointer: SQLiteCheckpointer, run_id: str, size: int) -> None:
+    """Run a real run of about ``size`` checkpoints in ``checkpointer`` (as
+    ``loops.ours_sqlite`` does: every transition saved, snapshots and deltas as a real run
+    writes them), stopped in a ``Planning`` (which a resume runs again)."""
     runner = Runner(
-        agent, model=CappedModel(calls, Cap(None)), gate=AutoDenyGate(), keep_states=True
+        _agent(),
+        model=_StoppingModel(size // 3),
+        gate=AutoDenyGate(),
+        checkpointer=checkpointer,
     )
-    result = await runner.run(None, "go")
-    states = list(result.states[:size])
-    while not isinstance(states[-1], Planning):
-        states.pop()
-    tail = [dump_phase(state) for state in states[-_TAIL:]]
-    filler = dump_phase(result.states[1])
-    for seq in range(size):
-        document = filler if seq < size - _TAIL else tail[seq - (size - _TAIL)]
-        await checkpointer.save(
-            run_id,
-            seq,
-            {**document, "elapsed": 0.0},
-            agent=agent.name,
-            status=RunStatus.RUNNING,
-            phase=str(document.get("kind", "Planning")),
-        )
-    return states[-1].step
+    try:
+        await runner.run(None, "go", run_id=run_id)
+    except CapReachedError:
+        return
+    raise RuntimeError("the built run finished instead of stopping at its cap")
 
 
 def resume_latency(sizes: tuple[int, ...], repeats: int) -> dict[str, dict[str, float]]:
     """Per run size: the load (one snapshot and its deltas), the load plus decoding the
     phase, and a whole ``Runner.resume`` (load, then the two transitions left: the model
-    answers at once)."""
+    answers at once), of a real run stopped in a ``Planning``; and how many deltas (and
+    bytes of them) the load replays after the last snapshot."""
     out: dict[str, dict[str, float]] = {}
 
     async def measure(size: int, folder: str) -> dict[str, float]:
@@ -168,6 +162,7 @@ def resume_latency(sizes: tuple[int, ...], repeats: int) -> dict[str, dict[str, 
                 load_phase(document, agents={agent.name: agent}, run_id="bench")
                 decoded.append(time.perf_counter() - started)
             entries = await store.history("bench")
+            last = max(n for n, entry in enumerate(entries) if entry.snapshot)
             runner = Runner(
                 agent,
                 model=ScriptedModel([reply("done")]),
@@ -181,7 +176,11 @@ def resume_latency(sizes: tuple[int, ...], repeats: int) -> dict[str, dict[str, 
                 raise RuntimeError(f"the resumed run did not finish: {result.final!r}")
         return {
             "checkpoints": len(entries),
-            "last_snapshot_bytes": next(e.size for e in reversed(entries) if e.snapshot),
+            "last_snapshot_bytes": entries[last].size,
+            # What a load replays after the snapshot.
+            "deltas_replayed": len(entries) - last - 1,
+            "delta_bytes_replayed": sum(entry.size for entry in entries[last + 1 :]),
+            "last_phase": float(entries[-1].phase == "Planning"),
             "load_ms": statistics.median(loads) * 1e3,
             "load_and_decode_ms": statistics.median(decoded) * 1e3,
             "resume_to_done_ms": resumed * 1e3,
