@@ -46,9 +46,11 @@ earlier copy is not detectable from inside it (keep backups and their dates apar
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Final
 
 from .._approval import waits_for_approval
@@ -62,7 +64,7 @@ from .._errors import (
     DecisionRefusedError,
 )
 from .._fast._pydantic import _trusted
-from .._json import JSON, Texts, dumps, dumps_fast, dumps_reusing, loads
+from .._json import JSON, Texts, _refuse_constant, dumps, dumps_fast, dumps_reusing, loads
 from .._ledger import EffectRecord
 from ._delta import _apply, _diff, _Seen, _seen_of
 from ._lifecycle import RunLifecycle, RunStatus
@@ -90,6 +92,17 @@ __all__ = ["_NO_HEAD", "_Chain", "_every", "_link"]
 _DOMAIN: Final = b"statemachine checkpoint chain 1\0"
 _NO_HEAD: Final = bytes(_DIGEST)  # the link before checkpoint 0
 _LOADED_RUNS: Final = 8  # runs whose loaded document a store keeps for their next save
+# ``_json.loads`` (non-integer numbers as ``Decimal``, no NaN or Infinity), made once:
+# ``json.loads`` with these arguments builds a decoder for each blob a load reads.
+_DECODER: Final = json.JSONDecoder(parse_float=Decimal, parse_constant=_refuse_constant)
+
+
+def _loads(plain: bytes) -> JSON:
+    """``_json.loads(plain)``: bytes are read as ``json.loads`` reads them."""
+    if type(plain) is not bytes:  # a sealer's own type: the plain path
+        return loads(plain)
+    value: JSON = _DECODER.decode(plain.decode(json.detect_encoding(plain), "surrogatepass"))
+    return value
 
 
 def _link(run_id: str, seq: int, snapshot: bool, previous: bytes, digest: bytes) -> bytes:
@@ -97,6 +110,17 @@ def _link(run_id: str, seq: int, snapshot: bool, previous: bytes, digest: bytes)
     kind = b"f" if snapshot else b"d"
     place = run_id.encode() + b"\0" + seq.to_bytes(8, "big") + kind
     return hashlib.sha256(_DOMAIN + place + previous[:_DIGEST] + digest).digest()
+
+
+def _last_link(run_id: str, rows: list[_Row], link: bytes) -> bytes:
+    """The link of the last of ``rows`` (checkpoints in order, their blobs checked), the
+    link before the first being ``link``: ``_link`` over each, the run's part made once."""
+    run = _DOMAIN + run_id.encode() + b"\0"
+    sha256 = hashlib.sha256
+    for row in rows:
+        place = run + row.seq.to_bytes(8, "big") + (b"f" if row.snapshot else b"d")
+        link = sha256(place + link[:_DIGEST] + row.blob[:_DIGEST]).digest()
+    return link
 
 
 def _every(snapshot_every: int) -> int:
@@ -269,17 +293,16 @@ class _Chain:
             if hashlib.sha256(sealed).digest() != row.blob[:_DIGEST]:
                 return None
         try:
-            payload = self.decode(run_id, rows[0])
+            payload = self.decode(run_id, rows[0], checked=True)
             link = bytes.fromhex(payload["previous"])
         except (CheckpointCorruptError, KeyError, TypeError, ValueError):
             return None
         if len(link) != _DIGEST or (first == 0 and link != _NO_HEAD):
             return None
-        for row in rows:
-            link = _link(run_id, row.seq, row.snapshot, link, row.blob[:_DIGEST])
-        if head[:_DIGEST] != link:
+        if head[:_DIGEST] != _last_link(run_id, rows, link):
             return None
-        document = self.replay(run_id, rows, record, payload)[1]
+        # Every blob's checksum was checked above: the replay does not check it again.
+        document = self.replay(run_id, rows, record, payload, checked=True)[1]
         # The run's latest checkpoint, as if this store had saved it: a resume's first
         # save gives ops from this very document (see ``prepare``), so it is a delta.
         self.recent.pop(run_id, None)
@@ -520,9 +543,12 @@ class _Chain:
         rows: list[_Row],
         record: RunRecord,
         first: dict[str, Any] | None = None,
+        *,
+        checked: bool = False,
     ) -> tuple[int, Document]:
         """The document that ``rows`` (a snapshot, then the deltas after it) build up;
-        ``first`` is the first row's payload when it was decoded already."""
+        ``first`` is the first row's payload when it was decoded already; ``checked``,
+        every row's checksum was checked already (the caller holds the same bytes)."""
         if not rows or not rows[0].snapshot:
             raise self.corrupt(run_id, "has no full snapshot to start from", seq=None)
         document: Document = {}
@@ -533,7 +559,7 @@ class _Chain:
             if first is not None:
                 payload, first = first, None
             else:
-                payload = self.decode(run_id, row)
+                payload = self.decode(run_id, row, checked=checked)
             try:
                 if row.snapshot:
                     document = payload["document"]
@@ -586,17 +612,21 @@ class _Chain:
         sealed = plain if self.sealer is None else self.sealer.seal(plain, aad=aad)
         return hashlib.sha256(sealed).digest() + sealed
 
-    def decode(self, run_id: str, row: _Row) -> dict[str, Any]:
-        payload = self.unseal(row.blob, _aad(run_id, row.seq), run_id, f"checkpoint {row.seq}")
+    def decode(self, run_id: str, row: _Row, *, checked: bool = False) -> dict[str, Any]:
+        which = f"checkpoint {row.seq}"
+        payload = self.unseal(row.blob, _aad(run_id, row.seq), run_id, which, checked=checked)
         kind = "full" if row.snapshot else "delta"
         if not isinstance(payload, dict) or payload.get("kind") != kind:
             raise self.corrupt(run_id, f"is not a {kind} checkpoint", seq=row.seq)
         return payload
 
-    def unseal(self, blob: bytes, aad: bytes, run_id: str, which: str) -> JSON:
-        """A stored blob's JSON value, checked (checksum) and opened (sealer)."""
+    def unseal(
+        self, blob: bytes, aad: bytes, run_id: str, which: str, *, checked: bool = False
+    ) -> JSON:
+        """A stored blob's JSON value, checked (checksum: unless ``checked``, the caller
+        checked it already) and opened (sealer)."""
         digest, sealed = blob[:_DIGEST], blob[_DIGEST:]
-        if len(blob) <= _DIGEST or hashlib.sha256(sealed).digest() != digest:
+        if not checked and (len(blob) <= _DIGEST or hashlib.sha256(sealed).digest() != digest):
             raise self.damaged(
                 run_id, which, "does not match its checksum (truncated or overwritten)"
             )
@@ -610,7 +640,7 @@ class _Chain:
             except Exception as exc:
                 raise self.damaged(run_id, which, f"cannot be unsealed ({exc})") from exc
         try:
-            payload = loads(plain)
+            payload = _loads(plain)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise self.damaged(run_id, which, f"is not JSON ({exc})") from None
         return payload

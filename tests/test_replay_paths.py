@@ -1,0 +1,193 @@
+"""The load's shortcuts (issue 23) read what the plain path reads.
+
+A load from the last snapshot checks every blob's checksum once and then decodes without
+checking it again; it reads each blob with one JSON decoder made once, and hashes the
+chain's links with the run's part made once. Each is compared here with the plain path:
+``_json.loads``, ``_link`` folded over the rows, and ``_Chain.replay`` checking every
+checksum as it decodes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from statemachine import CheckpointCipher, CheckpointTamperedError, SQLiteCheckpointer
+from statemachine._json import dumps, loads
+from statemachine.persist._chain import _Chain, _last_link, _link, _loads
+from statemachine.persist._protocol import RunRecord
+from statemachine.persist._rows import _DIGEST, _Row, _system_clock
+
+KEY = CheckpointCipher({"k1": bytes(range(32))}, "k1")
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def _read(read: Any, plain: bytes) -> tuple[str, str]:
+    """What ``read`` gives for ``plain``: the value (its repr, so types count) or the error."""
+    try:
+        return ("value", repr(read(plain)))
+    except ValueError as error:
+        return ("ValueError", type(error).__name__)
+
+
+@settings(max_examples=300)
+@given(
+    value=json_values,
+    ascii_only=st.booleans(),
+    encoding=st.sampled_from(["utf-8", "utf-16", "utf-16-le", "utf-32-be"]),
+)
+def test_the_stores_json_reader_reads_what_loads_reads(
+    value: Any, ascii_only: bool, encoding: str
+) -> None:
+    plain = json.dumps(value, ensure_ascii=ascii_only).encode(encoding, "surrogatepass")
+    assert _read(_loads, plain) == _read(loads, plain)
+
+
+@settings(max_examples=300)
+@given(plain=st.binary(max_size=40) | st.text(max_size=40).map(lambda text: text.encode()))
+def test_the_stores_json_reader_refuses_what_loads_refuses(plain: bytes) -> None:
+    assert _read(_loads, plain) == _read(loads, plain)
+
+
+@pytest.mark.parametrize("plain", [b"NaN", b"[Infinity]", b'{"a": -Infinity}', b"", b"{"])
+def test_the_stores_json_reader_refuses_constants_and_damage_as_loads_does(
+    plain: bytes,
+) -> None:
+    assert _read(_loads, plain)[0] == "ValueError"
+    assert _read(_loads, plain) == _read(loads, plain)
+
+
+def test_the_stores_json_reader_reads_a_byte_order_mark_as_loads_does() -> None:
+    plain = b"\xef\xbb\xbf" + b'{"a": 2.5}'
+    assert _read(_loads, plain) == _read(loads, plain) == ("value", repr({"a": Decimal("2.5")}))
+
+
+def test_the_stores_json_reader_reads_a_sealers_other_types_as_loads_does() -> None:
+    assert _loads(bytearray(b'{"a": 1.5}')) == {"a": Decimal("1.5")}  # type: ignore[arg-type]
+
+
+@given(
+    run_id=st.text(min_size=1, max_size=12),
+    rows=st.lists(st.tuples(st.booleans(), st.binary(min_size=_DIGEST + 1, max_size=40))),
+    first=st.integers(min_value=0, max_value=2**40),
+    before=st.binary(min_size=_DIGEST, max_size=_DIGEST + 8),
+)
+def test_the_last_link_is_each_rows_link_in_turn(
+    run_id: str, rows: list[tuple[bool, bytes]], first: int, before: bytes
+) -> None:
+    chain = [_Row(first + n, snapshot, "P", blob) for n, (snapshot, blob) in enumerate(rows)]
+    expected = before
+    for row in chain:
+        expected = _link(run_id, row.seq, row.snapshot, expected, row.blob[:_DIGEST])
+    assert _last_link(run_id, chain, before) == expected
+
+
+def _stored(path: Path, run_id: str) -> tuple[list[_Row], bytes]:
+    """The rows from the run's last snapshot, and its head, as the store reads them."""
+    db = sqlite3.connect(path)
+    try:
+        found = db.execute(
+            "SELECT seq, kind, phase, blob FROM checkpoints WHERE run_id = ? AND seq >= "
+            "(SELECT max(seq) FROM checkpoints WHERE run_id = ? AND kind = 'full') "
+            "ORDER BY seq",
+            (run_id, run_id),
+        ).fetchall()
+        ((head,),) = db.execute("SELECT head FROM runs WHERE run_id = ?", (run_id,)).fetchall()
+    finally:
+        db.close()
+    return [
+        _Row(seq, kind == "full", phase, bytes(blob)) for seq, kind, phase, blob in found
+    ], bytes(head)
+
+
+finite_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+steps = st.lists(
+    st.tuples(
+        st.lists(st.text(max_size=6), max_size=3),  # appended to a list
+        st.dictionaries(st.sampled_from("abcd"), finite_values, max_size=3),  # set
+        st.booleans(),  # the list shifts
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(changes=steps, every=st.integers(min_value=1, max_value=6))
+def test_a_load_from_the_last_snapshot_builds_what_the_plain_replay_builds(
+    tmp_path_factory: pytest.TempPathFactory, sealed: bool, changes: Any, every: int
+) -> None:
+    import anyio
+
+    path = tmp_path_factory.mktemp("replay") / "runs.db"
+    sealer = KEY if sealed else None
+    document: dict[str, Any] = {"kind": "P", "fields": {"items": [], "step": 0}}
+
+    async def save_and_load() -> tuple[int, Any]:
+        async with SQLiteCheckpointer(path, sealer=sealer, snapshot_every=every) as store:
+            for seq, (added, values, shift) in enumerate(changes):
+                fields = document["fields"]
+                items = fields["items"][1:] if shift else list(fields["items"])
+                fields.update(values)
+                fields["items"], fields["step"] = [*items, *added], seq
+                await store.save(
+                    "r",
+                    seq,
+                    json.loads(json.dumps(document)),
+                    agent="a",
+                    status="running",
+                    phase="P",
+                )
+        async with SQLiteCheckpointer(path, sealer=sealer, snapshot_every=every) as store:
+            return await store.load("r")
+
+    seq, loaded = anyio.run(save_and_load)
+    rows, head = _stored(path, "r")
+    record = RunRecord.model_construct(seq=seq)
+    chain = _Chain(snapshot_every=every, sealer=sealer, clock=_system_clock, where="test")
+    fast = chain.from_snapshot("r", rows, record, head)
+    plain = chain.replay("r", rows, record)[1]  # every checksum checked as it decodes
+    assert fast is not None
+    assert repr(fast) == repr(plain) == repr(loaded)
+    assert repr(loaded) == repr(loads(dumps(document)))  # the last document saved
+
+
+@pytest.mark.anyio
+async def test_a_changed_delta_after_the_snapshot_is_still_refused(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    async with SQLiteCheckpointer(path, snapshot_every=50) as store:
+        for seq in range(6):
+            document = {"kind": "P", "fields": {"step": seq, "items": list(range(seq))}}
+            await store.save("r", seq, document, agent="a", status="running", phase="P")
+    db = sqlite3.connect(path)
+    (blob,) = db.execute("SELECT blob FROM checkpoints WHERE run_id = 'r' AND seq = 3").fetchone()
+    changed = bytes(blob).replace(b'"step"', b'"stop"')
+    db.execute("UPDATE checkpoints SET blob = ? WHERE run_id = 'r' AND seq = 3", (changed,))
+    db.commit()
+    db.close()
+    async with SQLiteCheckpointer(path, snapshot_every=50) as store:
+        with pytest.raises(CheckpointTamperedError, match="checkpoint 3"):
+            await store.load("r")
