@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from deadline_support import cleans_up, raises, returns, waits, waits_then_raises, within_plain
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -53,43 +54,6 @@ from statemachine._tools import ReadCall, WriteCall
 from statemachine.testing import AutoDenyGate, ScriptedModel, reply
 
 pytestmark = pytest.mark.anyio
-
-
-async def _within_plain(call: Any, seconds: float | None) -> Any:
-    """The plain version: the whole call within anyio's cancel scope with the deadline."""
-    if seconds is None:
-        return await call
-    with anyio.CancelScope(deadline=anyio.current_time() + seconds):
-        return await call
-    raise TimeoutError
-
-
-async def _returns() -> str:
-    return "done"
-
-
-async def _raises() -> str:
-    raise ValueError("the tool failed")
-
-
-async def _waits(times: int, each: float) -> str:
-    for _ in range(times):
-        await anyio.sleep(each)
-    return f"waited {times}"
-
-
-async def _waits_then_raises() -> str:
-    await anyio.lowlevel.checkpoint()
-    raise KeyError("after a wait")
-
-
-async def _cleans_up() -> str:
-    try:
-        await anyio.sleep(10)
-    except anyio.get_cancelled_exc_class():
-        await anyio.lowlevel.checkpoint()  # a cleanup that waits, then the cancellation goes on
-        raise
-    return "never"
 
 
 async def _swallows() -> str:
@@ -128,17 +92,17 @@ async def _reads_its_deadline() -> str:
 
 
 _CASES: list[tuple[str, Callable[[], Any], float | None]] = [
-    ("returns", _returns, 5.0),
-    ("returns, no deadline", _returns, None),
-    ("returns, deadline passed", _returns, 0.0),
-    ("returns, deadline negative", _returns, -1.0),
-    ("raises", _raises, 5.0),
-    ("waits within", lambda: _waits(5, 0), 5.0),
-    ("waits a while within", lambda: _waits(3, 0.001), 5.0),
-    ("waits past", lambda: _waits(3, 0.05), 0.02),
-    ("waits, deadline passed", lambda: _waits(1, 0), 0.0),
-    ("waits, then raises", _waits_then_raises, 5.0),
-    ("cleans up past the deadline", _cleans_up, 0.02),
+    ("returns", returns, 5.0),
+    ("returns, no deadline", returns, None),
+    ("returns, deadline passed", returns, 0.0),
+    ("returns, deadline negative", returns, -1.0),
+    ("raises", raises, 5.0),
+    ("waits within", lambda: waits(5, 0), 5.0),
+    ("waits a while within", lambda: waits(3, 0.001), 5.0),
+    ("waits past", lambda: waits(3, 0.05), 0.02),
+    ("waits, deadline passed", lambda: waits(1, 0), 0.0),
+    ("waits, then raises", waits_then_raises, 5.0),
+    ("cleans up past the deadline", cleans_up, 0.02),
     ("swallows the cancellation", _swallows, 0.02),
     ("enters a scope and a task group and waits in them", _scopes_of_its_own, 5.0),
     ("waits in a task group of its own past the deadline", _own_scope_past_the_deadline, 0.02),
@@ -161,7 +125,7 @@ async def test_a_call_under_its_deadline_ends_as_within_anyios_scope(
         except Exception as error:
             return type(error).__name__, str(error)
 
-    assert await ended(_deadline._within) == await ended(_within_plain), case
+    assert await ended(_deadline._within) == await ended(within_plain), case
 
 
 async def _times_out_itself() -> str:
@@ -214,7 +178,7 @@ async def test_a_call_is_cancelled_from_outside_as_within_anyios_scope() -> None
             cleaned.append("cleaned")
         return "never"
 
-    for within in (_deadline._within, _within_plain):
+    for within in (_deadline._within, within_plain):
         with anyio.CancelScope() as outer:
             async with anyio.create_task_group() as group:
 
@@ -236,7 +200,7 @@ async def test_calls_side_by_side_each_end_at_their_own_deadline() -> None:
 
     async def call(name: str, wait: float, seconds: float) -> None:
         try:
-            ended.append(f"{name} {await _deadline._within(_waits(1, wait), seconds)}")
+            ended.append(f"{name} {await _deadline._within(waits(1, wait), seconds)}")
         except TimeoutError:
             ended.append(f"{name} timed out")
 

@@ -24,6 +24,7 @@ import anyio.lowlevel
 import attrs
 import pytest
 import structlog
+from deadline_support import cleans_up, raises, returns, waits, waits_then_raises, within_plain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -939,43 +940,6 @@ def test_the_last_reply_past_the_slice_is_found_one_index_at_a_time() -> None:
     assert tuple(answered) == tuple(answers)
 
 
-async def _within_plain(call: Any, seconds: float | None) -> Any:
-    """``_within`` as it was: the whole call within the deadline's cancel scope."""
-    if seconds is None:
-        return await call
-    with anyio.CancelScope(deadline=anyio.current_time() + seconds):
-        return await call
-    raise TimeoutError
-
-
-async def _returns() -> str:
-    return "done"
-
-
-async def _raises() -> str:
-    raise ValueError("the tool failed")
-
-
-async def _waits(times: int, each: float) -> str:
-    for _ in range(times):
-        await anyio.sleep(each)
-    return f"waited {times}"
-
-
-async def _waits_then_raises() -> str:
-    await anyio.lowlevel.checkpoint()
-    raise KeyError("after a wait")
-
-
-async def _swallows_a_cancellation() -> str:
-    try:
-        await anyio.sleep(10)
-    except anyio.get_cancelled_exc_class():
-        await anyio.lowlevel.checkpoint()  # a cleanup that waits, then the cancellation goes on
-        raise
-    return "never"
-
-
 async def _waits_in_a_scope_of_its_own() -> str:
     with anyio.CancelScope():
         await anyio.lowlevel.checkpoint()
@@ -990,17 +954,17 @@ _WITHIN_CASES: list[tuple[str, Callable[[], Any], float | None]] = [
         _waits_in_a_scope_of_its_own,
         5.0,
     ),
-    ("returns", _returns, 5.0),
-    ("returns, no deadline", _returns, None),
-    ("returns, deadline passed", _returns, 0.0),
-    ("returns, deadline negative", _returns, -1.0),
-    ("raises", _raises, 5.0),
-    ("waits within", lambda: _waits(5, 0), 5.0),
-    ("waits a while within", lambda: _waits(3, 0.001), 5.0),
-    ("waits past", lambda: _waits(3, 0.05), 0.02),
-    ("waits, deadline passed", lambda: _waits(1, 0), 0.0),
-    ("waits, then raises", _waits_then_raises, 5.0),
-    ("cleans up past the deadline", _swallows_a_cancellation, 0.02),
+    ("returns", returns, 5.0),
+    ("returns, no deadline", returns, None),
+    ("returns, deadline passed", returns, 0.0),
+    ("returns, deadline negative", returns, -1.0),
+    ("raises", raises, 5.0),
+    ("waits within", lambda: waits(5, 0), 5.0),
+    ("waits a while within", lambda: waits(3, 0.001), 5.0),
+    ("waits past", lambda: waits(3, 0.05), 0.02),
+    ("waits, deadline passed", lambda: waits(1, 0), 0.0),
+    ("waits, then raises", waits_then_raises, 5.0),
+    ("cleans up past the deadline", cleans_up, 0.02),
 ]
 
 
@@ -1022,7 +986,7 @@ async def test_a_call_under_a_deadline_ends_as_it_did_within_a_cancel_scope(
         except Exception as error:
             return type(error).__name__, str(error)
 
-    assert await ended(_runtime._within) == await ended(_within_plain), case
+    assert await ended(_runtime._within) == await ended(within_plain), case
 
 
 async def test_a_call_under_a_deadline_is_cancelled_from_outside_as_before() -> None:
@@ -1037,7 +1001,7 @@ async def test_a_call_under_a_deadline_is_cancelled_from_outside_as_before() -> 
             cleaned.append("cleaned")
         return "never"
 
-    for within in (_runtime._within, _within_plain):
+    for within in (_runtime._within, within_plain):
         with anyio.CancelScope() as outer:
             async with anyio.create_task_group() as group:
 

@@ -15,6 +15,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 import structlog
+from deadline_support import raises, returns, within_plain
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
@@ -35,23 +36,6 @@ from statemachine import (
 from statemachine.testing import ScriptedGate, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio
-
-
-async def _within_plain(call: Any, seconds: float | None) -> Any:
-    """``_within`` as it was: every call under a deadline within the cancel scope."""
-    if seconds is None:
-        return await call
-    with anyio.CancelScope(deadline=anyio.current_time() + seconds):
-        return await call
-    raise TimeoutError
-
-
-async def _returns() -> str:
-    return "done"
-
-
-async def _raises() -> str:
-    raise ValueError("the tool failed")
 
 
 async def _calls_sync_code() -> list[int]:
@@ -120,7 +104,7 @@ class _Awaitable:
         return "awaited"
 
 
-_NEVER_WAIT = [_returns, _raises, _calls_sync_code]
+_NEVER_WAIT = [returns, raises, _calls_sync_code]
 _MAY_WAIT = [_waits, _waits_past, _enters_async_with, _iterates, _loops, _awaits_in_a_comprehension]
 
 
@@ -157,15 +141,15 @@ async def test_a_call_ends_as_it_did_wholly_within_the_cancel_scope(
         except Exception as error:
             return type(error).__name__, str(error)
 
-    assert await ended(_runtime._within) == await ended(_within_plain)
+    assert await ended(_runtime._within) == await ended(within_plain)
 
 
-@pytest.mark.parametrize("make", [_returns, _waits_past], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("make", [returns, _waits_past], ids=lambda f: f.__name__)
 async def test_a_call_in_a_cancelled_run_ends_as_before(make: Callable[[], Any]) -> None:
     """Within a scope already cancelled (``Runner.stop``), a call that never waits ends
     with its value either way, and one that waits is cancelled either way."""
     outcomes: list[tuple[object, bool]] = []
-    for within in (_runtime._within, _within_plain):
+    for within in (_runtime._within, within_plain):
         value: object = None
         with anyio.CancelScope() as outer:
             outer.cancel()
