@@ -378,10 +378,16 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         """The changes that settle the action ``call_id``; ``None`` if there is no such action."""
         actions = self.actions
         line = self._line()
-        position = line.call(call_id, len(actions))
-        if position is None:
-            return None
-        action = actions[position]
+        tail = actions.tail
+        if tail and tail[-1].call_id == call_id:
+            # The latest action (nearly always: a run settles the call it just recorded)
+            # is the latest with this call id: no index look-up.
+            position, action = len(actions) - 1, tail[-1]
+        else:
+            found = line.call(call_id, len(actions))
+            if found is None:
+                return None
+            position, action = found, actions[found]
         # As action.model_copy(update=...) makes it (outcome, result and gain checked by
         # the signature: the runner's words, text and the gain it computed).
         settled = _record(

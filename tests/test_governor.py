@@ -1363,15 +1363,16 @@ def test_a_check_reads_as_many_actions_with_a_long_run_as_with_a_short_one(
     window = governor.semantic_window + governor.cycle_window
     assert Counted.walks == 0
     assert Counted.items_read <= 5 * window + 2
-    # Recording, then settling, the next call reads none of the earlier ones (only the
-    # action it settles).
+    # Recording, then settling, the next call reads none of the earlier ones (at most the
+    # action it settles, which it finds at the log's end).
     Counted.items_read = 0
     raw = '{"query":"the next question"}'
     grown = counted.record(governor.action(unit_call("search", raw), raw, "next"))
     grown = governor.after_action(
         grown, call_id="next", effect="read", result="news", ctx=None, step=1
     )
-    assert (Counted.items_read, Counted.walks) == (1, 0)
+    assert Counted.items_read <= 1
+    assert Counted.walks == 0
     assert (grown.actions[-1].call_id, grown.actions[-1].outcome) == ("next", "ok")
 
 
