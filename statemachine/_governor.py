@@ -515,7 +515,7 @@ class LoopGovernor:
     ``similarity`` is the semantic tier's (default ``None``: the one configured by the
     ``STATEMACHINE_SIMILARITY`` variable, ``lexical`` (:func:`lexical_similarity`) unless
     it says ``embedding`` (an ``EmbeddingSimilarity``, the ``embeddings`` extra, which
-    knows paraphrases)) and
+    knows paraphrases); read at the governor's first semantic comparison, then kept) and
     ``evidence_similarity`` the convergence check's (default: lexical too);
     ``semantic_threshold`` is how similar a call must be to a failed or refused one of
     the same tool and the same anchors (identifiers and amounts, compared exactly: see
@@ -544,22 +544,25 @@ class LoopGovernor:
     checks: tuple[Check, ...] = ()
     baseline_steps: float | None = attrs.field(default=None, validator=_positive_or_none)
     baseline_factor: float = attrs.field(default=3.0, validator=_factor)
-    # The semantic tier's similarity as one that signs each text once (None: it cannot).
-    _signer: SignedSimilarity[Any] | None = attrs.field(
+    # The semantic tier's similarity, and the same as one that signs each text once (None:
+    # it cannot); the configured one is read at the first check that needs it, then kept.
+    _similarities: tuple[Similarity, SignedSimilarity[Any] | None] | None = attrs.field(
         init=False, default=None, eq=False, repr=False
     )
 
     def __attrs_post_init__(self) -> None:
         if self.similarity is not None:
-            object.__setattr__(self, "_signer", signer_of(self.similarity))
+            object.__setattr__(self, "_similarities", (self.similarity, signer_of(self.similarity)))
 
     def _semantic_similarity(self) -> tuple[Similarity, SignedSimilarity[Any] | None]:
-        """The semantic tier's similarity (the configured one if none is named), and its
-        signing form (``None``: it cannot sign)."""
-        if self.similarity is None:
-            similarity = configured_similarity()
-            return similarity, signer_of(similarity)
-        return self.similarity, self._signer
+        """The semantic tier's similarity (the configured one if none is named: read once,
+        at the first check that needs it), and its signing form (``None``: it cannot sign)."""
+        found = self._similarities
+        if found is None:
+            similarity = configured_similarity()  # a ConfigError (not kept) if misspelled
+            found = (similarity, signer_of(similarity))
+            object.__setattr__(self, "_similarities", found)
+        return found
 
     # -- begin_step ---------------------------------------------------------------
 

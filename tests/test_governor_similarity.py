@@ -245,17 +245,26 @@ def test_another_order_is_never_a_semantic_duplicate(
 
 
 def test_the_default_similarity_is_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
-    """STATEMACHINE_SIMILARITY chooses the default: lexical unless it says embedding."""
+    """STATEMACHINE_SIMILARITY chooses the default: lexical unless it says embedding. A
+    governor reads it at its first semantic comparison and keeps what it read."""
     monkeypatch.delenv(SIMILARITY_VAR, raising=False)
     assert configured_similarity() is lexical_similarity
-    assert decide(LoopGovernor(), REFUSED, REWORDED) is Verdict.CONTINUE
+    lexical, made_before = LoopGovernor(), LoopGovernor()
+    assert decide(lexical, REFUSED, REWORDED) is Verdict.CONTINUE
     monkeypatch.setenv(SIMILARITY_VAR, "embedding")
     assert isinstance(configured_similarity(), EmbeddingSimilarity)
     assert configured_similarity() is configured_similarity()  # one model per process
+    # made_before compares for the first time now: it reads the new value.
     assert decide(LoopGovernor(), REFUSED, REWORDED) is Verdict.SUPPRESS
+    assert decide(made_before, REFUSED, REWORDED) is Verdict.SUPPRESS
+    assert decide(lexical, REFUSED, REWORDED) is Verdict.CONTINUE  # read once: kept
     monkeypatch.setenv(SIMILARITY_VAR, "semantic")
-    with pytest.raises(ValueError, match="must be 'lexical' or 'embedding', got 'semantic'"):
-        decide(LoopGovernor(), REFUSED, REWORDED)
+    misspelled = LoopGovernor()
+    for _ in range(2):  # the error is not kept: each check says it, until it is fixed
+        with pytest.raises(ValueError, match="must be 'lexical' or 'embedding', got 'semantic'"):
+            decide(misspelled, REFUSED, REWORDED)
+    monkeypatch.delenv(SIMILARITY_VAR)
+    assert decide(misspelled, REFUSED, REWORDED) is Verdict.CONTINUE
 
 
 def test_an_embedding_is_made_once_per_text(embedding: EmbeddingSimilarity) -> None:
@@ -296,7 +305,7 @@ def test_the_semantic_tier_is_configuration_too() -> None:
     assert lexical.governor.similarity is lexical_similarity
     assert lexical.governor.semantic_threshold == 0.92
     unset = Agent[None].from_config({"governor": {}}, name="support")
-    assert unset.governor.similarity is None  # STATEMACHINE_SIMILARITY's, at each check
+    assert unset.governor.similarity is None  # STATEMACHINE_SIMILARITY's, read once
     with pytest.raises(ConfigError, match="did you mean 'semantic_threshold'") as caught:
         Agent[None].from_config({"governor": {"semantic_treshold": 0.9}}, name="support")
     assert caught.value.path == "$.governor"
