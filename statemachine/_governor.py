@@ -46,7 +46,9 @@ from ._budget import Budget, Spend
 from ._errors import SetupError
 from ._fast._pydantic import _trusted
 from ._similarity import (
+    LEXICAL,
     GramMasks,
+    MaskSigned,
     SignedSimilarity,
     Similarity,
     call_anchors,
@@ -161,10 +163,11 @@ class _Line:
     The line's states' failures are each a prefix of the line's ``failures`` (a state that
     fails a call with fewer failures than the line has starts a line of its own), so a
     state's own are those of rank below its count. ``signed`` keeps each failed call's
-    signature, by the similarity that made it, made when it is first compared.
+    signature, by the similarity that made it, made when it is first compared; the
+    lexical similarity signs with the line's own trigram vocabulary (``lexical``).
     """
 
-    __slots__ = ("alike", "calls", "failing", "failures", "keys", "signed", "size")
+    __slots__ = ("alike", "calls", "failing", "failures", "keys", "lexical", "signed", "size")
 
     def __init__(self) -> None:
         self.size = 0
@@ -175,6 +178,7 @@ class _Line:
         # The tools of those calls: a call of another tool has no anchors to look up.
         self.failing: set[str] = set()
         self.signed: dict[object, dict[int, object]] = {}
+        self.lexical: MaskSigned | None = None
 
     @classmethod
     def of(cls, actions: Sequence[ActionRecord], failures: tuple[int, ...]) -> _Line:
@@ -219,6 +223,13 @@ class _Line:
         if found is None:
             found = signed[position] = signer.signature(text)
         return found
+
+    def lexical_signer(self) -> SignedSimilarity[Any]:
+        """The lexical similarity signing with this line's own trigram vocabulary."""
+        signer = self.lexical
+        if signer is None:
+            signer = self.lexical = MaskSigned()
+        return signer
 
     def latest(self, key: str, actions: Sequence[ActionRecord]) -> ActionRecord | None:
         """The latest action of ``actions`` settled with this key."""
@@ -706,6 +717,8 @@ class LoopGovernor:
         ranks, positions = found
         oldest = count - self.semantic_window
         similarity, signer = self._semantic_similarity()
+        if signer is LEXICAL:  # signatures as bitmasks, in the line's own vocabulary
+            signer = line.lexical_signer()
         actions, threshold = loop.actions, self.semantic_threshold
         mine: object = None
         for at in range(bisect.bisect_left(ranks, count) - 1, -1, -1):

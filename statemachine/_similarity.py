@@ -150,6 +150,30 @@ class LexicalSigned:
 LEXICAL = LexicalSigned()
 
 
+@final
+class MaskSigned:
+    """:func:`lexical_similarity` as a :class:`SignedSimilarity` whose signatures are
+    trigram bitmasks (and sizes) in a vocabulary of its own, which it never starts again
+    (so a kept signature stays good): one per line of a run's states, for the semantic
+    tier's failed calls and the calls compared with them. ``compare`` gives the float
+    :func:`lexical_similarity` gives (the same counts, the same formula)."""
+
+    __slots__ = ("_masks",)
+
+    def __init__(self) -> None:
+        self._masks = GramMasks()
+
+    def __call__(self, first: str, second: str) -> float:
+        return lexical_similarity(first, second)
+
+    def signature(self, text: str) -> tuple[int, int]:
+        return self._masks.mask(text, keep=False)
+
+    def compare(self, first: tuple[int, int], second: tuple[int, int]) -> float:
+        # |A & B| / sqrt(|A| |B|), as _trigram_cosine (a text has a trigram: no size is 0).
+        return (first[0] & second[0]).bit_count() / math.sqrt(first[1] * second[1])
+
+
 # -- the configured default ---------------------------------------------------------------
 
 SIMILARITY_VAR = "STATEMACHINE_SIMILARITY"

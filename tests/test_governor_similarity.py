@@ -21,6 +21,7 @@ The thresholds, from the measured set (2026-12-01, all-MiniLM-L6-v2 int8):
 from __future__ import annotations
 
 import json
+import random
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ from statemachine import (
 from statemachine._json import canonical
 from statemachine._similarity import (
     SIMILARITY_VAR,
+    MaskSigned,
     call_anchors,
     configured_similarity,
     plain_anchors,
@@ -223,6 +225,32 @@ REWORDED = {
     "reason": "the parcel was damaged when it arrived",
 }
 OTHER_ORDER = {"order_id": "A-1002", "amount": "25.00", "reason": "arrived damaged"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet='ab A\u00e9:\t\n{}"1', max_size=40), min_size=1, max_size=8))
+def test_mask_signatures_compare_as_the_lexical_similarity(texts: list[str]) -> None:
+    """The semantic tier's lexical signatures (bitmasks in the line's own vocabulary) give
+    lexical_similarity's float for every pair, the same text included."""
+    signer = MaskSigned()
+    signed = [signer.signature(text) for text in texts]
+    for first, mine in zip(texts, signed, strict=True):
+        for second, theirs in zip(texts, signed, strict=True):
+            assert signer.compare(mine, theirs) == lexical_similarity(first, second)
+            assert signer(first, second) == lexical_similarity(first, second)
+
+
+def test_mask_signatures_kept_stay_good_as_the_vocabulary_grows() -> None:
+    """A signature made early compares as the lexical similarity after thousands of new
+    trigrams (wide masks, past the narrow build): the vocabulary is never started again."""
+    rng = random.Random(3)
+    letters = "abcdefghijklmnopqrstuvwxyz0123456789 #@-"
+    texts = ["".join(rng.choice(letters) for _ in range(rng.choice((20, 400)))) for _ in range(60)]
+    signer = MaskSigned()
+    first = signer.signature(texts[0])
+    for text in texts[1:]:
+        assert signer.compare(first, signer.signature(text)) == lexical_similarity(texts[0], text)
+    assert signer.compare(first, signer.signature(texts[0])) == 1.0
 
 
 def test_the_embedding_stops_a_reworded_refused_call_the_lexical_one_lets_through(
