@@ -745,6 +745,32 @@ def test_the_default_gain_is_exactly_the_trigram_formula(window: list[str], resu
     assert governor.gain(loop, result) == _gain_by_sets(tuple(window), result)
 
 
+def test_equal_ratios_give_the_formula_s_highest_float() -> None:
+    """1 of 1 trigram shared and 3 of 9 are the same ratio, which the formula rounds to two
+    floats an ulp apart (1 / sqrt(3) and 3 / sqrt(27)): the gain is the formula's higher
+    one, whichever order the window holds them in (a kernel that ranked the texts by a
+    rounded score and computed the formula for the first best alone would miss it)."""
+    result, one, nine = "abcde", "abc", "abcdefghijk"  # 3 trigrams; 1 of 1; 3 of 9
+    assert 1 / math.sqrt(3 * 1) != 3 / math.sqrt(3 * 9)
+    for window in ((one, nine), (nine, one), (nine, nine, one, nine)):
+        assert LoopGovernor().gain(LoopState(evidence=window), result) == _gain_by_sets(
+            window, result
+        )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab ", min_size=1, max_size=9), min_size=1, max_size=12),
+    st.text(alphabet="ab ", max_size=12),
+)
+def test_the_gain_is_the_formula_s_float_when_texts_tie(window: list[str], result: str) -> None:
+    """Texts of two letters share trigrams in equal ratios often (a text and its repeat, 1
+    of 1 and 2 of 4): the gain is still the set formula's, float for float."""
+    governor = LoopGovernor(evidence_window=64)
+    loop = LoopState(evidence=tuple(window))
+    assert governor.gain(loop, result) == _gain_by_sets(tuple(window), result)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.text(alphabet="ab A\u00e9\u0130:\t\n\x1f\u2003", max_size=30), max_size=6))
 def test_a_mask_made_word_by_word_is_the_mask_made_trigram_by_trigram(texts: list[str]) -> None:
