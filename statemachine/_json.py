@@ -19,7 +19,7 @@ from typing import Any, Final, TypeAlias
 
 from pydantic import BaseModel
 
-__all__ = ["JSON", "canonical", "canonical_hash", "dumps", "loads", "to_plain"]
+__all__ = ["JSON", "canonical", "canonical_hash", "dumps", "dumps_bytes", "loads", "to_plain"]
 
 JSON: TypeAlias = dict[str, "JSON"] | list["JSON"] | str | int | Decimal | bool | None
 """What :func:`loads` returns: a number with a fraction or an exponent is a ``Decimal``.
@@ -255,6 +255,55 @@ def dumps_fast(value: Any) -> str:
             return dumps(value)
         text = replaced
     return text
+
+
+# --- orjson, for a checkpoint's bytes -------------------------------------------------------
+
+# orjson writes a delta's UTF-8 bytes about ten times faster than the C writer above writes
+# its text. Imported on first use: ``import statemachine`` (and a run without a store)
+# does not load it.
+_orjson: Any = None
+_orjson_options = 0
+
+
+def _import_orjson() -> Any:
+    global _orjson, _orjson_options
+    import orjson
+
+    # Datetimes and dataclasses go to ``default``, which leaves them to ``dumps_fast``:
+    # orjson would write them in a form of its own.
+    _orjson_options = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+    _orjson = orjson
+    return orjson
+
+
+def _fragment(value: Any) -> Any:
+    """orjson's ``default``: a ``Decimal`` as the number ``dumps`` writes; else ``dumps_fast``."""
+    if isinstance(value, Decimal):
+        return _orjson.Fragment(_number(value, canonical=False))
+    raise _Fallback
+
+
+def dumps_bytes(value: Any) -> bytes:
+    """``dumps(value)`` in UTF-8, read back by ``loads`` exactly as it would be, written by
+    orjson.
+
+    For the documents :func:`dumps_fast` takes. What orjson would write otherwise than
+    that goes to ``dumps_fast``: a float with an exponent with a plus (16 digits or more
+    before the point), an int beyond 64 bits, a value of a type orjson leaves to
+    ``default`` (anything but ``Decimal``), and a text holding ``null`` unless orjson
+    reads it back equal to ``value`` (orjson writes NaN and the infinities as ``null``,
+    which ``dumps`` refuses). orjson escapes text as the C writer does, and spells each
+    float with the same digits (the shortest that reads back), so it reads back the same.
+    """
+    orjson = _orjson or _import_orjson()
+    try:
+        data: bytes = orjson.dumps(value, default=_fragment, option=_orjson_options)
+        if b"e+" not in data and (b"null" not in data or orjson.loads(data) == value):
+            return data
+    except (TypeError, ValueError):  # orjson's errors: left to dumps_fast, which may refuse
+        pass
+    return dumps_fast(value).encode()
 
 
 # A list item's text, kept by the item's identity: (the item, its text).

@@ -64,7 +64,7 @@ from .._errors import (
     DecisionRefusedError,
 )
 from .._fast._pydantic import _trusted
-from .._json import JSON, Texts, _refuse_constant, dumps, dumps_fast, dumps_reusing, loads
+from .._json import JSON, Texts, _refuse_constant, dumps, dumps_bytes, dumps_reusing, loads
 from .._ledger import EffectRecord
 from ._delta import _apply, _diff, _Seen, _seen_of
 from ._lifecycle import RunLifecycle, RunStatus
@@ -605,10 +605,12 @@ class _Chain:
 
     def seal(self, payload: Mapping[str, Any], aad: bytes, *, fast: bool = False) -> bytes:
         # ``fast``: a document from the phase codec (text keys only), written in C.
-        return self.seal_text(dumps_fast(payload) if fast else dumps(payload), aad)
+        return self.seal_plain(dumps_bytes(payload) if fast else dumps(payload).encode(), aad)
 
     def seal_text(self, text: str, aad: bytes) -> bytes:
-        plain = text.encode("utf-8")
+        return self.seal_plain(text.encode("utf-8"), aad)
+
+    def seal_plain(self, plain: bytes, aad: bytes) -> bytes:
         sealed = plain if self.sealer is None else self.sealer.seal(plain, aad=aad)
         return hashlib.sha256(sealed).digest() + sealed
 
