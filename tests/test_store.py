@@ -13,7 +13,7 @@ from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from support import exactly
@@ -193,7 +193,7 @@ async def test_a_store_reopened_rebuilds_and_continues_with_deltas(make_store: F
 async def test_decimal_digits_survive_snapshots_and_deltas(make_store: Factory) -> None:
     """Decimal("800.00") keeps its digits; 800.0 -> 800.00 and 1 -> True are changes."""
     store = make_store()
-    docs = [
+    docs: list[dict[str, Any]] = [
         {"price": Decimal("800.00"), "flag": 1, "fields": {"cost": Decimal("800.0")}},
         {"price": Decimal("800.00"), "flag": True, "fields": {"cost": Decimal("800.00")}},
         {"price": Decimal("800.000"), "flag": True, "fields": {"cost": Decimal("0.10")}},
@@ -586,3 +586,120 @@ async def test_a_file_with_the_old_status_index_gets_the_new_ones(tmp_path: Path
             ENDINGS
         )
         assert (await store.load("r1"))[0] == 2
+
+
+# --- a remembered row, changed by another connection -----------------------------------------
+
+APPROVAL = {
+    "kind": "approval",
+    "call_id": "c1",
+    "tool": "pay",
+    "args_hash": "h",
+    "approved_by": "ana",
+    "approved_at": START.isoformat(),
+    "run_id": "r",
+}
+
+
+async def _claimed_then_stopped(other: SQLiteCheckpointer) -> None:
+    await other.claim("r", "worker")
+    await other.request_stop("r")  # a live claim: stop_requested
+
+
+async def _saved_by_the_other(other: SQLiteCheckpointer) -> None:
+    await other.save("r", 2, document(2), agent="a", status="running", phase="Planning")
+
+
+# Each: what the run's second and third checkpoints are (phase, status, waiting for), and
+# what another connection does to the run's row in between.
+Saved = tuple[str, str, str]
+RUNNING: Final = ("ToolCalling", "running", "")
+WAITING: Final = ("AwaitApproval", "interrupted", "approval of pay")
+OBSERVING: Final = ("Observing", "running", "")
+ELSEWHERE: dict[str, tuple[Saved, Saved, Callable[[SQLiteCheckpointer], Any]]] = {
+    "stop requested": (RUNNING, OBSERVING, _claimed_then_stopped),
+    "cancelled": (RUNNING, OBSERVING, lambda other: other.request_stop("r")),
+    "failed": (RUNNING, OBSERVING, lambda other: other.set_status("r", "failed_resumable")),
+    "held": (RUNNING, OBSERVING, lambda other: other.hold("r", "looks odd")),
+    "saved": (RUNNING, OBSERVING, _saved_by_the_other),
+    "decided": (WAITING, WAITING, lambda other: other.submit_decision("r", APPROVAL)),
+    "decided, then running": (
+        WAITING,
+        OBSERVING,
+        lambda other: other.submit_decision("r", APPROVAL),
+    ),
+    "time only": (
+        WAITING,
+        WAITING,
+        lambda other: other.set_status("r", "interrupted", waiting_for="approval of pay"),
+    ),
+}
+
+
+async def _third_save(path: Path, change: str, *, remembered: bool) -> Any:
+    """The run's third save by a store that saved the first two (``remembered``) or by a
+    store opened after another connection changed the row: its record, or its error; and
+    the row, the pending decision and the document as a new connection reads them."""
+    second, third, elsewhere = ELSEWHERE[change]
+    clock = WallClock()
+    store = SQLiteCheckpointer(path, clock=clock)
+    other = SQLiteCheckpointer(path, clock=clock)
+    for seq, (phase, status, waiting) in enumerate([("Planning", "running", ""), second]):
+        await store.save(
+            "r", seq, document(seq), agent="a", status=status, phase=phase, waiting_for=waiting
+        )
+    await elsewhere(other)
+    if not remembered:  # a store that knows nothing of the run
+        await store.aclose()
+        store = SQLiteCheckpointer(path, clock=clock)
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    phase, status, waiting = third
+    try:
+        outcome: Any = await store.save(
+            "r", 2, document(2), agent="a", status=status, phase=phase, waiting_for=waiting
+        )
+    except Exception as error:  # compared with the other store's
+        outcome = (type(error), str(error))
+    async with SQLiteCheckpointer(path) as reader:
+        read = (await reader.record("r"), await reader.decision("r"), await reader.load("r"))
+        await reader.verify("r")
+    await store.aclose()
+    await other.aclose()
+    return outcome, read, statements
+
+
+@pytest.mark.parametrize("change", sorted(ELSEWHERE))
+async def test_a_row_changed_by_another_connection_is_read_again(
+    tmp_path: Path, change: str
+) -> None:
+    """A store takes a run's row from memory when it wrote it last; when another connection
+    changed it since, its save does, returns and stores what a store that reads the row
+    from the file does (a stop request kept, a cancel kept, a decision cleared, a seq
+    taken refused, the retry state reset, the hold kept)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    remembered = await _third_save(tmp_path / "a" / "runs.db", change, remembered=True)
+    read_again = await _third_save(tmp_path / "b" / "runs.db", change, remembered=False)
+    assert remembered[:2] == read_again[:2]
+    # Begun from the remembered row, found changed, rolled back and done again; a change
+    # of the update time alone is no change to what a save reads or keeps.
+    again = change != "time only"
+    assert remembered[2].count("BEGIN IMMEDIATE") == 1 + again
+    assert remembered[2].count("ROLLBACK") >= again
+
+
+async def test_an_ordinary_save_is_four_statements(tmp_path: Path) -> None:
+    """BEGIN IMMEDIATE, the row's narrow UPDATE (which checks the remembered row), the
+    checkpoint's INSERT, COMMIT: no read of the row, no PRAGMA."""
+    async with SQLiteCheckpointer(tmp_path / "runs.db") as store:
+        await save_run(store, "r", 2)
+        statements: list[str] = []
+        store._db.set_trace_callback(statements.append)
+        await save_run(store, "r", 3, first=2)
+        assert [statement.split(" ", 2)[:2] for statement in statements] == [
+            ["BEGIN", "IMMEDIATE"],
+            ["UPDATE", "runs"],
+            ["INSERT", "INTO"],
+            ["COMMIT"],
+        ] * 3
