@@ -6,7 +6,9 @@ asserts the decision before it times anything): an exact and a canonical duplica
 semantic window (every failure in the window compared), a cycle, a new call that
 passes every tier, the convergence gain of a new result, ``begin_step``, and the
 state updates of one call (``record``, then ``after_action``). Every timed call gets
-a text of its own, so that no cache holds its answer already.
+a text of its own, so that no cache holds its answer already (the semantic row's calls
+are the failed query with other spacing and case: the same words, whose trigram masks
+the line's lexical signer made once, as a real retry of a failed call would reuse them).
 
 No check walks the run's actions. Exact and canonical checks are look-ups in the index
 kept up as calls are recorded and settled; the semantic check looks up the failed calls
