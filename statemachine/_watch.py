@@ -149,15 +149,17 @@ class Watch:
             raise IllegalTransitionError(before.kind, type(after).__name__, "it is not a phase")
         self._one_transition(before, after)
         now = _counters(after)
+        # Read once: the queue checked is the one recorded for the next transition.
+        pending: Any = getattr(after, "pending", ())
         problem = (
             self._unchanged(before)
             or self._rules(before, after, now, kinds)
-            or _queue_problem(before, after, self._pending)
+            or _queue_problem(before, after, pending, self._pending)
         )
         if problem is not None:
             raise IllegalTransitionError(before.kind, after.kind, problem)
         self._counters = now
-        self._pending = getattr(after, "pending", ())
+        self._pending = pending
         return after
 
     @staticmethod
@@ -277,10 +279,10 @@ def _write_problem(
 
 
 def _queue_problem(
-    before: Phase[Any], after: Phase[Any], was: tuple[ToolRequest, ...]
+    before: Phase[Any], after: Phase[Any], now: object, was: tuple[ToolRequest, ...]
 ) -> str | None:
-    """Why ``after``'s pending calls may not follow ``before``'s (``was``, as recorded when
-    ``before`` was accepted); ``None`` when they may.
+    """Why ``after``'s pending calls (``now``, read once) may not follow ``before``'s
+    (``was``, as recorded when ``before`` was accepted); ``None`` when they may.
 
     A queue is carried as it is, or loses its first call to a transition of ``Planning``
     about that call (a ``ToolCalling`` or ``AwaitApproval`` holds that call's id), or is
@@ -288,19 +290,21 @@ def _queue_problem(
     ``Planning`` with nothing pending starts a queue (a new reply), of the model's
     requests as ``ToolRequest`` objects, never of anything that could hold a typed call.
     """
-    return _order_problem(before, after, was) or _asked_problem(after)
+    if type(now) is not tuple:
+        return "its pending calls are not a tuple"
+    return _order_problem(before, after, now, was) or _asked_problem(after, now)
 
 
 def _order_problem(
-    before: Phase[Any], after: Phase[Any], was: tuple[ToolRequest, ...]
+    before: Phase[Any], after: Phase[Any], now: tuple[object, ...], was: tuple[ToolRequest, ...]
 ) -> str | None:
-    """Why ``after``'s queue is not ``was`` carried, less its first call, or answered."""
-    now: object = getattr(after, "pending", ())
-    if type(now) is not tuple:
-        return "its pending calls are not a tuple"
+    """Why ``after``'s queue, ``now``, is not ``was`` carried, less its first call, or
+    answered."""
     planning = isinstance(before, Planning)
     if not was:
-        if now and not planning:
+        if not now:
+            return None
+        if not planning:
             return "only Planning queues the calls of a reply"
         if any(type(request) is not ToolRequest for request in now):
             return "a pending call is not a ToolRequest"
@@ -323,45 +327,66 @@ def _order_problem(
     return "its pending calls are not those of the phase before, in order"
 
 
-def _asked_problem(after: Phase[Any]) -> str | None:
+def _asked_problem(after: Phase[Any], pending: tuple[Any, ...]) -> str | None:
     """Why the calls of the reply that ``after``'s transcript ends with are not all
     accounted for: each id the model's last message asked for is answered (a tool message
     after it), held (the call ``after`` runs, waits on or observes) or pending, in the
-    model's order, once. ``Failed`` is exempt: the model is not asked again."""
+    model's order, once. ``Failed`` is exempt: the model is not asked again.
+
+    ``pending``: ``after``'s pending calls, read once by the caller (a tuple). The ids
+    are read in C and compared as tuples (as lists, one call at a time, they compare the
+    same: each pair by identity, then ``==``).
+    """
     if isinstance(after, Failed):
         return None
     asking, answered = _last_reply(after.transcript)
     if asking is None:
         return None
-    accounted = [message.tool_call_id for message in answered]
+    accounted = tuple(map(_TOOL_CALL_ID, answered))
     if isinstance(after, _HOLDS_A_CALL):
-        accounted.append(after.call_id)
-    accounted.extend(request.id for request in getattr(after, "pending", ()))
-    asked = [call.id for call in asking.tool_calls]
+        accounted += (after.call_id,)
+    if pending:
+        accounted += tuple(map(_ID, pending))
+    asked = tuple(map(_ID, asking.tool_calls))
     if accounted != asked:
-        return f"the model asked for calls {asked}, and {accounted} are answered, held or pending"
+        return (
+            f"the model asked for calls {list(asked)}, and {list(accounted)} are answered, "
+            "held or pending"
+        )
     return None
 
 
-# How many messages at the end of a transcript _last_reply reads in one slice.
+_TOOL_CALL_ID = operator.attrgetter("tool_call_id")
+_ID = operator.attrgetter("id")
+
+# How many messages at the end of a transcript given as a tuple _last_reply reads in one
+# slice (a ``Transcript``'s own last messages, its ``_tail``, are read as they are).
 _TAIL = 8
 
 
 def _last_reply(transcript: Sequence[Message]) -> tuple[Message | None, Sequence[Message]]:
     """The model's last message, when it asked for tool calls, and the tool messages
     after it (``(None, ())`` when the transcript does not end with such a reply and its
-    answers): what ``_last_reply_plain`` finds, read from one slice of the transcript's
-    tail (each index of a ``Transcript`` is a call of its own) when the reply is in it."""
-    if type(transcript) is Transcript:
+    answers): what ``_last_reply_plain`` finds, read from the transcript's last messages
+    when the reply is among them. Those are a ``Transcript``'s ``_tail`` (the very tuple
+    its negative indexes and its iteration end with: no call of its own), or one slice of
+    a tuple."""
+    kind = type(transcript)
+    tail: object = None
+    if kind is Transcript:
+        tail = transcript._tail  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue]
+    elif kind is tuple:
         tail = transcript[-_TAIL:]
-        start = len(tail)
-        while start and tail[start - 1].role == "tool":
+    if type(tail) is tuple:
+        last: tuple[Message, ...] = tail
+        start = len(last)
+        while start and last[start - 1].role == "tool":
             start -= 1
         if start:
-            asking = tail[start - 1]
+            asking = last[start - 1]
             if asking.role != "assistant" or not asking.tool_calls:
                 return None, ()
-            return asking, tail[start:]
+            return asking, last[start:]
     return _last_reply_plain(transcript)
 
 
