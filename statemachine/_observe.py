@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     import logging
 
     from opentelemetry import metrics, trace
+    from opentelemetry.context import Context
 
     from ._runtime import Runtime
 
@@ -241,7 +242,7 @@ class _Told:
     only counts the approvals waiting that the gauge reads.
     """
 
-    __slots__ = ("_capture", "_logger", "_processors", "metered", "untraced")
+    __slots__ = ("_capture", "_in", "_logger", "_out", "_processors", "metered", "untraced")
 
     def __init__(self, tracer: trace.Tracer, run_span: trace.Span, meter: Instruments) -> None:
         import logging
@@ -262,6 +263,27 @@ class _Told:
         testing = sys.modules.get("structlog.testing")
         self._capture: type[Any] | None = None if testing is None else testing.LogCapture
         self._processors: list[Any] = sys.modules["structlog"].get_config()["processors"]
+        # The last context ``within`` was asked about, and the one it made from it.
+        self._out: Context | None = None
+        self._in: Context | None = None
+
+    def within(self, current: Context) -> Context:
+        """``set_span_in_context(self.untraced, current)``: the context to attach for one
+        transition, made from ``current``. A context is not changed once made (a new one
+        is made for each change), so the one made from the very same ``current`` object
+        as the last time is given again: a run whose current context stays the same
+        between transitions makes one, not one (a dict and its copy) per transition.
+        """
+        made = self._in
+        if made is None or current is not self._out:
+            from opentelemetry import trace
+
+            span = self.untraced
+            if span is None:
+                raise TypeError("within() is for untraced runs")
+            made = trace.set_span_in_context(span, current)
+            self._in, self._out = made, current
+        return made
 
     def events_wanted(self) -> bool:
         """Whether a transition's log event goes anywhere, checked before it is built.

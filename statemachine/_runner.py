@@ -565,8 +565,9 @@ class Runner(Generic[C, D]):
             # without use_span's generator: nothing of it is recorded. The no-op tracer
             # gives back the span that is current already: nothing to attach then.
             token = None
-            if told.untraced is not trace.get_current_span():
-                token = otel_context.attach(trace.set_span_in_context(told.untraced))
+            current = otel_context.get_current()
+            if told.untraced is not trace.get_current_span(current):
+                token = otel_context.attach(told.within(current))
             try:
                 after = watch.accept(before, await before.advance(rt))
             except BaseException:

@@ -16,6 +16,7 @@ import anyio.lowlevel
 import pytest
 import structlog
 from deadline_support import raises, returns, within_plain
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
@@ -298,3 +299,72 @@ async def test_quiet_instruments_still_count_the_approvals_waiting(
     fast = await tally()
     monkeypatch.setattr(_runner, "_Told", _told_plain)
     assert fast == await tally() == {None: {("desk", "_book"): 1}}
+
+
+# --- the context a transition attaches -----------------------------------------------------
+
+
+def test_within_makes_the_context_set_span_in_context_makes_once_per_context() -> None:
+    """``within(current)`` is ``set_span_in_context(span, current)``: the same values;
+    made again only for another current context object."""
+    span = trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)
+    told = _runner._Told(trace.NoOpTracer(), span, _observe.default_instruments())
+    first = otel_context.set_value("key", 1)
+    made = told.within(first)
+    assert made == trace.set_span_in_context(span, first)
+    assert told.within(first) is made
+    second = otel_context.set_value("key", 2, first)
+    again = told.within(second)
+    assert again is not made
+    assert again == trace.set_span_in_context(span, second)
+    assert told.within(first) == made
+
+
+async def _seen_in_tools(contexts_change: bool) -> list[tuple[Any, ...]]:
+    """The span and the value of a context key that each tool call of a run sees, with an
+    ``on_transition`` that (when ``contexts_change``) leaves a new context attached each
+    time, so the current context differs from one transition to the next."""
+    seen: list[tuple[Any, ...]] = []
+
+    @read_tool
+    async def where(args: _WhereArgs) -> str:
+        """Note the current span and key."""
+        seen.append((trace.get_current_span(), otel_context.get_value("count")))
+        return args.city
+
+    counted = [0]
+
+    def on_transition(before: Any, after: Any) -> None:
+        if contexts_change:
+            counted[0] += 1
+            otel_context.attach(otel_context.set_value("count", counted[0]))
+
+    turns = [tool_call("where", {"city": c}) for c in ("Oslo", "Rome", "Paris")] + [reply("Ok.")]
+    runner = Runner(
+        Agent[None](name="a", tools=[where]),
+        model=ScriptedModel(turns),
+        gate=ScriptedGate([]),
+        tracer=trace.NoOpTracer(),
+        on_transition=on_transition,
+    )
+    # In a caller's span: the run's span is then a span of its own, attached each time.
+    with TracerProvider().get_tracer("caller").start_as_current_span("caller") as caller:
+        await runner.run(None, "Where?")
+    ours = caller.get_span_context()
+    return [(type(span), span.get_span_context() == ours, count) for span, count in seen]
+
+
+@pytest.mark.parametrize("contexts_change", [False, True])
+async def test_tools_see_the_same_context_with_the_context_made_once(
+    contexts_change: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = await _seen_in_tools(contexts_change)
+
+    def within_plain(self: _observe._Told, current: Any) -> Any:
+        return trace.set_span_in_context(self.untraced, current)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_observe._Told, "within", within_plain)
+    plain = await _seen_in_tools(contexts_change)
+    assert fast == plain
+    assert [count for _, _, count in fast] == ([2, 5, 8] if contexts_change else [None] * 3)
+    assert all(kind is trace.NonRecordingSpan and caller for kind, caller, _ in fast)
