@@ -299,6 +299,8 @@ def dumps_bytes(value: Any) -> bytes:
     orjson = _orjson or _import_orjson()
     try:
         data: bytes = orjson.dumps(value, default=_fragment, option=_orjson_options)
+        if type(value) is str:  # text is text: no number or null to check in it
+            return data
         if b"e+" not in data and (b"null" not in data or orjson.loads(data) == value):
             return data
     except (TypeError, ValueError):  # orjson's errors: left to dumps_fast, which may refuse
@@ -311,7 +313,8 @@ Texts = dict[int, tuple[Any, str]]
 
 
 def dumps_reusing(value: Any, texts: Texts) -> tuple[str, Texts]:
-    """``dumps_fast(value)``, writing each object or list found in a list only once.
+    """``dumps_fast(value)`` (its parts written by :func:`dumps_bytes`), writing each object
+    or list found in a list only once.
 
     ``value``'s parts must never change (a checkpoint's document, whose successors share
     its lists' items): an item whose text ``texts`` holds, under the very same object,
@@ -340,14 +343,17 @@ def _reusing(value: Any, texts: Texts, kept: Texts, out: list[str]) -> None:
                 out.append(",")
             if type(item) is dict or type(item) is list:
                 known = texts.get(id(item))
-                text = known[1] if known is not None and known[0] is item else dumps_fast(item)
+                if known is not None and known[0] is item:
+                    text = known[1]
+                else:
+                    text = dumps_bytes(item).decode()
                 kept[id(item)] = (item, text)
                 out.append(text)
             else:
-                out.append(dumps_fast(item))
+                out.append(dumps_bytes(item).decode())
         out.append("]")
     else:
-        out.append(dumps_fast(value))
+        out.append(dumps_bytes(value).decode())
 
 
 def fingerprint(value: Any) -> str:

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statemachine import SQLiteCheckpointer, _json
-from statemachine._json import dumps, dumps_bytes, dumps_fast, fingerprint, loads
+from statemachine._json import dumps, dumps_bytes, dumps_fast, dumps_reusing, fingerprint, loads
 
 numbers = st.one_of(
     st.integers(),
@@ -130,3 +130,24 @@ async def test_a_delta_with_a_nan_is_not_saved(tmp_path: Path) -> None:
             )
         assert (await store.record("r")).seq == 0
         assert await store.load("r") == (0, document)
+
+
+def test_a_lone_surrogate_is_refused_as_before() -> None:
+    """Not text: the C writer's text cannot be encoded either, and neither is written."""
+    with pytest.raises(UnicodeEncodeError):
+        dumps_fast("\ud800").encode()
+    with pytest.raises(UnicodeEncodeError):
+        dumps_bytes("\ud800")
+    with pytest.raises(UnicodeEncodeError):
+        dumps_bytes({"text": "a\udfff", "gain": None})
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(json_values, max_size=6))
+def test_a_snapshot_written_by_parts_reads_back_as_dumps(items: list[Any]) -> None:
+    """dumps_reusing writes each list item by dumps_bytes, and again from its kept text."""
+    value = {"kind": "full", "items": items, "text": ["null", "1e+5"]}
+    text, texts = dumps_reusing(value, {})
+    assert read(text) == read(dumps(value))
+    again, _ = dumps_reusing(value, texts)
+    assert again == text
