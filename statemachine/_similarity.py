@@ -20,10 +20,10 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from itertools import filterfalse, repeat
+from itertools import chain, filterfalse, repeat
 from operator import and_, mul, truediv
 from typing import Any, Protocol, TypeVar, final, runtime_checkable
 
@@ -373,7 +373,7 @@ class GramMasks:
     cache: what it holds never changes a result).
     """
 
-    __slots__ = ("_bits", "_window", "_words", "masks")
+    __slots__ = ("_bits", "_seen", "_window", "_words", "masks")
 
     def __init__(self) -> None:
         self._bits: dict[str, int] = {}
@@ -381,6 +381,8 @@ class GramMasks:
         self.masks: dict[str, tuple[int, int]] = {}
         # A word with what precedes it in its text (see _joined) -> its trigrams' mask.
         self._words: dict[str, int] = {}
+        # The segments seen once, whose masks are not kept yet (see _joined).
+        self._seen: set[str] = set()
         # The latest evidence window compared, and its texts' masks and sizes, in order.
         # (Sizes as floats: see best.)
         self._window: tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...]] | None = None
@@ -393,6 +395,7 @@ class GramMasks:
         if len(self._bits) > _TRIGRAMS_KEPT or len(self._words) > _TRIGRAMS_KEPT:
             self._bits = {}
             self._words = {}
+            self._seen = set()
             self.masks = {}
             self._window = None
         elif len(self.masks) > max(_MASKS_KEPT, 4 * window):
@@ -447,26 +450,49 @@ class GramMasks:
         (without what the text's ends lack), and every trigram of such a segment is one of
         the text's. The mask is the OR of the segments' masks, each made once for the run
         (words repeat, texts seldom do): the same bits as trigram by trigram, faster.
+
+        Past ``_NARROW_BITS`` trigrams, where each segment's own mask is as wide as the
+        vocabulary, a segment seen for the first time gets no mask of its own (most are
+        never seen again: a number, an id): the trigrams of all such segments of the text
+        are set in one mask, and a segment's own mask is made and kept when it is seen
+        again.
         """
-        cache, made = self._words, self._made
+        cache, made, seen = self._words, self._made, self._seen
+        if len(seen) > _TRIGRAMS_KEPT:  # only a note of what was seen once: start it again
+            seen = self._seen = set()
+        wide = len(self._bits) > _NARROW_BITS
         last = len(words) - 1
         mask = 0
         before = ""
+        fresh: list[str] = []
         for at, word in enumerate(words):
             segment = f"{before}{word}{' ' if at < last else ''}"
+            before = f"{word[-1]} "
+            if len(segment) < 3:
+                continue  # a first word of one letter has no trigram of its own ("a " in "a b")
             found = cache.get(segment)
             if found is None:
-                # A first word of one letter has no trigram of its own ("a " in "a b").
-                found = cache[segment] = made(segment) if len(segment) > 2 else 0
+                if wide and segment not in seen:
+                    seen.add(segment)
+                    fresh.append(segment)
+                    continue
+                found = cache[segment] = made(segment)
             mask |= found
-            before = f"{word[-1]} "
+        if len(fresh) == 1:
+            mask |= made(fresh[0])
+        elif fresh:
+            mask |= self._made_of(chain.from_iterable(map(_grams_of, fresh)))
         return mask
 
     def _made(self, folded: str) -> int:
         """The mask of the trigrams of ``folded`` (already folded), new bits as needed."""
+        return self._made_of(_grams_of(folded))
+
+    def _made_of(self, grams: Iterable[str]) -> int:
+        """The mask of ``grams``, new bits as needed."""
         bits = self._bits
         positions = []
-        for gram in _grams_of(folded):
+        for gram in grams:
             bit = bits.get(gram)
             if bit is None:
                 bit = bits[gram] = len(bits)

@@ -51,7 +51,7 @@ from statemachine import (
 )
 from statemachine._actions import ActionLog
 from statemachine._json import canonical, canonical_hash
-from statemachine._similarity import GramMasks, _fold, call_anchors
+from statemachine._similarity import _NARROW_BITS, GramMasks, _fold, call_anchors
 from statemachine.testing import AutoApproveGate, AutoDenyGate, ScriptedGate, ScriptedModel, reply
 from statemachine.testing import tool_call as call
 
@@ -771,18 +771,32 @@ def test_the_gain_is_the_formula_s_float_when_texts_tie(window: list[str], resul
     assert governor.gain(loop, result) == _gain_by_sets(tuple(window), result)
 
 
-@settings(max_examples=300, deadline=None)
+# Over 4,096 distinct trigrams: a vocabulary this wide makes masks segment by segment no more.
+_WIDE = "".join(random.Random(11).choices("abcdefghijklmnopqrstuvwxyz0123456789#@", k=9_000))
+
+
+@pytest.mark.parametrize("wide", [False, True])
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.text(alphabet="ab A\u00e9\u0130:\t\n\x1f\u2003", max_size=30), max_size=6))
-def test_a_mask_made_word_by_word_is_the_mask_made_trigram_by_trigram(texts: list[str]) -> None:
+def test_a_mask_made_word_by_word_is_the_mask_made_trigram_by_trigram(
+    wide: bool, texts: list[str]
+) -> None:
     """The convergence check's shortcut (a text's mask as the OR of its words' masks, each
     word with the letter and space before it) sets exactly the bits of its trigrams,
-    whatever the spacing, case and letters (one vocabulary: the same masks share it)."""
+    whatever the spacing, case and letters (one vocabulary: the same masks share it); in a
+    narrow vocabulary and in a wide one (where a segment's first sight sets its trigrams in
+    one pass with the text's other new segments, and its second makes and keeps its mask),
+    each text asked three times."""
     masks = GramMasks()
-    for text in texts:
-        mask, size = masks.mask(text, keep=False)
-        plain = masks._made(_fold(text))
-        assert (mask, size) == (plain, plain.bit_count())
-        assert size == len(_grams(text))
+    if wide:
+        masks.mask(_WIDE, keep=False)
+        assert len(masks._bits) > _NARROW_BITS
+    for _ in range(3):
+        for text in texts:
+            mask, size = masks.mask(text, keep=False)
+            plain = masks._made(_fold(text))
+            assert (mask, size) == (plain, plain.bit_count())
+            assert size == len(_grams(text))
 
 
 @settings(max_examples=500, deadline=None)
