@@ -27,7 +27,7 @@ from ._errors import EffectUncertainError, ToolError, UnapprovedWriteError
 from ._money import money_sum
 from ._runtime import Runtime, _within
 from ._seal import _own_ticket
-from ._tools import _IDEMPOTENCY_KEY, ReadCall, ReadTool, Tool, WriteTool, idempotency_key
+from ._tools import _FREE, _IDEMPOTENCY_KEY, ReadCall, ReadTool, Tool, WriteTool, idempotency_key
 
 if TYPE_CHECKING:
     from ._phases import Failed, Observing, Retrying, ToolCalling
@@ -117,10 +117,13 @@ def _counted(spent: Spend, price: Decimal) -> Spend:
     """``spent.add(tool_calls=1).add(cost=price)`` in one step: the first step adds
     ``Decimal(0)`` to the cost, which can change its exponent (``1E+2`` becomes ``100``),
     so it is added to the price first (exact sums: the same value and spelling)."""
-    return spent.add(tool_calls=1, cost=money_sum(_ZERO, price))
+    # A free tool's price is _FREE itself: its sum with _ZERO is made once.
+    cost = _FREE_COST if price is _FREE else money_sum(_ZERO, price)
+    return spent.add(tool_calls=1, cost=cost)
 
 
 _ZERO = Decimal(0)
+_FREE_COST = money_sum(_ZERO, _FREE)
 
 
 def _checked(calling: ToolCalling[C], rt: Runtime) -> tuple[Tool, BaseModel, str]:

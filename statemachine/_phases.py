@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import (
     Any,
     ClassVar,
@@ -89,6 +90,7 @@ from ._errors import (
     UnapprovedWriteError,
 )
 from ._fast._attrs import _BUILDERS, _COPIERS, _built
+from ._fast._classes import _per_class, _PerClass
 from ._fast._messages import _appended, _result_text, _system, _told
 from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState
 from ._graph import _check_phase_class, _edges, _successors_of
@@ -274,7 +276,7 @@ class Active(Phase[C]):
         Read once per class; :class:`SetupError` for an annotation that is missing,
         cannot be resolved, or names something that is not a phase.
         """
-        return _successors_of(cls, _ORDER)
+        return _per_class(_SUCCESSORS, cls, _read_successors)  # asked at every transition
 
 
 @attrs.frozen(kw_only=True)
@@ -815,6 +817,10 @@ def _graph_edges(
 
 
 _ONCE = RetryPolicy(max_attempts=1, retry_on=())
+
+# Active.successors's answers (_successors_of keeps them too, in a weak map: slower to read).
+_SUCCESSORS: _PerClass[tuple[type[Phase[Any]], ...]] = {}
+_read_successors = partial(_successors_of, order=_ORDER)
 
 
 @final

@@ -167,9 +167,10 @@ class _Tool(Generic[A, D]):
         return price
 
     def _validate(self, args: A | Mapping[str, Any]) -> A:
-        if isinstance(args, self.args_model):
+        # A dict (the model's parsed arguments) is no model: straight to validation.
+        if type(args) is not dict and isinstance(args, self.args_model):
             return args
-        if isinstance(args, BaseModel):
+        if type(args) is not dict and isinstance(args, BaseModel):
             raise BadArgumentsError(
                 self.name,
                 (f"got {type(args).__name__}, expected {self.args_model.__name__}",),
@@ -620,7 +621,7 @@ class ToolRegistry(Generic[D]):
     def call(self, name: str, arguments: str | Mapping[str, Any]) -> ReadCall | WriteCall:
         """Validate a call in code; raises on an unknown tool or bad arguments."""
         tool = self.get(name)
-        if isinstance(arguments, str | bytes):
+        if isinstance(arguments, (str, bytes)):
             arguments = _parse_arguments(name, arguments)
         return tool.call(arguments)
 
@@ -644,7 +645,13 @@ class ToolRegistry(Generic[D]):
                 f"Call {name} again with arguments that match its schema.",
             )
         try:
-            return self.call(name, arguments)
+            # What self.call(name, arguments) does, written out (two calls fewer a call).
+            tool = self._tools.get(name)
+            if tool is None:
+                tool = self.get(name)  # raises UnknownToolError
+            if isinstance(arguments, (str, bytes)):
+                arguments = _parse_arguments(name, arguments)
+            return tool.call(arguments)
         except UnknownToolError as error:
             return InvalidCall(
                 name=name,
@@ -690,7 +697,7 @@ def _parse_arguments(name: str, text: str | bytes) -> Mapping[str, Any]:
         # Bytes, and text that starts with a byte-order mark (which json.loads refuses
         # with its own message), go through _json.loads; other text is read as it would.
         if type(text) is str and not text.startswith("\ufeff"):
-            value = _BOUNDED_DECODER.decode(text)
+            value = _decoded(text)
         else:
             value = _json.loads(text, bounded=True)
     except (ValueError, ArithmeticError) as error:
@@ -700,3 +707,23 @@ def _parse_arguments(name: str, text: str | bytes) -> Mapping[str, Any]:
     if not isinstance(value, dict):
         raise BadArgumentsError(name, ("arguments must be a JSON object",))
     return value
+
+
+# The decoder's scanner (an attribute its __init__ sets): scan_once(text, at) -> (value, end).
+_scan: Callable[[str, int], tuple[Any, int]] = vars(_BOUNDED_DECODER)["scan_once"]
+_JSON_SPACE = frozenset(" \t\n\r")
+
+
+def _decoded(text: str) -> Any:
+    """``_BOUNDED_DECODER.decode(text)``, its scanner called directly when the text
+    starts with its value and ends with it (``decode`` would skip no whitespace around
+    it: two regular expression matches and a call fewer). Anything else, and a text the
+    scanner cannot read, goes through ``decode``, for its result or its error."""
+    if text and text[0] not in _JSON_SPACE:
+        try:
+            value, end = _scan(text, 0)
+        except StopIteration:
+            return _BOUNDED_DECODER.decode(text)  # raises decode's "Expecting value"
+        if end == len(text):
+            return value
+    return _BOUNDED_DECODER.decode(text)

@@ -17,6 +17,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import json
 import math
 from collections.abc import Callable
 from decimal import Decimal
@@ -33,12 +35,18 @@ from pydantic import BaseModel
 from statemachine import (
     Agent,
     Budget,
+    InvalidCall,
     LoopGovernor,
     ModelReply,
+    Observing,
+    Planning,
     Runtime,
+    SetupError,
     ToolCalling,
+    ToolRegistry,
     Usage,
     _json,
+    _phases,
     _planning,
     _tools,
     read_tool,
@@ -49,6 +57,8 @@ from statemachine._budget import Spend
 from statemachine._calling import _counted
 from statemachine._errors import BadArgumentsError
 from statemachine._fast import _deadline
+from statemachine._fast._classes import _per_class
+from statemachine._graph import _successors_of
 from statemachine._model import ToolRequest
 from statemachine._tools import ReadCall, WriteCall
 from statemachine.testing import AutoDenyGate, ScriptedModel, reply
@@ -430,3 +440,129 @@ async def test_a_reply_is_routed_as_ask_then_route_routed_it(turn: ModelReply) -
     if isinstance(plain, ToolCalling):
         assert isinstance(fast, ToolCalling)
         assert (fast.call, fast.call_id) == (plain.call, plain.call_id)
+
+
+# --- issue 23, third round: the route's and the phases' shortcuts ---------------------------
+
+
+@given(spent=_amounts, spent_exp=_exponents)
+def test_a_free_calls_spend_is_the_two_adds(spent: Decimal, spent_exp: int) -> None:
+    """A tool without a cost function prices a call at ``_FREE`` itself, whose sum with
+    zero ``_counted`` made once: the same Spend as the two adds, the cost spelt the same."""
+    cost = Decimal(spent).scaleb(spent_exp).copy_abs()
+    before = Spend(tokens=3, cost=cost, tool_calls=2, model_calls=1)
+    price = _lookup.price(_Args(key="k"))
+    assert price is _tools._FREE
+    plain = before.add(tool_calls=1).add(cost=price)
+    fast = _counted(before, price)
+    assert fast == plain
+    assert str(fast.cost) == str(plain.cost)
+    assert fast.model_dump_json() == plain.model_dump_json()
+
+
+def _read(read: Callable[[str], Any], text: str) -> tuple[str, Any, list[type[Any]]]:
+    """What ``read`` gives for ``text``: the value (with the types of a dict's values),
+    or the error's type and words."""
+    try:
+        value = read(text)
+    except (ValueError, ArithmeticError, RecursionError) as error:
+        return type(error).__name__, str(error), []
+    kinds = [type(item) for item in value.values()] if isinstance(value, dict) else []
+    return "value", value, kinds
+
+
+_JSON_TEXTS = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=6,
+).map(lambda value: json.dumps(value))
+_AROUND = st.sampled_from(["", " ", "\n", "\t ", "\r\n", "x", ",", "}", "\ufeff", "\u00a0", "0"])
+
+
+@given(
+    st.one_of(
+        st.tuples(_AROUND, _JSON_TEXTS, _AROUND).map("".join),
+        st.text(alphabet='{}[]":,0123456789.eE+-tfnul \n\\', max_size=12),
+        st.sampled_from(["", "{", "1" * 401, '{"n": 1e401}', "NaN", "[1, 2]", '"a" "b"']),
+    )
+)
+def test_arguments_are_scanned_as_the_decoder_decodes_them(text: str) -> None:
+    """``_decoded`` (the scanner called directly when no whitespace is around the value)
+    gives what ``_BOUNDED_DECODER.decode`` gives: the value, or the same error."""
+    assert _read(_tools._decoded, text) == _read(_tools._BOUNDED_DECODER.decode, text)
+
+
+def test_a_route_is_the_call_it_makes_or_the_same_invalid_call() -> None:
+    """``route`` (``call`` written out) gives the call ``call`` makes, or the same
+    ``InvalidCall`` for an unknown tool and bad arguments, as text, bytes or a mapping."""
+    tools = ToolRegistry([_lookup])
+    for arguments in ('{"key": "k"}', b'{"key": "k"}', {"key": "k"}, ' {"key": "k"} '):
+        routed = tools.route("_lookup", arguments)
+        assert routed == tools.call("_lookup", arguments)
+        assert isinstance(routed, ReadCall)
+        assert routed.args_hash == _json.canonical_hash(routed.args)
+    assert tools.route("nope", "{}") == InvalidCall(
+        name="nope",
+        arguments="{}",
+        problems=("unknown tool 'nope'",),
+        feedback="There is no tool named 'nope'. Call one of: _lookup; or answer without a tool.",
+    )
+    for bad in ("{}", '{"key": 1}', "[]", "{", '{"key": "k"} x'):
+        invalid = tools.route("_lookup", bad)
+        assert isinstance(invalid, InvalidCall)
+        with pytest.raises(BadArgumentsError) as raised:
+            tools.call("_lookup", bad)
+        assert invalid.problems == raised.value.problems
+        assert invalid.arguments == bad
+
+
+def test_a_model_passed_to_a_tool_is_validated_as_before() -> None:
+    """``_validate`` takes a dict straight to validation; a model of the tool's own class
+    is kept as it is, another model is refused, and a dict subclass is validated."""
+
+    class Other(BaseModel):
+        key: str
+
+    class Mapping_(dict[str, Any]):
+        pass
+
+    args = _Args(key="k")
+    assert _lookup._validate(args) is args
+    with pytest.raises(BadArgumentsError, match="got Other, expected _Args"):
+        _lookup._validate(Other(key="k"))
+    assert _lookup._validate({"key": "k"}) == args
+    assert _lookup._validate(Mapping_(key="k")) == args
+
+
+def test_successors_are_read_once_per_class_and_not_kept_past_it() -> None:
+    """``Active.successors`` gives ``_successors_of``'s answer; an entry of the id memo
+    whose class is gone is not read for a new class of the same id; an error is kept for
+    nothing (asked again, it is raised again)."""
+    assert Planning.successors() == _successors_of(Planning, _phases._ORDER)
+    assert Planning.successors() is Planning.successors()
+
+    class Gone(Planning[None]):
+        pass
+
+    gone_id = id(Gone)
+    assert Gone.successors() == Planning.successors()
+    del Gone
+    gc.collect()
+    memo: Any = {}
+    dead = _phases._SUCCESSORS[gone_id][0]
+    assert dead() is None
+    memo[id(Observing)] = (dead, ("a lie",))  # as if Observing had taken the dead class's id
+    assert _per_class(memo, Observing, _phases._read_successors) == _successors_of(
+        Observing, _phases._ORDER
+    )
+
+    class Unreadable(Planning[None]):
+        async def advance(self, rt: Runtime) -> int:  # type: ignore[override]
+            return 1
+
+    for _ in range(2):
+        with pytest.raises(SetupError):
+            Unreadable.successors()
+    # Nothing kept for it (an entry under its id, if any, is a gone class's: ids are reused).
+    entry = _phases._SUCCESSORS.get(id(Unreadable))
+    assert entry is None or entry[0]() is not Unreadable
