@@ -21,16 +21,21 @@ imports the phases for the type checkers only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never
+
+from pydantic import BaseModel
 
 from . import _json
 from ._actions import ActionRecord
+from ._budget import Spend
 from ._errors import SetupError
+from ._fast._attrs import _COPIERS, _builder, _by_init
+from ._fast._classes import _per_class, _PerClass
 from ._fast._messages import _appended, _asking, _message, _request, _told
 from ._governor import Decision, LoopState, Verdict
 from ._model import Message, ToolRequest, Transcript
 from ._runtime import Runtime
+from ._seal import _own_ticket
 from ._tools import InvalidCall, ReadCall, WriteCall
 
 if TYPE_CHECKING:
@@ -47,6 +52,7 @@ __all__ = [
     "_suppressed",
     "_take",
     "_take_next",
+    "_take_reply",
     "_unanswered_refused",
 ]
 
@@ -63,7 +69,11 @@ def _queued(
     """``planning`` with the reply's calls asked (one message) and queued, in its place,
     and the ``changes`` (its spend and loop memory: ``_plan`` makes one copy) made."""
     loop: LoopState = changes.get("loop", planning.loop)
-    calls = _with_ids(loop, planning.step, requests)
+    return _queue(planning, _with_ids(loop, planning.step, requests), **changes)
+
+
+def _queue(planning: Planning[C], calls: tuple[ToolRequest, ...], **changes: Any) -> Planning[C]:
+    """What ``_queued`` makes, for the calls with their ids (``_with_ids``)."""
     # As Message(role="assistant", tool_calls=calls) makes it: each call is a ToolRequest.
     asking = _message("assistant", "", calls, "", "")
     transcript = _appended(planning.transcript, asking)
@@ -81,7 +91,7 @@ def _with_ids(
     ``call-<step>-<n>`` (the n-th), made unique if the model took that too.
     """
     line, size = loop._line(), len(loop.actions)
-    given = {request.id for request in requests}
+    given: set[str] | None = None  # the reply's own ids, read when one is replaced
     seen: set[str] = set()
     calls: list[ToolRequest] = []
     for index, request in enumerate(requests):
@@ -94,6 +104,8 @@ def _with_ids(
         if not call_id or call_id in seen or line.call(call_id, size) is not None:
             base = f"call-{step}" if index == 0 else f"call-{step}-{index + 1}"
             call_id, more = base, 1
+            if given is None:
+                given = {request.id for request in requests}
             while call_id in given or call_id in seen or line.call(call_id, size) is not None:
                 more += 1
                 call_id = f"{base}.{more}"
@@ -111,27 +123,27 @@ def _call_id(planning: Planning[Any]) -> str:
     return pending[0].id if pending else f"call-{planning.step}"
 
 
-class _Taken(NamedTuple):
-    """What a transition about one call leaves behind it."""
-
-    call_id: str
-    transcript: Transcript  # with the call asked: the queue's message, or one made
-    pending: tuple[ToolRequest, ...]  # the calls still pending after this one
-    iteration: bool  # whether this call starts a tool iteration (the first of its reply)
+# What a transition about one call leaves behind it (_taken): the call's id; the transcript
+# with the call asked (the queue's message, or one made); the calls still pending after
+# it; whether it starts a tool iteration (the first of its reply). A plain tuple: a
+# NamedTuple's __new__ is a Python call on the path of every call.
+_Taken = tuple[str, Transcript, tuple[ToolRequest, ...], bool]
 
 
-def _taken(planning: Planning[Any], name: str, arguments: Callable[[], str]) -> _Taken:
+def _taken(planning: Planning[Any], name: str, arguments: BaseModel | str) -> _Taken:
     """The call of tool ``name`` that a transition of ``planning`` is about.
 
-    With nothing pending it is a call of its own, asked now with ``arguments()``. Else
-    it is the first pending call, already asked: :class:`SetupError` for a call of
-    another tool, so that the calls are answered in the model's order.
+    With nothing pending it is a call of its own, asked now with ``arguments`` (a model:
+    its JSON, written only then). Else it is the first pending call, already asked:
+    :class:`SetupError` for a call of another tool, so that the calls are answered in the
+    model's order.
     """
     pending = planning.pending
     if not pending:
         call_id = f"call-{planning.step}"
-        asking = _asking(name, arguments(), call_id)
-        return _Taken(call_id, _appended(planning.transcript, asking), (), True)
+        text = arguments if isinstance(arguments, str) else _json.dumps(arguments)
+        asking = _asking(name, text, call_id)
+        return call_id, _appended(planning.transcript, asking), (), True
     head = pending[0]
     if head.name != name:
         raise SetupError(
@@ -140,9 +152,13 @@ def _taken(planning: Planning[Any], name: str, arguments: Callable[[], str]) -> 
             "(Planning.next_call()), or answer them all with Planning.skip_pending(reason)"
         )
     transcript = planning.transcript
-    # Nothing of the reply answered yet: its message is the last (a pause adds none).
-    first = not transcript or transcript[-1].role != "tool"
-    return _Taken(head.id, transcript, pending[1:], first)
+    # Nothing of the reply answered yet: its message is the last (a pause adds none). A
+    # transcript's last message is its tail's when it has a tail (read without a call);
+    # a phase built by hand may hold a tuple.
+    held: object = transcript
+    tail = transcript._tail if type(held) is Transcript else None
+    last = tail[-1] if tail else transcript[-1] if transcript else None
+    return head.id, transcript, pending[1:], last is None or last.role != "tool"
 
 
 def _routed_head(planning: Planning[Any]) -> ReadCall | WriteCall | InvalidCall | None:
@@ -190,16 +206,16 @@ def _asked_for(
 ) -> P:
     """The ``cls`` (``ToolCalling`` or ``AwaitApproval``) that ``planning`` goes to for
     ``call``, by ``transition``."""
-    taken = _taken(planning, call.name, lambda: _json.dumps(call.args))
+    call_id, transcript, pending, iteration = _taken(planning, call.name, call.args)
     planning._leave(transition)
     action = _action(planning, call, raw_arguments)
     return planning._next(
         cls,
         call=call,
-        call_id=taken.call_id,
-        transcript=taken.transcript,
-        loop=planning.loop.record(action, iteration=taken.iteration),
-        pending=taken.pending,
+        call_id=call_id,
+        transcript=transcript,
+        loop=planning.loop.record(action, iteration=iteration),
+        pending=pending,
     )
 
 
@@ -210,35 +226,33 @@ def _suppressed(
     raw_arguments: str | None,
 ) -> Planning[C]:
     """``planning`` again, the model told why ``call`` was skipped."""
-    taken = _taken(planning, call.name, lambda: _json.dumps(call.args))
+    call_id, transcript, pending, iteration = _taken(planning, call.name, call.args)
     planning._leave("suppress")
     action = _action(planning, call, raw_arguments).model_copy(
         update={"outcome": "suppressed", "result": decision.reason}
     )
-    told = _told(decision.message, taken.call_id, call.name)
-    loop = planning.loop.record(action, iteration=taken.iteration)
+    told = _told(decision.message, call_id, call.name)
+    loop = planning.loop.record(action, iteration=iteration)
     return planning._next(
         planning.agent.phases.planning,
-        transcript=_appended(taken.transcript, told),
+        transcript=_appended(transcript, told),
         loop=loop.noted(planning.step, "before_action", decision),
-        pending=taken.pending,
+        pending=pending,
     )
 
 
 def _rejected(planning: Planning[C], invalid: InvalidCall) -> Planning[C]:
     """``planning`` again, the model told what to fix in ``invalid``."""
-    taken = _taken(planning, invalid.name, lambda: invalid.arguments)
+    call_id, transcript, pending, iteration = _taken(planning, invalid.name, invalid.arguments)
     planning._leave("reject_call")
-    told = Message(
-        role="tool", content=invalid.feedback, tool_call_id=taken.call_id, name=invalid.name
-    )
+    told = Message(role="tool", content=invalid.feedback, tool_call_id=call_id, name=invalid.name)
     loop = planning.loop
     return planning._next(
         planning.agent.phases.planning,
-        transcript=_appended(taken.transcript, told),
+        transcript=_appended(transcript, told),
         invalid_streak=planning.invalid_streak + 1,
-        loop=loop._evolve(tool_iterations=loop.tool_iterations + taken.iteration),
-        pending=taken.pending,
+        loop=loop._evolve(tool_iterations=loop.tool_iterations + iteration),
+        pending=pending,
     )
 
 
@@ -286,12 +300,19 @@ def _take(
 ) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
     """The first pending call, routed: a valid one to the governor (``_checked_call``), an
     invalid one back to the model, or to ``Failed`` after ``max_invalid_calls`` in a row."""
-    agent = planning.agent
     head = planning.pending[0]
-    routed = agent.tools.route(head.name, head.arguments)
+    routed = planning.agent.tools.route(head.name, head.arguments)
+    return _routed(planning, rt, routed, head.arguments)
+
+
+def _routed(
+    planning: Planning[C], rt: Runtime, routed: ReadCall | WriteCall | InvalidCall, arguments: str
+) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
+    """Where ``_take`` sends the first pending call once the agent's tools routed it."""
+    agent = planning.agent
     match routed:
         case ReadCall() | WriteCall():
-            return _checked_call(planning, rt, routed, head.arguments)
+            return _checked_call(planning, rt, routed, arguments)
         case InvalidCall():
             if planning.invalid_streak + 1 >= agent.max_invalid_calls:
                 return planning.fail(
@@ -316,6 +337,13 @@ def _checked_call(
         elapsed=rt.elapsed(),
         price=routed.tool.price(routed.args),
     )
+    return _ruled_call(planning, routed, arguments, decision)
+
+
+def _ruled_call(
+    planning: Planning[C], routed: ReadCall | WriteCall, arguments: str, decision: Decision
+) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
+    """Where the governor's ``decision`` on the model's valid call sends it."""
     match decision.verdict:
         case Verdict.ABORT:
             return planning._ruled("before_action", decision).fail(decision.reason)
@@ -331,3 +359,93 @@ def _checked_call(
     if isinstance(routed, ReadCall):
         return planning.call_tool(routed, raw_arguments=arguments)
     return planning.request_approval(routed, raw_arguments=arguments)
+
+
+# --- a reply's first call, without the queued copy -----------------------------------------
+
+
+def _take_reply(
+    planning: Planning[C],
+    rt: Runtime,
+    requests: tuple[ToolRequest, ...],
+    *,
+    spent: Spend,
+    loop: LoopState,
+) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
+    """``_take(_queued(planning, requests, spent=spent, loop=loop), rt)``, for a ``planning``
+    left by ``advance``: the reply's calls queued and the first taken.
+
+    A read call the governor lets run goes to ``ToolCalling`` from ``planning`` itself,
+    without the queued copy between them, when nothing could tell the copy was not made
+    (``_unseen_copy``): the same ``ToolCalling``, fields, governor calls and arguments, in
+    the same order, one transition from ``planning`` as the runner checks it. Anything
+    else goes on from the copy, with what was already asked (route, record, decision).
+    """
+    ticket = _own_ticket(planning, "copy")
+    if ticket.left_by != "advance" or ticket.copied or not _unseen(type(planning)):
+        return _take(_queued(planning, requests, spent=spent, loop=loop), rt)
+    calls = _with_ids(loop, planning.step, requests)
+    head = calls[0]
+    agent = planning.agent
+    routed = agent.tools.route(head.name, head.arguments)
+    if type(routed) is not ReadCall:
+        return _routed(_queue(planning, calls, spent=spent, loop=loop), rt, routed, head.arguments)
+    # What _checked_call asks, with the copy's values: Planning._action's record (the
+    # call id is the first pending call's), and the governor's ruling.
+    action = agent.governor.action(routed, head.arguments, head.id)
+    decision = agent.governor.before_action(
+        loop,
+        action,
+        spent=spent,
+        budget=agent.budget,
+        elapsed=rt.elapsed(),
+        price=routed.tool.price(routed.args),
+    )
+    if decision.verdict is not Verdict.CONTINUE and decision.verdict is not Verdict.FINALIZE:
+        queued = _queue(planning, calls, spent=spent, loop=loop)
+        _last_action[0] = (queued, routed, head.arguments, action)
+        return _ruled_call(queued, routed, head.arguments, decision)
+    # What the copy's call_tool makes (_asked_for): the call asked by the reply's message
+    # (the last of the transcript, so it starts a tool iteration) and recorded.
+    ticket.copied = True  # as the copy would have
+    _last_action[0] = None  # as _asked_for leaves it
+    transcript = _appended(planning.transcript, _message("assistant", "", calls, "", ""))
+    return planning._next(
+        agent.phases.tool_calling,
+        call=routed,
+        call_id=head.id,
+        transcript=transcript,
+        spent=spent,
+        loop=loop.record(action, iteration=True),
+        pending=calls[1:],
+    )
+
+
+# Whether a Planning class's queued copy is seen by nothing (_unseen_copy), per class.
+_UNSEEN: _PerClass[bool] = {}
+# What the way from a reply to its first call calls on the copy (or on the class).
+_COPY_METHODS = ("_copy", "_next", "_leave", "_action", "call_tool", "__getattribute__")
+
+
+def _unseen(cls: type[Any]) -> bool:
+    return _per_class(_UNSEEN, cls, _unseen_copy)
+
+
+def _unseen_copy(cls: type[Any]) -> bool:
+    """Whether a queued copy of a ``cls`` phase, made and left on the way from a reply to
+    its first call's ``ToolCalling``, runs no code but the library's: the class copies by
+    setting its slots (``_fast._attrs``: no validator, converter or factory of its own),
+    has no ``__attrs_post_init__`` or ``__del__``, and overrides none of the methods that
+    way calls (``_COPY_METHODS``)."""
+    from ._phases import Planning  # here: _phases imports this module
+
+    copier = _COPIERS.get(cls)
+    if copier is None:
+        copier = _COPIERS[cls] = _builder(cls, copy=True)
+    return (
+        copier is not _by_init
+        and type(cls) is type(Planning)
+        and not hasattr(cls, "__attrs_post_init__")
+        and not hasattr(cls, "__del__")
+        and all(getattr(cls, name) is getattr(Planning, name) for name in _COPY_METHODS)
+    )

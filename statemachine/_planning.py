@@ -19,7 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never
 
 from . import _json
-from ._batch import _queued, _take
+from ._batch import _queued, _take, _take_reply
 from ._breaker import model_circuit
 from ._budget import Spend
 from ._errors import (
@@ -110,9 +110,9 @@ async def _plan(
     if isinstance(reply, str):
         return _unanswered(planning._copy(spent=spent, loop=loop), reply)
     if reply.tool_calls and reply.finish_reason != "length":
-        # What _route does with the phase _ask makes, in one copy of this phase: the
-        # reply's usage and the calls it asks for, queued.
-        return _take(_queued(planning, reply.tool_calls, spent=spent, loop=loop), rt)
+        # What _route does with the phase _ask makes, in one copy of this phase (or none:
+        # _take_reply): the reply's usage and the calls it asks for, queued.
+        return _take_reply(planning, rt, reply.tool_calls, spent=spent, loop=loop)
     return await _route(planning._copy(spent=spent, loop=loop), rt, reply)
 
 

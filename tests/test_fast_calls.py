@@ -45,6 +45,7 @@ from statemachine import (
     ToolCalling,
     ToolRegistry,
     Usage,
+    _batch,
     _json,
     _phases,
     _planning,
@@ -59,9 +60,9 @@ from statemachine._errors import BadArgumentsError
 from statemachine._fast import _deadline
 from statemachine._fast._classes import _per_class
 from statemachine._graph import _successors_of
-from statemachine._model import ToolRequest
+from statemachine._model import Message, ToolRequest, Transcript
 from statemachine._tools import ReadCall, WriteCall
-from statemachine.testing import AutoDenyGate, ScriptedModel, reply
+from statemachine.testing import AutoDenyGate, ScriptedModel, hand_built, reply
 
 pytestmark = pytest.mark.anyio
 
@@ -566,3 +567,138 @@ def test_successors_are_read_once_per_class_and_not_kept_past_it() -> None:
     # Nothing kept for it (an entry under its id, if any, is a gone class's: ids are reused).
     entry = _phases._SUCCESSORS.get(id(Unreadable))
     assert entry is None or entry[0]() is not Unreadable
+
+
+_ROLES = st.sampled_from(["user", "assistant", "tool", "system"])
+
+
+@given(
+    roles=st.lists(_ROLES, max_size=70),
+    head=st.lists(_ROLES, max_size=2),
+    form=st.sampled_from(["transcript", "prefixed", "tuple"]),
+)
+def test_a_taken_call_starts_an_iteration_as_the_last_message_says(
+    roles: list[str], head: list[str], form: str
+) -> None:
+    """``_taken`` reads the last message from the tail when it can: a pending call starts
+    a tool iteration exactly when the transcript is empty or does not end with a tool's
+    message, for a transcript of any length, one with messages before it (``prefixed``)
+    and a tuple (a phase built by hand)."""
+
+    def made(role: str) -> Message:
+        return Message(role=role, content="x", tool_call_id="c" if role == "tool" else "")
+
+    messages = tuple(made(role) for role in roles)
+    transcript: Any = Transcript(messages)
+    if form == "prefixed":
+        transcript = transcript.prefixed(*(made(role) for role in head))
+    elif form == "tuple":
+        transcript = messages
+    agent = Agent[None](name="taken", tools=[_lookup])
+    pending = (ToolRequest(name="_lookup", arguments='{"key": "k"}', id="c1"),)
+    planning = hand_built(Planning, agent=agent, ctx=None, transcript=transcript, pending=pending)
+    call_id, kept, rest, iteration = _batch._taken(planning, "_lookup", '{"key": "k"}')
+    assert (call_id, kept, rest) == ("c1", transcript, ())
+    assert iteration == (not transcript or transcript[-1].role != "tool")
+
+
+class _Instructed(Planning[None]):
+    """A subclass as agents write them: its copy is still seen by nothing."""
+
+    def instructions(self) -> str:
+        return "Be brief."
+
+
+class _Watching(Planning[None]):
+    """A subclass that overrides a transition on the way: it must see the copy."""
+
+    def call_tool(self, call: ReadCall, *, raw_arguments: str | None = None) -> ToolCalling[None]:
+        return super().call_tool(call, raw_arguments=raw_arguments)
+
+
+_CALLS = st.tuples(
+    st.sampled_from(
+        [
+            ("_lookup", '{"key": "a"}'),
+            ("_lookup", '{"key": "b"}'),
+            ("_lookup", "{}"),
+            ("_writes", '{"text": "t", "count": 1, "tags": [], "nested": {}}'),
+            ("nope", "{}"),
+        ]
+    ),
+    st.sampled_from(["", "x", "y"]),
+).map(lambda made: ToolRequest(name=made[0][0], arguments=made[0][1], id=made[1]))
+
+
+def _fields(phase: Any) -> dict[str, Any]:
+    import attrs as attrs_
+
+    named = {f.name: getattr(phase, f.name) for f in attrs_.fields(type(phase))}
+    named.pop("_ticket")
+    named["transcript"] = tuple(named["transcript"])
+    return named
+
+
+def _after(phase: Any) -> Any:
+    """The next Planning after a taken call (observed, denied, or the calls skipped)."""
+    if isinstance(phase, ToolCalling):
+        phase._leave("execute")
+        observing = phase._next(
+            phase.agent.phases.observing,
+            call=phase.call,
+            call_id=phase.call_id,
+            output="ok",
+            pending=phase.pending,
+        )
+        return observing.observe()
+    if isinstance(phase, _phases.AwaitApproval):
+        return phase.deny("no")
+    if isinstance(phase, Planning) and phase.pending:
+        return phase.skip_pending("skipped")
+    return phase
+
+
+@given(
+    replies=st.lists(st.lists(_CALLS, min_size=1, max_size=3).map(tuple), min_size=1, max_size=5),
+    cls=st.sampled_from([Planning, _Instructed, _Watching]),
+    tool_calls=st.sampled_from([None, 2]),
+)
+def test_a_replys_first_call_is_taken_as_from_the_queued_copy(
+    replies: list[tuple[ToolRequest, ...]], cls: type[Planning[None]], tool_calls: int | None
+) -> None:
+    """``_take_reply`` (the queued copy left out when nothing can see it) ends where
+    ``_take(_queued(...))`` does, reply after reply of a run: the same phase class and
+    fields (transcript, queue, spend, loop memory with its records and verdicts, call and
+    id), the phase left and copied alike, the record memo alike, and one transition from
+    the phase advanced; through reads, writes, invalid and unknown calls, repeated calls
+    the governor suppresses and a tool-call budget it stops."""
+    phases = _phases.Phases[None](planning=cls)
+    agent = Agent[None](
+        name="t", tools=[_lookup, _writes], budget=Budget(tool_calls=tool_calls), phases=phases
+    )
+    rt = Runtime(run_id="r", model=ScriptedModel([]), gate=AutoDenyGate(), clock=lambda: 0.0)
+    fast_at = agent.start(None, "go").receive("go")
+    plain_at = agent.start(None, "go").receive("go")
+    for requests in replies:
+        if not isinstance(fast_at, Planning):
+            break
+        results = []
+        for at, take in ((fast_at, "fast"), (plain_at, "plain")):
+            at._leave("advance")
+            spent, loop = at.spent.add(tokens=3, model_calls=1), at.loop
+            if take == "fast":
+                made: Any = _batch._take_reply(at, rt, requests, spent=spent, loop=loop)
+            else:
+                made = _take(_queued(at, requests, spent=spent, loop=loop), rt)
+            memo = _batch._last_action[0]
+            results.append((made, at._ticket.copied, memo is None, memo and memo[3]))
+            link, transitions = made._ticket, 0
+            while link is not at._ticket:
+                transitions += link.via == "transition"
+                link = link.parent
+            assert transitions == 1
+        (fast, *fast_rest), (plain, *plain_rest) = results
+        assert type(fast) is type(plain)
+        assert _fields(fast) == _fields(plain)
+        assert fast_rest == plain_rest
+        fast_at, plain_at = _after(fast), _after(plain)

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import attrs
 
-__all__ = ["_BUILDERS", "_COPIERS", "_built", "_by_init"]
+__all__ = ["_BUILDERS", "_COPIERS", "_builder", "_built", "_by_init"]
 
 # --- building the next phase ------------------------------------------------------------
 
