@@ -34,6 +34,7 @@ from typing import Any, final
 
 import attrs
 
+from ._actions import CHUNK, ActionLog
 from ._approval import ApprovedCall
 from ._errors import IllegalTransitionError, PhaseForgedError, SetupError
 from ._model import Message, ToolRequest, Transcript
@@ -68,13 +69,17 @@ def _counters(phase: Phase[Any]) -> _Counters:
     spent, loop = phase.spent, phase.loop
     call_id = getattr(phase, "call_id", "")
     attempt = getattr(phase, "attempt", -1)
+    actions: Any = loop.actions
     return (
         phase.step,
         spent.tokens,
         spent.cost,
         spent.tool_calls,
         spent.model_calls,
-        len(loop.actions),
+        # ActionLog.__len__, by its code, without its frame (tests/test_watch_fast.py).
+        len(actions._chunks) * CHUNK + len(actions._tail)
+        if type(actions) is ActionLog
+        else len(actions),
         loop.tool_iterations,
         call_id if isinstance(call_id, str) else "",
         attempt if isinstance(attempt, int) else -1,
@@ -213,7 +218,14 @@ class Watch:
             return f"{type(before).__name__}.advance's annotation does not name it"
         if now[0] != was[0] + 1:
             return f"its step is {now[0]}, not {was[0] + 1}"
-        if not all(map(operator.ge, now[1:7], was[1:7])):
+        if not (
+            now[1] >= was[1]
+            and now[2] >= was[2]
+            and now[3] >= was[3]
+            and now[4] >= was[4]
+            and now[5] >= was[5]
+            and now[6] >= was[6]
+        ):
             return "it counts less spend, actions or tool iterations than the phase before it"
         if now[7] and now[7] == was[7] and -1 < now[8] < was[8]:
             return f"its attempt is {now[8]}, below {was[8]}"
@@ -226,7 +238,9 @@ class Watch:
                 return f"attempt {now[8]} is past the retry cap of {cap}"
         if isinstance(after, _RUNS_A_CALL) and type(after.call) is ApprovedCall:
             return _write_problem(before, after, was)
-        return _model_retry_problem(before, after, len(self._rt.fallback_models))
+        if isinstance(after, ModelRetrying) or isinstance(before, ModelRetrying):
+            return _model_retry_problem(before, after, len(self._rt.fallback_models))
+        return None
 
 
 def _model_retry_problem(before: Active[Any], after: Phase[Any], fallbacks: int) -> str | None:

@@ -20,11 +20,13 @@ from statemachine import (
     AwaitApproval,
     Done,
     Failed,
+    LoopState,
     Message,
     ModelRetrying,
     Observing,
     Planning,
     Retrying,
+    Spend,
     ToolCalling,
     ToolRequest,
     Transcript,
@@ -75,6 +77,7 @@ _KINDS: tuple[type[Phase[Any]], ...] = (
     AwaitApproval,
     Observing,
     Retrying,
+    Spend,
     ModelRetrying,
     Failed,
     Done,
@@ -173,3 +176,24 @@ def test_a_reply_before_the_tail_is_found_one_index_at_a_time(answers: tuple[str
         assert all(a is b for a, b in zip(fast[1], plain[1], strict=True))
         assert len(fast[1]) == len(plain[1])
         transcript = transcript.appended(_message("tool", (f"x{extra}",)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(size=st.integers(0, 140))
+def test_an_action_logs_length_is_read_as_its_len(size: int) -> None:
+    """The counters read an ``ActionLog``'s length from its chunks and tail, as its
+    ``__len__`` does (and ``len`` of anything else)."""
+    from statemachine._actions import ActionLog, ActionRecord
+
+    record = ActionRecord(
+        call_id="c", tool="lookup", effect="read", exact="e", key="k", text="t", outcome="ok"
+    )
+    log = ActionLog(record for _ in range(size))
+    phase = object.__new__(Planning)
+    loop = LoopState().model_copy(update={"actions": log})
+    object.__setattr__(phase, "loop", loop)
+    object.__setattr__(phase, "spent", Spend())
+    object.__setattr__(phase, "step", 3)
+    assert _watch._counters(phase)[5] == len(log) == size
+    object.__setattr__(phase, "loop", loop.model_copy(update={"actions": tuple(log)}))
+    assert _watch._counters(phase)[5] == size
