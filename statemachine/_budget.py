@@ -11,13 +11,13 @@ not a number or infinite is refused when the ``Budget`` is made.
 from __future__ import annotations
 
 import math
-from decimal import Decimal
+from decimal import Decimal, DecimalException
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from ._fast._pydantic import _trusted
-from ._money import Money, money_difference, money_sum
+from ._money import EXACT, Money, money_difference, money_sum
 
 __all__ = ["Budget", "Spend"]
 
@@ -145,10 +145,14 @@ class Spend(BaseModel, frozen=True, extra="forbid", defer_build=True):
         model_calls: int = 0,
     ) -> Spend:
         """A new ``Spend`` with the amounts added."""
+        try:  # money_sum(self.cost, cost) without its frame and loop: the same sum
+            total = _exact_add(self.cost, cost)
+        except DecimalException:
+            total = money_sum(self.cost, cost)  # raises the ValueError that names the sum
         # As Spend.model_construct(...) with every field would make it, without its work.
         values = {
             "tokens": self.tokens + tokens,
-            "cost": money_sum(self.cost, cost),
+            "cost": total,
             "tool_calls": self.tool_calls + tool_calls,
             "model_calls": self.model_calls + model_calls,
         }
@@ -156,3 +160,4 @@ class Spend(BaseModel, frozen=True, extra="forbid", defer_build=True):
 
 
 _SPEND_FIELDS = tuple(Spend.model_fields)
+_exact_add = EXACT.add

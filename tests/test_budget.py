@@ -6,7 +6,7 @@ import re
 from decimal import Decimal
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -218,3 +218,30 @@ def test_refuse_admits_exactly_the_spends_that_stay_within_every_limit(
         and calls_used + calls_added <= call_limit
     )
     assert (reason is None) == within
+
+
+_ANY_MONEY = st.decimals(allow_nan=False, allow_infinity=False, places=None).filter(
+    lambda value: abs(value.adjusted()) < 150
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ANY_MONEY, _ANY_MONEY)
+@example(Decimal("1E+120"), Decimal("1E-20"))
+@example(Decimal("5E+1"), Decimal(0))
+@example(Decimal("-0"), Decimal(0))
+def test_spend_add_sums_cost_as_money_sum_does(held: Decimal, added: Decimal) -> None:
+    """add's cost is money_sum(cost, added), spelt the same (its exponent too); a sum
+    that cannot be exact raises money_sum's ValueError, naming the sum."""
+    from statemachine._money import money_sum
+
+    spent = Spend.model_construct(cost=held)
+    try:
+        expected = money_sum(held, added)
+    except ValueError as error:
+        with pytest.raises(ValueError, match=re.escape(str(error))):
+            spent.add(cost=added)
+        return
+    total = spent.add(cost=added).cost
+    assert str(total) == str(expected)
+    assert total.as_tuple() == expected.as_tuple()
