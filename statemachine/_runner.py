@@ -580,7 +580,9 @@ class Runner(Generic[C, D]):
             keys = None
         if told.metered:
             self._metrics.transition(before, after, took, count_waits=self._checkpointer is None)
-        elif self._checkpointer is None:
+        elif self._checkpointer is None and (
+            isinstance(before, AwaitApproval) or isinstance(after, AwaitApproval)
+        ):  # the only phases Instruments.waits counts
             self._metrics.waits(before, after)
         if told.events_wanted():
             log.info(

@@ -8,6 +8,7 @@ the run's logger was bound with (``_runner._Told``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ from statemachine import (
     Pending,
     Runner,
     _observe,
+    _phases,
     _runner,
     _runtime,
     read_tool,
@@ -368,3 +370,45 @@ async def test_tools_see_the_same_context_with_the_context_made_once(
     assert fast == plain
     assert [count for _, _, count in fast] == ([2, 5, 8] if contexts_change else [None] * 3)
     assert all(kind is trace.NonRecordingSpan and caller for kind, caller, _ in fast)
+
+
+_PHASE_KINDS = [
+    _phases.Planning,
+    _phases.AwaitApproval,
+    _phases.ToolCalling,
+    _phases.Observing,
+    _phases.Retrying,
+    _phases.ModelRetrying,
+    _phases.Failed,
+    _phases.Done,
+]
+
+
+@pytest.mark.parametrize("before_kind", _PHASE_KINDS)
+@pytest.mark.parametrize("after_kind", _PHASE_KINDS)
+def test_waits_counts_only_transitions_from_or_to_an_approval(
+    before_kind: type[Any], after_kind: type[Any]
+) -> None:
+    """The runner calls ``Instruments.waits`` only when one of the two phases is an
+    ``AwaitApproval``: for any other pair (both marked waiting, as a subclass could make
+    them) it counts nothing, so skipping the call changes nothing."""
+
+    class _Call:
+        name = "_book"
+
+    class _Agent:
+        name = "desk"
+
+    def waiting(kind: type[Any]) -> Any:
+        phase = object.__new__(kind)
+        for field, value in (("waiting", True), ("call", _Call()), ("agent", _Agent())):
+            with contextlib.suppress(AttributeError):  # a field the kind does not have
+                object.__setattr__(phase, field, value)
+        return phase
+
+    instruments = _observe.Instruments(metrics.NoOpMeter("m"))
+    instruments._wait(None, "desk", "_book", 1)  # something to take away
+    instruments.waits(waiting(before_kind), waiting(after_kind))
+    counted = dict(instruments._waiting[None])
+    if _phases.AwaitApproval not in (before_kind, after_kind):
+        assert counted == {("desk", "_book"): 1}
