@@ -28,6 +28,7 @@ from statemachine import (
     write_tool,
 )
 from statemachine.persist import dump_phase, load_phase
+from statemachine.persist._codec import DOCUMENT_VERSION
 from statemachine.testing import ScriptedGate, ScriptedModel, reply
 
 pytestmark = pytest.mark.anyio
@@ -98,12 +99,12 @@ async def test_a_long_run_written_before_chunks_loads_whole(store_path: Path) ->
     assert len(final.loop.actions) == 40
     assert [a.outcome for a in final.loop.actions] == ["ok"] * 40
     assert seq == 40 * 3 + 3
-    # Dumped again, it is the document that was stored in today's format (version 2):
+    # Dumped again, it is the document that was stored in today's format (version 2 on):
     # the same JSON, field by field, but for each full chunk of 32 messages or actions,
     # held as one string, their JSON text (each item as the list of its values).
     assert document["version"] == 1
     again = dump_phase(final)
-    assert again["version"] == 2
+    assert again["version"] == DOCUMENT_VERSION
     fields = dict(document["fields"])
     fields["transcript"] = packed(fields["transcript"])
     fields["loop"] = {**fields["loop"], "actions": packed(fields["loop"]["actions"])}
@@ -143,7 +144,7 @@ async def test_a_waiting_run_written_before_chunks_resumes_to_done(store_path: P
         assert len(resumed.final.loop.actions) == 13
         # The resumed run's checkpoints load again, in today's format.
         _, document = await store.load("waiting")
-    assert document["version"] == 2
+    assert document["version"] == DOCUMENT_VERSION
     again = phase_of(document, looker(), "waiting")
     assert isinstance(again, Done)
     assert len(list(again.transcript)) == 1 + 2 * 13 + 1

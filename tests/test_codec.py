@@ -264,15 +264,30 @@ def test_awkward_json_values_in_an_output_come_back_as_they_were() -> None:
 
 
 def test_the_document_is_json_values_with_the_documented_header() -> None:
-    """Version, kind, class path and agent name head the document; calls carry their hash."""
+    """Version, kind, class path, agent name and the agent's phases head the document;
+    calls carry their hash."""
     phase = constructed()[3]
     document = loads(dumps(dump_phase(phase)))
+    assert list(document) == ["version", "kind", "class", "agent", "phases", "fields"]
     assert {k: document[k] for k in ("version", "kind", "class", "agent")} == {
-        "version": 2,
+        "version": 3,
         "kind": "ToolCalling",
         "class": "statemachine._phases:ToolCalling",
         "agent": "desk",
     }
+    # Every kind the agent's phases may be in: its class and the fields its document holds.
+    phases = document["phases"]
+    assert list(phases) == [
+        *("Idle", "Planning", "AwaitApproval", "ToolCalling", "Observing", "Retrying"),
+        *("ModelRetrying", "Responding", "Failed", "Done"),
+    ]
+    assert phases["ToolCalling"] == ["statemachine._phases:ToolCalling", list(document["fields"])]
+    for kind, (path, names) in phases.items():
+        cls = _codec._import(path)
+        assert cls.kind == kind
+        assert names == [
+            f.name for f in attrs.fields(cls) if f.init and f.alias not in ("agent", "ticket")
+        ]
     call = document["fields"]["call"]
     assert call["type"] == "approved"
     assert call["tool"] == "book"
@@ -376,7 +391,7 @@ def test_an_older_schema_version_is_refused_as_older() -> None:
         CheckpointMismatchError,
         match=exactly(
             "checkpoint: the phase document is from an older schema (version 0) and this "
-            "library reads versions 1 to 2; resume it with the statemachine release that wrote it, "
+            "library reads versions 1 to 3; resume it with the statemachine release that wrote it, "
             "or migrate it"
         ),
     ):
@@ -384,8 +399,8 @@ def test_an_older_schema_version_is_refused_as_older() -> None:
 
 
 def test_a_newer_schema_version_is_refused_as_newer() -> None:
-    """Version 3 asks for an upgrade."""
-    document = document_of(constructed()[0]) | {"version": 3}
+    """Version 4 asks for an upgrade."""
+    document = document_of(constructed()[0]) | {"version": 4}
     with pytest.raises(CheckpointMismatchError, match=r"newer schema .* upgrade statemachine"):
         load_phase(document, agents={"desk": AGENT})
 
@@ -684,7 +699,7 @@ def test_a_version_2_document_loads_the_phase_it_was_dumped_from(
         loop = _looked(loop, n)
     phase = hand_built(Planning, agent=AGENT, ctx=TRIP, transcript=transcript, loop=loop)
     document = loads(dumps(dump_phase(phase)))
-    assert document["version"] == 2
+    assert document["version"] == _codec.DOCUMENT_VERSION
     written, records = document["fields"]["transcript"], document["fields"]["loop"]["actions"]
     for items, plain in ((written, list(transcript)), (records, list(loop.actions))):
         full = (len(plain) - 1) // 32 if plain else 0
@@ -773,7 +788,7 @@ def test_successive_phases_dump_as_ops_that_pack_full_chunks() -> None:
             _apply(rebuilt, loads(dumps(ops)))
             assert dumps(rebuilt) == dumps(document)
         before = loads(dumps(document))
-    assert {"append", "splice", "pack", "set"} <= kinds
+    assert {"append", "splice", "pack", "merge"} <= kinds
 
 
 @pytest.mark.parametrize(
@@ -812,3 +827,247 @@ def test_a_reader_of_the_document_sees_every_message_and_record_as_an_object() -
     shown = fields(loads(dumps(dump_phase(phase))))
     assert shown["transcript"] == [message.model_dump(mode="json") for message in transcript]
     assert shown["loop"]["actions"] == [record.model_dump() for record in loop.actions]
+
+
+# --- version 3: a phase change is one op ------------------------------------------------
+
+
+def respent(phase: Phase[Any], spent: Spend) -> Phase[Any]:
+    """``phase`` with another spend (a new phase: phases are not copied)."""
+    values = {
+        f.alias: getattr(phase, f.name) for f in attrs.fields(type(phase)) if f.alias != "ticket"
+    }
+    return hand_built(type(phase), **{**values, "spent": spent})
+
+
+spends = st.builds(
+    Spend,
+    tokens=st.integers(0, 3),
+    cost=st.sampled_from([Decimal("0"), Decimal("0.0300"), Decimal("0.03"), Decimal("1E+1")]),
+    tool_calls=st.integers(0, 2),
+    model_calls=st.integers(0, 2),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(walk=st.lists(st.tuples(st.integers(0, 10), spends | st.none()), min_size=2, max_size=10))
+def test_a_walk_over_phase_kinds_dumps_as_dump_phase_and_one_op_per_change(
+    walk: list[tuple[int, Spend | None]],
+) -> None:
+    """Any succession of phases (every kind, the same kind again, the same phase again,
+    spends that differ in some of their fields): the dumper's document is dump_phase's,
+    its ops (through JSON) rebuild it exactly from the one before, and a change of kind
+    is the one ``phase`` op, never the fields' drops and order."""
+    from statemachine.persist._delta import PhaseDumper, _apply
+
+    phases = constructed()
+    dumper = PhaseDumper()
+    before: dict[str, Any] | None = None
+    phase: Phase[Any] = phases[0]
+    for index, spent in walk:
+        phase = phases[index] if spent is None else respent(phases[index], spent)
+        document, ops = dumper.dump(phase)
+        assert dumps(document) == dumps(dump_phase(phase))
+        if before is not None:
+            assert ops is not None
+            rebuilt = copy.deepcopy(before)
+            _apply(rebuilt, loads(dumps(ops)))
+            assert dumps(rebuilt) == dumps(document)
+            names = [op[0] for op in ops]
+            assert "order" not in names
+            assert "drop" not in names
+            assert ["set", ["kind"], phase.kind] not in ops
+            moved = before["kind"] != document["kind"]
+            assert (["phase", phase.kind] in ops) is moved
+        before = loads(dumps(document))
+    assert before is not None
+    assert load_phase(before, agents={"desk": AGENT}) == phase
+
+
+@attrs.frozen(kw_only=True)
+class Checking(Planning[Any]):
+    """A planning phase of the program's own, with a field of its own."""
+
+    note: str = ""
+
+
+def test_a_phase_class_of_the_program_s_own_changes_by_the_phase_op() -> None:
+    from statemachine.persist._delta import PhaseDumper, _apply
+
+    agent: Agent[Any] = Agent(name="desk", tools=[weather, book], phases=Phases(planning=Checking))
+    idle = hand_built(Idle, agent=agent, ctx=TRIP, input="hello")
+    checking = hand_built(Checking, agent=agent, ctx=TRIP, note="first")
+    dumper = PhaseDumper()
+    first, _ = dumper.dump(idle)
+    assert first["phases"]["Planning"] == [
+        "test_codec:Checking",
+        [
+            *("ctx", "transcript", "spent", "step", "loop", "pending", "invalid_streak"),
+            *("model_attempt", "model_choice", "note"),
+        ],
+    ]
+    second, ops = dumper.dump(checking)
+    assert ops is not None
+    assert ops[-1] == ["phase", "Planning"]
+    rebuilt = loads(dumps(first))
+    _apply(rebuilt, loads(dumps(ops)))
+    assert dumps(rebuilt) == dumps(second) == dumps(dump_phase(checking))
+    assert load_phase(rebuilt, agents={"desk": agent}) == checking
+
+
+def test_a_document_naming_other_phases_is_not_gone_on_from() -> None:
+    """A loaded document whose phases are not the agent's (its Phases changed since):
+    the dumper gives no ops from it (the store diffs), and dumps in full."""
+    from statemachine.persist._delta import PhaseDumper
+
+    phase = constructed()[1]
+    document = loads(dumps(dump_phase(phase)))
+    document["phases"]["Planning"][0] = "elsewhere:Planning"
+    dumper = PhaseDumper()
+    dumper.start_from(phase, document)
+    dumped, ops = dumper.dump(constructed()[2])
+    assert ops is None
+    assert dumps(dumped) == dumps(dump_phase(constructed()[2]))
+    dumper.start_from(phase, loads(dumps(dump_phase(phase))))
+    assert dumper.dump(constructed()[2])[1] is not None
+
+
+def test_a_phase_the_document_s_phases_do_not_name_changes_key_by_key() -> None:
+    """A document whose phases lack the kind (or name another class or other fields for
+    it) cannot take the phase op: the kind, the class, the drops and the order are
+    written as before, and rebuild the document exactly."""
+    from statemachine.persist._delta import PhaseDumper, _apply
+
+    phases = constructed()
+    dumper = PhaseDumper()
+    document, _ = dumper.dump(phases[1])
+    dumper.start_from(phases[1], document)
+    del document["phases"]["ToolCalling"]  # only this test's copy: dump_phase's is fresh
+    later, ops = dumper.dump(phases[3])
+    assert ops is not None
+    names = [op[0] for op in ops]
+    assert "phase" not in names
+    assert {"drop", "order"} <= set(names)
+    assert ["set", ["kind"], "ToolCalling"] in ops
+    rebuilt = loads(dumps(document))
+    _apply(rebuilt, loads(dumps(ops)))
+    assert rebuilt["fields"] == later["fields"]
+    assert list(rebuilt["fields"]) == list(later["fields"])
+
+
+@pytest.mark.parametrize(
+    ("ops", "error"),
+    [
+        ([["phase", "Unknown"]], KeyError),
+        ([["phase", ["Planning"]]], TypeError),
+        ([["phase", "Broken"]], TypeError),
+        ([["phase", "Bare"]], TypeError),
+        ([["phase", "Wider"]], KeyError),
+        ([["merge", ["fields"], ["step", 2]]], TypeError),
+        ([["merge", ["fields", "step"], {"a": 1}]], TypeError),
+        ([["merge", ["nowhere"], {"a": 1}]], KeyError),
+    ],
+)
+def test_a_phase_or_merge_op_that_does_not_fit_is_refused(
+    ops: list[Any], error: type[Exception]
+) -> None:
+    from statemachine.persist._delta import _apply
+
+    document: dict[str, Any] = {
+        "kind": "Idle",
+        "class": "a:Idle",
+        "phases": {
+            "Planning": ["a:Planning", ["step"]],
+            "Broken": "a:Broken",
+            "Bare": ["a:Bare", "step"],
+            "Wider": ["a:Wider", ["step", "call"]],
+        },
+        "fields": {"step": 1, "input": "hi"},
+    }
+    with pytest.raises(error):
+        _apply(document, ops)
+    _apply(document, [["merge", ["fields"], {"step": 2, "input": "yo"}], ["phase", "Planning"]])
+    assert document == {
+        **document,
+        "kind": "Planning",
+        "class": "a:Planning",
+        "fields": {"step": 2},
+    }
+    assert list(document) == ["kind", "class", "phases", "fields"]
+
+
+# --- the dumper's shortcuts against the plain ways ---------------------------------------
+
+texts = st.text(max_size=6) | st.sampled_from(["ok", "", "0", "é", "\x00"])
+
+
+class Word(str):
+    """Text of a subclass: encoded as plain text."""
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.tuples(texts, texts, texts, texts, texts, texts),
+    effect=st.sampled_from(["read", "write", Word("read")]),
+    outcome=st.sampled_from(["pending", "ok", "failed", Word("ok")]),
+    gain=st.none() | st.integers(-3, 3) | st.floats(allow_nan=False, allow_infinity=False),
+)
+def test_an_action_record_encodes_as_its_plain_dump_encodes(
+    values: tuple[str, ...], effect: str, outcome: str, gain: float | None
+) -> None:
+    """The codec's short way for an action record (its fields, text kept, the rest
+    encoded) gives what the long way gives: the record as pydantic dumps it, encoded."""
+    from pydantic_core import to_jsonable_python
+
+    from statemachine._actions import ActionRecord
+
+    call_id, tool, exact, key, text, result = values
+    record = ActionRecord(
+        call_id=call_id or "c",
+        tool=tool or "t",
+        effect=effect,
+        exact=exact,
+        key=key,
+        text=text,
+        outcome=outcome,
+        result=result,
+        gain=gain,
+    )
+    short = _codec._encode(record)
+    plain = _codec._encode(to_jsonable_python(record))
+    assert exact_json(short) == exact_json(plain)
+    assert [type(value) for value in short.values()] == [type(value) for value in plain.values()]
+
+
+def exact_json(value: Any) -> str:
+    from statemachine._json import fingerprint
+
+    return fingerprint(value)
+
+
+encodings = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-2, 2)
+    | st.sampled_from([Decimal("1.5"), Decimal("1.50"), Decimal("0"), Decimal("-0")])
+    | texts,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["a", "b", "$decimal", "$float"]), inner, max_size=5)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(first=encodings, second=encodings)
+def test_the_dumper_s_comparison_is_the_fingerprints(first: Any, second: Any) -> None:
+    """Two encodings are the same exactly when their exact fingerprints are (1 and True,
+    1.5 and 1.50, key order all differ), also for the small objects compared in Python."""
+    from statemachine._json import fingerprint
+    from statemachine.persist._delta import _same
+
+    for a, b in ((first, second), (first, copy.deepcopy(first)), (second, second)):
+        assert _same(a, b) is (fingerprint(a) == fingerprint(b))
+    reordered = dict(reversed(first.items())) if isinstance(first, dict) else first
+    assert _same(first, reordered) is (fingerprint(first) == fingerprint(reordered))

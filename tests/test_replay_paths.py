@@ -18,12 +18,21 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
-from statemachine import CheckpointCipher, CheckpointTamperedError, SQLiteCheckpointer
+from statemachine import (
+    Agent,
+    CheckpointCipher,
+    CheckpointTamperedError,
+    Runner,
+    SQLiteCheckpointer,
+    read_tool,
+)
 from statemachine._json import dumps, loads
 from statemachine.persist._chain import _Chain, _last_link, _link, _loads
 from statemachine.persist._protocol import RunRecord
 from statemachine.persist._rows import _DIGEST, _Row, _system_clock
+from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
 
 KEY = CheckpointCipher({"k1": bytes(range(32))}, "k1")
 
@@ -190,4 +199,77 @@ async def test_a_changed_delta_after_the_snapshot_is_still_refused(tmp_path: Pat
     db.close()
     async with SQLiteCheckpointer(path, snapshot_every=50) as store:
         with pytest.raises(CheckpointTamperedError, match="checkpoint 3"):
+            await store.load("r")
+
+
+class LookupArgs(BaseModel):
+    key: str
+
+
+@read_tool
+async def lookup(args: LookupArgs) -> dict[str, str]:
+    """Look a key up."""
+    return {"key": args.key}
+
+
+async def _real_run(path: Path, sealer: CheckpointCipher | None) -> list[tuple[int, bytes]]:
+    """A real run of 5 lookups (18 checkpoints: a snapshot, then deltas), its rows."""
+    agent = Agent[None](name="looker", tools=[lookup], max_steps=100)
+    turns = [tool_call("lookup", {"key": f"k{n}"}) for n in range(5)] + [reply("done")]
+    async with SQLiteCheckpointer(path, sealer=sealer) as store:
+        runner = Runner(agent, model=ScriptedModel(turns), gate=AutoDenyGate(), checkpointer=store)
+        assert (await runner.run(None, "go", run_id="r")).ok
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute("SELECT seq, blob FROM checkpoints WHERE run_id = 'r' ORDER BY seq")
+        return [(seq, bytes(blob)) for seq, blob in rows]
+    finally:
+        db.close()
+
+
+def _changed(path: Path, seq: int, blob: bytes) -> None:
+    db = sqlite3.connect(path)
+    db.execute("UPDATE checkpoints SET blob = ? WHERE run_id = 'r' AND seq = ?", (blob, seq))
+    db.commit()
+    db.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "edit",
+    [(b'["phase","Observing"]', b'["phase","Retrying"]'), (b'{"step":', b'{"stop":')],
+    ids=["phase", "merge"],
+)
+async def test_a_changed_version_3_delta_is_refused(
+    tmp_path: Path, edit: tuple[bytes, bytes]
+) -> None:
+    """A real run's deltas change the phase with one op (format version 3): one whose
+    ``phase`` op names another kind, or whose ``merge`` sets another field, is refused
+    as any changed checkpoint is, by load and by verify, naming it."""
+    path = tmp_path / "runs.db"
+    rows = await _real_run(path, None)
+    assert [seq for seq, blob in rows if b'"kind":"full"' in blob] == [0]
+    ops = [op for _, blob in rows[1:] for op in json.loads(blob[_DIGEST:])["ops"]]
+    assert ["phase", "ToolCalling"] in ops  # a phase change is one op, not these:
+    assert not [op for op in ops if op[0] in ("drop", "order") or op[1] in (["kind"], ["class"])]
+    seq, blob = next((seq, blob) for seq, blob in rows if edit[0] in blob)
+    _changed(path, seq, blob.replace(edit[0], edit[1], 1))
+    async with SQLiteCheckpointer(path) as store:
+        with pytest.raises(CheckpointTamperedError, match=f"checkpoint {seq} "):
+            await store.load("r")
+        with pytest.raises(CheckpointTamperedError, match=f"checkpoint {seq} "):
+            await store.verify("r")
+
+
+@pytest.mark.anyio
+async def test_a_changed_sealed_version_3_delta_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    rows = await _real_run(path, KEY)
+    async with SQLiteCheckpointer(path, sealer=KEY) as store:
+        _, document = await store.load("r")
+    assert document["kind"] == "Done"
+    seq, blob = rows[7]
+    _changed(path, seq, blob[:-1] + bytes([blob[-1] ^ 1]))
+    async with SQLiteCheckpointer(path, sealer=KEY) as store:
+        with pytest.raises(CheckpointTamperedError, match=f"checkpoint {seq} "):
             await store.load("r")

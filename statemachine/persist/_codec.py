@@ -3,8 +3,13 @@
 :func:`dump_phase` turns any phase into a document of JSON values (and ``Decimal``,
 which :func:`statemachine.dumps` writes as an exact JSON number)::
 
-    {"version": 1, "kind": "Observing", "class": "statemachine._phases:Observing",
-     "agent": "travel", "fields": {"ctx": ..., "transcript": [...], "call": ..., ...}}
+    {"version": 3, "kind": "Observing", "class": "statemachine._phases:Observing",
+     "agent": "travel", "phases": {"Planning": ["statemachine._phases:Planning",
+     ["ctx", "transcript", ...]], ...}, "fields": {"ctx": ..., "transcript": [...], ...}}
+
+``phases`` names, for every kind the agent's phases may be in, the class and the fields
+the document of such a phase holds, in order (the agent's, not the run's: the same in
+every document of the agent), so that a delta changes the phase by naming its kind.
 
 :func:`load_phase` rebuilds the phase for one of the ``agents`` given, checking as it
 goes: the agent, the phase class (the one the agent's ``Phases`` names for that kind),
@@ -62,7 +67,7 @@ from .._errors import (
 from .._governor import LoopState
 from .._guard import Parsed, Repair
 from .._model import Message, ToolRequest, Transcript
-from .._phases import Agent, AnyPhase, Done, Failed, Phase
+from .._phases import Agent, AnyPhase, Done, Failed, Phase, Phases
 from .._schema import Diagnostic
 from .._seal import _UNSAVED, _Ticket
 from .._tools import ReadCall, ReadTool, WriteCall, WriteTool
@@ -72,10 +77,12 @@ __all__ = ["check_resumable", "DOCUMENT_VERSION", "dump_phase", "load_phase"]
 
 C = TypeVar("C")
 
-DOCUMENT_VERSION: Final = 2
+DOCUMENT_VERSION: Final = 3
 # Version 1 (before 2026-12-02) held every message and action record as an object;
-# version 2 holds each full chunk of 32 as one string, its JSON text. Both load.
-_READABLE: Final = (1, 2)
+# version 2 holds each full chunk of 32 as one string, its JSON text; version 3 also
+# names the agent's phase classes and their fields (``phases``), so that a delta changes
+# the phase with one op. All three load.
+_READABLE: Final = (1, 2, 3)
 
 # The phase field that ``Phases`` names the class of each kind; Failed and Done are final.
 _ROLES: Final = {
@@ -387,8 +394,31 @@ def dump_phase(phase: Phase[Any]) -> dict[str, Any]:
         "kind": phase.kind,
         "class": _class_path(cls),
         "agent": phase.agent.name,
+        "phases": _copied(_phase_table(phase.agent.phases)),
         "fields": fields,
     }
+
+
+@functools.lru_cache(maxsize=64)
+def _phase_table(phases: Phases[Any]) -> dict[str, list[Any]]:
+    """The ``phases`` of a version 3 document: for each kind an agent's phases may be in,
+    the class and the fields :func:`dump_phase` writes, in its order. A delta changes the
+    phase with ``["phase", kind]`` (see ``_delta._apply``). Never changed: copy it."""
+    classes = [getattr(phases, role) for role in _ROLES.values()]
+    return {
+        cls.kind: [_class_path(cls), list(_field_names(cls))] for cls in (*classes, Failed, Done)
+    }
+
+
+def _copied(table: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """A table of :func:`_phase_table` that its reader may change."""
+    return {kind: [path, list(names)] for kind, (path, names) in table.items()}
+
+
+@functools.lru_cache(maxsize=256)
+def _field_names(cls: type[Phase[Any]]) -> tuple[str, ...]:
+    """The fields :func:`dump_phase` writes for ``cls``, in its order."""
+    return tuple(f.name for f in attrs.fields(cls) if f.init and f.name not in _UNSAVED)
 
 
 def _dump_field(cls: type[Any], field: attrs.Attribute[Any], value: Any) -> Any:

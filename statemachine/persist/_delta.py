@@ -5,12 +5,21 @@ checkpoint before::
 
     {"kind": "full",  "document": {...}}
     {"kind": "delta", "ops": [["set", path, value], ["append", path, items],
-                              ["drop", path], ["order", path, keys]]}
+                              ["drop", path], ["order", path, keys], ...]}
 
 A path leads through objects up to three levels deep (``["fields", "loop",
 "actions"]``). A list is diffed item by item: one that grew (a transcript) is stored
 as the items appended, one whose last item changed (an action settled) as a splice,
 a sliding window as a shift, so the bytes per transition stay flat as a run grows.
+
+Version 3 (2026-12-02) adds two ops, so that a transition's delta holds what changed
+and little else: ``["merge", path, {key: value, ...}]`` sets several entries of the
+object at ``path`` (the phase's fields, a spend's counts, a settled record's outcome)
+with one path, and ``["phase", kind]`` changes the phase to one of kind ``kind``, of
+the class and fields the document's ``phases`` name for it: the kind and class are
+set, the fields the new phase has not are dropped and the rest put in its order (its
+new fields are set by the ops before it). Every older op still applies, so stores
+written before replay as they did.
 
 The ops come from two producers: :func:`_diff`, which compares two documents (by the
 fingerprints of the first, :func:`_seen_of`), and :class:`PhaseDumper`, which dumps each
@@ -49,9 +58,11 @@ from ._codec import (
     _SCALARS,
     DOCUMENT_VERSION,
     _class_path,
+    _copied,
     _dump_field,
     _dump_transcript,
     _encode,
+    _phase_table,
     dump_phase,
 )
 from ._protocol import Document
@@ -160,9 +171,17 @@ def _apply(document: Document, ops: Any) -> None:
     for op in ops:
         name, path = op[0], op[1]
         target: Any = document
-        if name == "order":
+        if name == "phase":
+            _phase(document, path)
+            continue
+        if name == "order" or name == "merge":
             for key in path:
                 target = target[key]
+            if name == "merge":
+                if type(target) is not dict or type(op[2]) is not dict:
+                    raise TypeError(f"merge at {path!r} needs an object into an object")
+                target.update(op[2])
+                continue
             if set(op[2]) != set(target):
                 raise ValueError("the order names other keys than the object has")
             items = {key: target[key] for key in op[2]}
@@ -195,6 +214,24 @@ def _apply(document: Document, ops: Any) -> None:
             del target[last]
         else:
             raise ValueError(f"unknown op {name!r}")
+
+
+def _phase(document: Document, kind: Any) -> None:
+    """The ``phase`` op of version 3: the document's phase becomes one of kind ``kind``,
+    of the class and fields its ``phases`` names for that kind. The fields of the phase
+    before that the new one has not are dropped, and the rest put in that order; every
+    field it names is there already (set by the ops before)."""
+    entry = document["phases"][kind]
+    fields = document["fields"]
+    if not (type(entry) is list and len(entry) == 2 and type(entry[0]) is str):
+        raise TypeError(f"the phases of the document name no class for {kind!r}")
+    names = entry[1]
+    if type(names) is not list or type(fields) is not dict:
+        raise TypeError(f"the phases of the document name no fields for {kind!r}")
+    kept = {name: fields[name] for name in names}  # a KeyError if one is not there
+    document["kind"], document["class"] = kind, entry[0]
+    fields.clear()
+    fields.update(kept)
 
 
 def _pack(items: Any, at: Any, count: Any, keys: Any, path: Any) -> None:
@@ -335,20 +372,20 @@ def _fields_changed(
     path: list[Any],
     offset: int,
 ) -> tuple[list[Any], list[list[Any]]] | None:
-    """The tail's encodings with the items ``rest`` replaced from ``start`` on, and a
-    ``set`` op for each field that changed (``[*path, position, field]``); ``None`` when
-    an item changed in more than its fields' values (then splice it)."""
+    """The tail's encodings with the items ``rest`` replaced from ``start`` on, and for
+    each item the op that sets its fields that changed (``[*path, position]``: see
+    :func:`_merge`); ``None`` when an item changed in more than its fields' values (then
+    splice it)."""
     items = list(encoded)
     ops: list[list[Any]] = []
     for at in range(start, len(tail)):
         if rest[at] is tail[at]:
             continue
         new, old = _encode(rest[at]), items[at]
-        if type(new) is not dict or type(old) is not dict or list(new) != list(old):
+        changed = _parts(new, old)
+        if changed is None:
             return None
-        for key, value in new.items():
-            if not _same(value, old[key]):
-                ops.append(["set", [*path, offset + at, key], value])
+        _merge(ops, [*path, offset + at], changed)
         items[at] = new
     return items, ops
 
@@ -380,11 +417,47 @@ def _same(encoded: Any, before: Any) -> bool:
     """Whether two encodings are the same JSON, exactly (1, 1.0, True and 1.00 differ)."""
     if encoded is before:
         return True
-    if type(encoded) is not type(before):
+    kind = type(encoded)
+    if kind is not type(before):
         return False
-    if type(encoded) is str or type(encoded) is int:
+    if kind is str or kind is int:
         return bool(encoded == before)
+    if kind is dict and len(encoded) <= _SMALL:  # a spend, a call, a $-tagged number
+        return (
+            len(encoded) == len(before)
+            and list(encoded) == list(before)
+            and all(map(_same, encoded.values(), before.values()))
+        )
     return _json.fingerprint(encoded) == _json.fingerprint(before)
+
+
+# Objects of up to this many entries are compared entry by entry, in Python; larger ones
+# (and lists, numbers) by their fingerprints, written in C.
+_SMALL: Final = 4
+
+
+def _parts(new: Any, old: Any) -> dict[str, Any] | None:
+    """The entries of the object ``new`` that differ from ``old``'s, when both are
+    objects of the same keys in the same order; ``None`` otherwise."""
+    if type(new) is not dict or type(old) is not dict or list(new) != list(old):
+        return None
+    return {key: value for key, value in new.items() if not _same(value, old[key])}
+
+
+def _merge(ops: list[list[Any]], path: list[Any], changed: dict[str, Any]) -> None:
+    """The op that sets the entries ``changed`` of the object at ``path``: none, a
+    ``set`` of the one, or a ``merge`` of them all (version 3: one op, one path)."""
+    if len(changed) == 1:
+        ((key, value),) = changed.items()
+        ops.append(["set", [*path, key], value])
+    elif changed:
+        ops.append(["merge", path, changed])
+
+
+@functools.cache
+def _names(cls: type[LoopState]) -> tuple[str, ...]:
+    """The fields of a loop memory class, in order (``model_fields`` builds a dict)."""
+    return tuple(cls.model_fields)
 
 
 def _loop_change(
@@ -392,7 +465,8 @@ def _loop_change(
 ) -> dict[str, Any]:
     """``new``'s encoding from ``old``'s, field by field; the ops go to ``ops``."""
     result: dict[str, Any] = {}
-    for name in type(new).model_fields:
+    merged: dict[str, Any] = {}  # the fields set whole
+    for name in _names(type(new)):
         value, before = getattr(new, name), getattr(old, name)
         if value is before:
             result[name] = encoded[name]
@@ -411,7 +485,8 @@ def _loop_change(
         if _same(result[name], encoded[name]):
             result[name] = encoded[name]
         else:
-            ops.append(["set", path, result[name]])
+            merged[name] = result[name]
+    _merge(ops, ["fields", "loop"], merged)
     return result
 
 
@@ -449,13 +524,23 @@ class PhaseDumper:
 
     def start_from(self, phase: Phase[Any], document: dict[str, Any]) -> None:
         """Go on from ``phase``, whose document (as :func:`dump_phase` writes it, with any
-        keys of the caller's beside) is ``document``: the next :meth:`dump` gives ops."""
+        keys of the caller's beside) is ``document``: the next :meth:`dump` gives ops
+        (unless ``document`` names other phases than ``phase``'s agent has: then none)."""
+        if document.get("phases") != _phase_table(phase.agent.phases):
+            self.forget()
+            return
         self._phase, self._document = phase, document
 
     def dump(self, phase: Phase[Any]) -> tuple[dict[str, Any], list[list[Any]] | None]:
         """``dump_phase(phase)``, and the ops from the previous document (``None``: first)."""
         old, before = self._phase, self._document
-        if old is None or before is None or not isinstance(phase, Phase):
+        if (
+            old is None
+            or before is None
+            or before.get("version") != DOCUMENT_VERSION
+            or "phases" not in before
+            or not isinstance(phase, Phase)
+        ):
             document, ops = dump_phase(phase), None
         else:
             document, ops = self._change(old, before, phase)
@@ -466,52 +551,91 @@ class PhaseDumper:
     def _change(
         old: Phase[Any], before: dict[str, Any], phase: Phase[Any]
     ) -> tuple[dict[str, Any], list[list[Any]]]:
-        cls = type(phase)
+        cls, agent = type(phase), phase.agent
         ops: list[list[Any]] = []
         document: dict[str, Any] = {
             "version": DOCUMENT_VERSION,
             "kind": phase.kind,
             "class": _class_path(cls),
-            "agent": phase.agent.name,
+            "agent": agent.name,
+            "phases": before["phases"]
+            if agent.phases is old.agent.phases
+            else _copied(_phase_table(agent.phases)),
         }
+        moved = False  # another kind or class: the fields change with it
         for key, value in document.items():
-            if before.get(key) != value or key not in before:
-                ops.append(["set", [key], value])
-            else:
-                document[key] = before[key]
-        fields_before: dict[str, Any] = before["fields"]
-        fields: dict[str, Any] = {}
-        changed: list[list[Any]] = []
-        for field in _dumped_fields(cls):
-            name = field.name
-            value = getattr(phase, name)
-            path = ["fields", name]
-            if name not in fields_before:
-                fields[name] = _dump_field(cls, field, value)
-                changed.append(["set", path, fields[name]])
+            previous = before.get(key)
+            if previous is value:
                 continue
-            previous = getattr(old, name, _FAILED)
-            encoded = fields_before[name]
-            if value is previous and name in _SAME_BY_IDENTITY:
-                fields[name] = encoded
-            elif name == "transcript" and isinstance(previous, Sequence):
-                fields[name], changes = _transcript_change(previous, encoded, value, path)
-                changed.extend(changes)
-            elif name == "loop" and type(value) is LoopState and type(previous) is LoopState:
-                fields[name] = _loop_change(previous, encoded, value, changed)
+            if previous == value:
+                document[key] = previous
+            elif key == "kind" or key == "class":
+                moved = True
             else:
-                fields[name] = _dump_field(cls, field, value)
-                # An immutable value that is not the same object has changed, nearly always:
-                # comparing would cost more than the op. Others may be the same, changed in place.
-                if name not in _SAME_BY_IDENTITY and _same(fields[name], encoded):
-                    fields[name] = encoded
-                else:
-                    changed.append(["set", path, fields[name]])
+                ops.append(["set", [key], value])
+        fields_before: dict[str, Any] = before["fields"]
+        fields, merged = _fields_change(cls, old, fields_before, phase, ops)
+        document["fields"] = fields
+        if not moved and list(fields) == list(fields_before):
+            _merge(ops, ["fields"], merged)
+            return document, ops
+        kind = document["kind"]
+        entry = document["phases"].get(kind)
+        if entry is not None and entry[0] == document["class"] and entry[1] == list(fields):
+            _merge(ops, ["fields"], merged)  # the new fields first: the phase op orders them
+            ops.append(["phase", kind])
+            return document, ops
+        # A phase its document's phases do not name (written by other code): key by key.
+        ops.extend(["set", [key], document[key]] for key in ("kind", "class") if moved)
         ops.extend(["drop", ["fields", key]] for key in fields_before if key not in fields)
-        ops.extend(changed)
+        _merge(ops, ["fields"], merged)
         expected = [key for key in fields_before if key in fields]
         expected += [key for key in fields if key not in fields_before]
         if list(fields) != expected:
             ops.append(["order", ["fields"], list(fields)])
-        document["fields"] = fields
         return document, ops
+
+
+def _fields_change(
+    cls: type[Phase[Any]],
+    old: Phase[Any],
+    before: dict[str, Any],
+    phase: Phase[Any],
+    ops: list[list[Any]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``phase``'s fields encoded from ``old``'s (``before``) and the fields set whole;
+    the ops of the fields changed in part (lists, objects) go to ``ops``."""
+    fields: dict[str, Any] = {}
+    merged: dict[str, Any] = {}
+    for field in _dumped_fields(cls):
+        name = field.name
+        value = getattr(phase, name)
+        if name not in before:
+            fields[name] = merged[name] = _dump_field(cls, field, value)
+            continue
+        previous = getattr(old, name, _FAILED)
+        encoded = before[name]
+        if value is previous and name in _SAME_BY_IDENTITY:
+            fields[name] = encoded
+        elif name == "transcript" and isinstance(previous, Sequence):
+            fields[name], changes = _transcript_change(previous, encoded, value, ["fields", name])
+            ops.extend(changes)
+        elif name == "loop" and type(value) is LoopState and type(previous) is LoopState:
+            fields[name] = _loop_change(previous, encoded, value, ops)
+        else:
+            # Compared, also when not the same object (a value changed in place, an
+            # object of which only some entries changed: the spend, a context).
+            fields[name] = new = _dump_field(cls, field, value)
+            parts = _parts(new, encoded)
+            if parts is None:
+                if _same(new, encoded):
+                    fields[name] = encoded
+                else:
+                    merged[name] = new
+            elif not parts:
+                fields[name] = encoded
+            elif len(parts) < len(new):
+                _merge(ops, ["fields", name], parts)
+            else:
+                merged[name] = new
+    return fields, merged
