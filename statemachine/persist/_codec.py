@@ -52,7 +52,7 @@ import attrs
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from .. import _json
-from .._actions import _RECORD_FIELDS, ActionLog
+from .._actions import _RECORD_FIELDS, ActionLog, ActionRecord
 from .._approval import ApprovedCall, _approval_document, _approve, _restored_approval
 from .._budget import Spend
 from .._errors import (
@@ -206,6 +206,12 @@ def _encode(value: Any) -> Any:
         return value if _keeps(value) else {"$decimal": str(value)}
     if type(value) is Message:
         return value.model_dump(mode="json")
+    if type(value) is ActionRecord:  # its fields, text as it is, the gain encoded
+        record = value.model_dump()
+        for key, item in record.items():
+            if type(item) is not str:
+                record[key] = _encode(item)
+        return record
     if isinstance(value, BaseModel):
         plan = _plan(type(value))
         if plan is _Plan.TEXT:

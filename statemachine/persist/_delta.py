@@ -336,6 +336,8 @@ def _chunked_change(
     rest = new[kept * CHUNK :]
     same = 0
     if kept == len(chunks):
+        if type(rest) is tuple and _kept(tail, rest, 0, len(tail)):  # the tail is there
+            same = len(tail)
         while same < len(tail) and same < len(rest) and rest[same] is tail[same]:
             same += 1
         if same == len(tail) == len(rest):
