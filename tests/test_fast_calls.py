@@ -57,7 +57,7 @@ from statemachine._batch import _action, _queued, _take
 from statemachine._budget import Spend
 from statemachine._calling import _counted
 from statemachine._errors import BadArgumentsError
-from statemachine._fast import _deadline
+from statemachine._fast import _deadline, _messages
 from statemachine._fast._classes import _per_class
 from statemachine._graph import _successors_of
 from statemachine._model import Message, ToolRequest, Transcript
@@ -702,3 +702,51 @@ def test_a_replys_first_call_is_taken_as_from_the_queued_copy(
         assert _fields(fast) == _fields(plain)
         assert fast_rest == plain_rest
         fast_at, plain_at = _after(fast), _after(plain)
+
+
+def _c_writes_plain(value: Any) -> bool:
+    """``_c_writes_as_dumps`` as it was written before its dict loop read leaves itself."""
+    kind = type(value)
+    if kind is dict:
+        return all(isinstance(k, str) and _c_writes_plain(v) for k, v in value.items())
+    if kind is list or kind is tuple:
+        return all(_c_writes_plain(item) for item in value)
+    if kind in (str, int, float, bool, type(None), Decimal):
+        return True
+    return not isinstance(value, int | float | dict | list | tuple)
+
+
+class _Text(str):
+    pass
+
+
+class _Number(int):
+    pass
+
+
+_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=3)
+    | st.decimals(allow_nan=False)
+    | st.builds(_Number, st.integers())
+    | st.builds(_Text, st.text(max_size=3))
+    | st.just(b"x")
+    | st.just(object()),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=2) | st.builds(_Text, st.text(max_size=2)), inner)
+        | st.dictionaries(st.integers(), inner, max_size=2)
+    ),
+    max_leaves=8,
+)
+
+
+@given(_VALUES)
+def test_the_c_writer_check_reads_a_dicts_leaves_as_it_did(value: Any) -> None:
+    """``_c_writes_as_dumps`` (a dict's leaf values read in its own loop) says what the
+    recursive check said, for nested values with subclasses, bytes and keys of any kind."""
+    assert _messages._c_writes_as_dumps(value) == _c_writes_plain(value)

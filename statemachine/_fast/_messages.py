@@ -117,7 +117,10 @@ def _c_writes_as_dumps(value: Any) -> bool:
     kind = type(value)
     if kind is dict:
         for key, item in value.items():
-            if not isinstance(key, str) or not _c_writes_as_dumps(item):
+            if not isinstance(key, str):
+                return False
+            # A leaf is read here (a tool's result is mostly a flat dict), not by a call.
+            if type(item) not in _LEAVES and not _c_writes_as_dumps(item):
                 return False
         return True
     if kind is list or kind is tuple:
