@@ -45,6 +45,7 @@ __all__ = [
     "_asked_for",
     "_call_id",
     "_checked_call",
+    "_library_planning",
     "_queued",
     "_rejected",
     "_routed_head",
@@ -421,6 +422,17 @@ def _take_reply(
     )
 
 
+# The library's own Planning class, named by _phases as it defines it (_phases imports
+# this module, so this module does not import it).
+_PLANNING: list[type[Any]] = []
+
+
+def _library_planning(cls: type[P]) -> type[P]:
+    """Name ``cls`` as the library's ``Planning`` (a class decorator, used once)."""
+    _PLANNING.append(cls)
+    return cls
+
+
 # Whether a Planning class's queued copy is seen by nothing (_unseen_copy), per class.
 _UNSEEN: _PerClass[bool] = {}
 # What the way from a reply to its first call calls on the copy (or on the class).
@@ -437,15 +449,14 @@ def _unseen_copy(cls: type[Any]) -> bool:
     setting its slots (``_fast._attrs``: no validator, converter or factory of its own),
     has no ``__attrs_post_init__`` or ``__del__``, and overrides none of the methods that
     way calls (``_COPY_METHODS``)."""
-    from ._phases import Planning  # here: _phases imports this module
-
+    (planning,) = _PLANNING
     copier = _COPIERS.get(cls)
     if copier is None:
         copier = _COPIERS[cls] = _builder(cls, copy=True)
     return (
         copier is not _by_init
-        and type(cls) is type(Planning)
+        and type(cls) is type(planning)
         and not hasattr(cls, "__attrs_post_init__")
         and not hasattr(cls, "__del__")
-        and all(getattr(cls, name) is getattr(Planning, name) for name in _COPY_METHODS)
+        and all(getattr(cls, name) is getattr(planning, name) for name in _COPY_METHODS)
     )

@@ -70,6 +70,7 @@ from ._approval import (
 from ._batch import (
     _asked_for,
     _call_id,
+    _library_planning,
     _rejected,
     _routed_head,
     _skipped,
@@ -300,6 +301,7 @@ class Idle(Active[C]):
         return self.receive(self.input)
 
 
+@_library_planning
 @attrs.frozen(kw_only=True)
 class Planning(Active[C]):
     """The model decides: call a tool, ask to call a write tool, or answer.
