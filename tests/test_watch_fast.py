@@ -77,7 +77,6 @@ _KINDS: tuple[type[Phase[Any]], ...] = (
     AwaitApproval,
     Observing,
     Retrying,
-    Spend,
     ModelRetrying,
     Failed,
     Done,
