@@ -25,4 +25,9 @@ rule.
   ``anyio.CancelScope(deadline=...)`` in ``tests/test_fast_calls.py``, which also pins the
   call path's other shortcuts: a tool's call built by its slots, the governor's record
   made once, a reply queued in one copy, an answered call's spend in one step).
+- ``_classes._per_class``: what a class answers once (a phase class's successors), kept
+  by the class's id with a weak reference checked, instead of a ``WeakKeyDictionary``
+  (``test_successors_are_read_once_per_class_and_not_kept_past_it`` in
+  ``tests/test_fast_calls.py``, which also pins ``_batch._take_reply``: a reply's first
+  call taken without the queued copy of ``Planning`` when nothing could tell).
 """
