@@ -10,14 +10,16 @@ not a number or infinite is refused when the ``Budget`` is made.
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Mapping
 from decimal import Decimal, DecimalException
-from typing import Any
+from typing import Any, Literal, cast
 
+import attrs
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
-from ._fast._pydantic import _trusted
-from ._money import EXACT, Money, money_difference, money_sum
+from ._money import EXACT, Money, money_difference, money_sum, to_money
 
 __all__ = ["Budget", "Spend"]
 
@@ -128,13 +130,39 @@ class Budget(BaseModel, frozen=True, extra="forbid", defer_build=True):
         return remaining
 
 
-class Spend(BaseModel, frozen=True, extra="forbid", defer_build=True):
-    """What a run has used so far. Immutable: ``add`` returns a new ``Spend``."""
+def _whole(name: str, value: object) -> int:
+    """A ``Spend`` count: a whole number (an ``int``, not a ``bool``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"Spend.{name} is a whole number, got {value!r}")
+    return int(value)
 
-    tokens: int = 0
-    cost: Money = Decimal(0)
-    tool_calls: int = 0
-    model_calls: int = 0
+
+def _tokens(value: object) -> int:
+    return _whole("tokens", value)
+
+
+def _tool_calls(value: object) -> int:
+    return _whole("tool_calls", value)
+
+
+def _model_calls(value: object) -> int:
+    return _whole("model_calls", value)
+
+
+@attrs.frozen(kw_only=True)
+class Spend:
+    """What a run has used so far. Immutable: ``add`` returns a new ``Spend``.
+
+    A slotted frozen class, not a pydantic model (it is made at nearly every
+    transition): the counts are whole numbers and ``cost`` is exact ``Money``, checked
+    when one is made; ``model_dump``, ``model_validate`` and ``model_construct`` read and
+    write what a pydantic model of these fields would.
+    """
+
+    tokens: int = attrs.field(default=0, converter=_tokens)
+    cost: Money = attrs.field(default=Decimal(0), converter=to_money)
+    tool_calls: int = attrs.field(default=0, converter=_tool_calls)
+    model_calls: int = attrs.field(default=0, converter=_model_calls)
 
     def add(
         self,
@@ -149,15 +177,72 @@ class Spend(BaseModel, frozen=True, extra="forbid", defer_build=True):
             total = _exact_add(self.cost, cost)
         except DecimalException:
             total = money_sum(self.cost, cost)  # raises the ValueError that names the sum
-        # As Spend.model_construct(...) with every field would make it, without its work.
-        values = {
-            "tokens": self.tokens + tokens,
-            "cost": total,
-            "tool_calls": self.tool_calls + tool_calls,
-            "model_calls": self.model_calls + model_calls,
+        return _spend(
+            self.tokens + tokens,
+            total,
+            self.tool_calls + tool_calls,
+            self.model_calls + model_calls,
+        )
+
+    def model_dump(self, *, mode: Literal["python", "json"] = "python") -> dict[str, Any]:
+        """The fields as a dict, in their order (``cost`` as text in JSON mode, as
+        pydantic writes a ``Decimal``)."""
+        return {
+            "tokens": self.tokens,
+            "cost": str(self.cost) if mode == "json" else self.cost,
+            "tool_calls": self.tool_calls,
+            "model_calls": self.model_calls,
         }
-        return _trusted(Spend, values, set(_SPEND_FIELDS))
+
+    def __str__(self) -> str:
+        """``tokens=0 cost=Decimal('0') tool_calls=0 model_calls=0``, as pydantic's."""
+        return " ".join(f"{name}={value!r}" for name, value in self.model_dump().items())
+
+    def model_dump_json(self) -> str:
+        """The fields as compact JSON, as pydantic writes them (``cost`` as text)."""
+        return json.dumps(self.model_dump(mode="json"), separators=(",", ":"))
+
+    @classmethod
+    def model_validate(cls, value: object) -> Spend:
+        """A ``Spend`` from a mapping of its fields (or the ``Spend`` itself); ``TypeError``
+        or ``ValueError`` naming what is wrong (another key, a count that is not whole,
+        money that is not exact)."""
+        if isinstance(value, Spend):
+            return value
+        if not isinstance(value, Mapping):
+            raise TypeError(f"a Spend is read from an object of its fields, got {value!r}")
+        fields = cast("Mapping[str, Any]", value)
+        unknown = sorted(set(fields) - set(_SPEND_FIELDS))
+        if unknown:
+            raise ValueError(f"a Spend has no field {unknown[0]!r} (its fields: {_SPEND_FIELDS})")
+        return cls(**fields)
+
+    @classmethod
+    def model_construct(cls, **values: Any) -> Spend:
+        """A ``Spend`` of trusted values, not checked (a field not given is 0)."""
+        return _spend(
+            values.get("tokens", 0),
+            values.get("cost", _NO_COST),
+            values.get("tool_calls", 0),
+            values.get("model_calls", 0),
+        )
 
 
-_SPEND_FIELDS = tuple(Spend.model_fields)
+_SPEND_FIELDS = tuple(field.name for field in attrs.fields(Spend))
+_NO_COST = Decimal(0)
 _exact_add = EXACT.add
+_new = object.__new__
+# The slots' own setters: a frozen class refuses setattr, not its slots' descriptors.
+_set_tokens, _set_cost, _set_tool_calls, _set_model_calls = (
+    Spend.__dict__[name].__set__ for name in _SPEND_FIELDS
+)
+
+
+def _spend(tokens: int, cost: Decimal, tool_calls: int, model_calls: int) -> Spend:
+    """A ``Spend`` of values that are valid already (sums of valid ones), unchecked."""
+    spend: Spend = _new(Spend)
+    _set_tokens(spend, tokens)
+    _set_cost(spend, cost)
+    _set_tool_calls(spend, tool_calls)
+    _set_model_calls(spend, model_calls)
+    return spend

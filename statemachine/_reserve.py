@@ -35,8 +35,7 @@ __all__ = ["BudgetMeter", "Reservation"]
 
 _Limit = Literal["tokens", "cost", "tool_calls", "wall_clock"]
 _Outcome = Literal["committed", "released"]
-# Built without validation (nothing to validate) so that importing the module does
-# not build Spend's schema, which is deferred to first use.
+# Made once, unchecked (nothing to check): the meter of a run that spent nothing.
 _NOTHING_SPENT = Spend.model_construct()
 
 

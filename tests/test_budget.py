@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
+import attrs
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -171,7 +172,7 @@ def test_spend_add_returns_a_new_spend_and_leaves_the_old_one_alone() -> None:
 def test_spend_cannot_be_changed_in_place() -> None:
     """A Spend is frozen: assigning a field raises."""
     spent = Spend()
-    with pytest.raises(ValidationError):
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
         spent.tokens = 3  # type: ignore[misc]
 
 
@@ -245,3 +246,46 @@ def test_spend_add_sums_cost_as_money_sum_does(held: Decimal, added: Decimal) ->
     total = spent.add(cost=added).cost
     assert str(total) == str(expected)
     assert total.as_tuple() == expected.as_tuple()
+
+
+# What the checkpoint codec stored for a pydantic Spend (commit 7b2495e), byte for byte.
+_STORED = {
+    "0": '{"tokens":12,"cost":{"$decimal":"0"},"tool_calls":1,"model_calls":2}',
+    "0.03": '{"tokens":12,"cost":0.03,"tool_calls":1,"model_calls":2}',
+    "0.0300": '{"tokens":12,"cost":0.0300,"tool_calls":1,"model_calls":2}',
+    "1E+2": '{"tokens":12,"cost":{"$decimal":"1E+2"},"tool_calls":1,"model_calls":2}',
+    "123456789.123456789": (
+        '{"tokens":12,"cost":123456789.123456789,"tool_calls":1,"model_calls":2}'
+    ),
+    "1E-20": '{"tokens":12,"cost":0.00000000000000000001,"tool_calls":1,"model_calls":2}',
+    "-0": '{"tokens":12,"cost":{"$decimal":"-0"},"tool_calls":1,"model_calls":2}',
+}
+
+
+@pytest.mark.parametrize("cost", sorted(_STORED))
+def test_a_spend_is_stored_as_the_pydantic_spend_was_and_read_back(cost: str) -> None:
+    from statemachine._json import dumps, loads
+    from statemachine.persist._codec import _decode, _encode
+
+    spent = Spend(tokens=12, cost=Decimal(cost), tool_calls=1, model_calls=2)
+    stored = dumps(_encode(spent.model_dump()))
+    assert stored == _STORED[cost]
+    back = Spend.model_validate(_decode(loads(stored)))
+    assert back == spent
+    assert back.cost.as_tuple() == spent.cost.as_tuple()
+
+
+def test_a_spend_is_made_of_whole_counts_and_exact_money() -> None:
+    assert Spend(tokens=2, cost=3).cost == Decimal(3)
+    assert Spend(cost="1.50").cost == Decimal("1.50")
+    with pytest.raises(TypeError, match=r"Spend\.tokens is a whole number"):
+        Spend(tokens=True)
+    with pytest.raises(TypeError, match=r"Spend\.tool_calls is a whole number"):
+        Spend(tool_calls=1.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="money must be exact"):
+        Spend(cost=0.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no field 'price'"):
+        Spend.model_validate({"tokens": 1, "price": 2})
+    assert Spend.model_validate({"tokens": 1}) == Spend(tokens=1)
+    assert Spend.model_construct(tokens=4) == Spend(tokens=4)
+    assert str(Spend()) == "tokens=0 cost=Decimal('0') tool_calls=0 model_calls=0"

@@ -48,7 +48,6 @@ from statemachine import (
     Responding,
     Retrying,
     Runner,
-    Spend,
     ToolCalling,
     ToolRequest,
     Transcript,
@@ -492,10 +491,6 @@ def test_trusted_makes_what_model_construct_makes() -> None:
     assert _slots(made) == _slots(ToolRequest.model_construct({"name", "id"}, **values))
     assert made == ToolRequest(**values)
     assert made.model_dump() == values
-    spent = _trusted(
-        Spend, {"tokens": 1, "cost": Decimal("2.50"), "tool_calls": 3, "model_calls": 4}, {"tokens"}
-    )
-    assert spent.add(cost=Decimal("0.50")).cost == Decimal("3.00")
     private = {"_index": None, "_grams": None}
     loop = _trusted(LoopState, dict(LoopState().__dict__), set(), private)
     assert loop.__pydantic_private__ is private

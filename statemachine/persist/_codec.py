@@ -438,7 +438,7 @@ def _dump_field(cls: type[Any], field: attrs.Attribute[Any], value: Any) -> Any:
         case "loop":
             return _dump_loop(value)
         case "spent":
-            return _encode(value)
+            return _encode(value.model_dump())  # as a pydantic model of its fields is
         case "call":
             return _dump_call(value)
         case "output":
