@@ -92,19 +92,15 @@ class _Store:
         raise NotImplementedError
 
     def _get_record_to_save(self, run_id: str) -> RunRecord | None:
-        """The run's row, read to save its next checkpoint (a store may know it already:
-        then ``_put_saved`` checks that it is the row in the store)."""
+        """The run's row, read to save its next checkpoint (a store may know it already)."""
         return self._get_record(run_id)
 
     def _put_record(self, record: RunRecord, head: bytes | None = None) -> None:
         """Write the run's row; ``head``, when given, is its chain's new head (a save)."""
         raise NotImplementedError
 
-    def _put_saved(
-        self, before: RunRecord | None, saved: RunRecord, head: bytes, previous: bytes | None
-    ) -> None:
-        """Write the run's row once a checkpoint is saved: ``before`` is its row before
-        (from ``_get_record_to_save``), ``previous`` the head the checkpoint follows."""
+    def _put_saved(self, before: RunRecord | None, saved: RunRecord, head: bytes) -> None:
+        """Write the run's row once a checkpoint is saved (``before``: its row before)."""
         self._put_record(saved, head)
 
     def _get_head(self, run_id: str) -> bytes | None:
@@ -548,10 +544,9 @@ class _Store:
             )
             # The retry state, which saved_record leaves out: a checkpoint saved is progress.
             vars(saved).update(retry_fields(record, status, now, saved=True))
-            # Everything that can fail is done: the memory store has no rollback. The row
-            # first: a store that remembered it checks there that it is the stored one.
-            self._put_saved(record, saved, last.head, previous)
+            # Everything that can fail is done: the memory store has no rollback.
             self._put_row(run_id, _Row(seq, snapshot, phase, blob, now))
+            self._put_saved(record, saved, last.head)
             if record is not None and record.decision_pending:
                 self._put_decision(run_id, None)
         self._chain.remember(run_id, last)

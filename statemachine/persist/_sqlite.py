@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +17,7 @@ from .._errors import CheckpointCorruptError
 from ._base import _Store
 from ._lifecycle import ENDINGS, RunStatus
 from ._protocol import CheckpointEntry, LeaseRecord, RunRecord, Sealer
-from ._rows import _EPOCH, _Change, _EffectRow, _Row, _system_clock
+from ._rows import _EPOCH, _EffectRow, _Row, _system_clock
 
 if TYPE_CHECKING:
     from ._protocol import Checkpointer
@@ -138,27 +138,6 @@ def _record_of(row: tuple[Any, ...]) -> RunRecord:
     )
 
 
-# A status's text, as the row holds it (an exact str: sqlite3 binds a str subclass, an
-# enum, through its adapters, as it does bytes and None).
-_STATUS_TEXT: Final = {status: status.value for status in RunStatus}
-
-
-def _remembered(record: RunRecord) -> tuple[Any, ...]:
-    """The columns of ``record``'s row a save reads, as the narrow update's ``WHERE``
-    compares them (from ``seq`` to ``retry_at``)."""
-    return (
-        record.seq,
-        _STATUS_TEXT[record.status],
-        record.waiting_for,
-        record.agent,
-        int(record.stop_requested),
-        int(record.decision_pending),
-        record.reason,
-        record.failures,
-        "" if record.retry_at is None else _stamp(record.retry_at),
-    )
-
-
 def _same_but_saved(before: RunRecord, saved: RunRecord) -> bool:
     """Whether a save's row differs from the one before only in what every save changes
     (phase, updated_at, seq, head) and in the pending decision (cleared on its own)."""
@@ -171,11 +150,6 @@ def _same_but_saved(before: RunRecord, saved: RunRecord) -> bool:
         and before.failures == saved.failures
         and before.retry_at == saved.retry_at
     )
-
-
-class _Stale(Exception):
-    """The run's row this connection remembered is not the one in the file (another
-    connection changed it): the save is rolled back and done again from the file."""
 
 
 def _lease_of(row: tuple[Any, ...]) -> LeaseRecord:
@@ -313,13 +287,10 @@ class SQLiteCheckpointer(_Store):
     the same file cannot both save the same seq. A save runs on the event loop itself
     when the connection is free and no other connection holds the write lock (it never
     waits for one there): a commit that need not reach the disk costs less than a hop
-    to a thread. A save takes the run's registry row from memory when this connection
-    wrote it last, and its write checks that the file still holds that row (the update's
-    own ``WHERE``); when another connection changed it, the save is rolled back and done
-    again from the file. A save that changes only the row's phase, time, seq and head
-    writes only those, which no index holds: four statements (``BEGIN IMMEDIATE``, the
-    row's ``UPDATE``, the checkpoint's ``INSERT``, ``COMMIT``) and three pages (the
-    checkpoint, its key, the run's row).
+    to a thread. The run's registry row is read from memory when no other connection
+    has committed since this one wrote it (``PRAGMA data_version``); a save that changes
+    only its phase, time, seq and head writes only those, which no index holds, so a
+    save writes three pages (the checkpoint, its key, the run's row).
     ``synchronous=NORMAL``: a process crash loses nothing committed; a power cut may
     lose the last commits, never the file. The side-effect ledger is written with
     ``synchronous=FULL``: a recorded intent or result survives a power cut too. Its
@@ -355,10 +326,11 @@ class SQLiteCheckpointer(_Store):
         # A cursor of the connection, kept for a save's statements: Connection.execute
         # makes a cursor for each (set when the connection is opened, by _db).
         self._cursor: sqlite3.Cursor
-        # The rows this connection wrote last: a save takes its run's row from here
-        # (``_fresh`` is False then) and checks, as it writes, that the file still holds it.
+        # The rows this connection wrote last, valid while no other connection has
+        # committed since (PRAGMA data_version stays ``_version``): a save reads its
+        # run's row from here instead of the file.
         self._written: dict[str, RunRecord] = {}
-        self._fresh = True
+        self._version: int | None = None
         # The connection's busy timeout: 0 while a save runs on the event loop.
         self._busy_ms = _BUSY_MS
         # Pages written to the WAL since the last checkpoint (an estimate), the pages of
@@ -385,6 +357,7 @@ class SQLiteCheckpointer(_Store):
                 self._connection.close()
                 self._connection = None
             self._written.clear()
+            self._version = None  # each connection counts data_version on its own
             self._wal_pages = 0
 
     async def _call(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
@@ -521,9 +494,12 @@ class SQLiteCheckpointer(_Store):
         return None if row is None else _record_of(row)
 
     def _get_record_to_save(self, run_id: str) -> RunRecord | None:
-        # Remembered: _put_saved checks it, inside this write transaction, as it writes.
+        # Inside the save's write transaction: no other connection can commit until it ends.
+        (version,) = self._cursor.execute("PRAGMA data_version").fetchone()
+        if version != self._version:
+            self._written.clear()  # another connection committed: any row may have changed
+            self._version = version
         record = self._written.get(run_id)
-        self._fresh = record is None
         return self._get_record(run_id) if record is None else record
 
     def _put_record(self, record: RunRecord, head: bytes | None = None) -> None:
@@ -555,78 +531,22 @@ class SQLiteCheckpointer(_Store):
         )
         self._written[record.run_id] = record
 
-    def _put_saved(
-        self, before: RunRecord | None, saved: RunRecord, head: bytes, previous: bytes | None
-    ) -> None:
+    def _put_saved(self, before: RunRecord | None, saved: RunRecord, head: bytes) -> None:
         # A run's ordinary save changes only these columns of its row: an UPDATE that
-        # sets only them writes the row's page alone (no index holds them).
+        # sets only them writes the row's page alone (no index holds them). The head as a
+        # bytearray: sqlite3 binds bytes (and None) through its adapters, about 3,500
+        # instructions more than a bytearray, which it binds as it is.
         if before is None or not _same_but_saved(before, saved):
-            if not self._fresh and not self._holds(before, previous):
-                raise _Stale
             self._put_record(saved, head)
             return
-        # The head as a bytearray: sqlite3 binds bytes (and None) through its adapters,
-        # about 3,500 instructions more than a bytearray, which it binds as it is.
-        values = (
-            saved.phase,
-            self._stamp(saved.updated_at),
-            saved.seq,
-            bytearray(head),
-            saved.run_id,
+        updated = self._cursor.execute(
+            "UPDATE runs SET phase = ?, updated_at = ?, seq = ?, head = ? WHERE run_id = ?",
+            (saved.phase, self._stamp(saved.updated_at), saved.seq, bytearray(head), saved.run_id),
         )
-        if self._fresh:  # read in this transaction
-            updated = self._cursor.execute(
-                "UPDATE runs SET phase = ?, updated_at = ?, seq = ?, head = ? WHERE run_id = ?",
-                values,
-            )
-            if updated.rowcount != 1:  # not found after all: the whole row, as a new run's
-                self._put_record(saved, head)
-                return
-        else:  # remembered: updated only where the file holds that very row
-            updated = self._cursor.execute(
-                "UPDATE runs SET phase = ?, updated_at = ?, seq = ?, head = ? WHERE run_id = ? "
-                "AND seq = ? AND status = ? AND waiting_for = ? AND agent = ? AND "
-                "stop_requested = ? AND (decision IS NOT NULL) = ? AND reason = ? AND "
-                "failures = ? AND coalesce(retry_at, '') = ? AND head IS ?",
-                (*values, *_remembered(before), None if previous is None else bytearray(previous)),
-            )
-            if updated.rowcount != 1:
-                raise _Stale
+        if updated.rowcount != 1:  # not found after all: the whole row, as a new run's
+            self._put_record(saved, head)
+            return
         self._written[saved.run_id] = saved
-
-    def _holds(self, record: RunRecord | None, head: bytes | None) -> bool:
-        """Whether the file holds ``record`` as its run's row, with the head ``head``."""
-        if record is None:
-            return True
-        row = self._db.execute(
-            f"SELECT {_RECORD_COLUMNS}, head FROM runs WHERE run_id = ?", (record.run_id,)
-        ).fetchone()
-        return row is not None and _record_of(row[:-1]) == record and row[-1] == head
-
-    def _save(
-        self,
-        run_id: str,
-        seq: int,
-        document: Mapping[str, Any],
-        agent: str,
-        status: RunStatus,
-        phase: str,
-        waiting_for: str,
-        change: _Change | None,
-    ) -> RunRecord:
-        arguments = (run_id, seq, document, agent, status, phase, waiting_for, change)
-        self._fresh = True  # until _get_record_to_save takes a remembered row
-        try:
-            return super()._save(*arguments)
-        except sqlite3.Error:
-            raise
-        except Exception:
-            # Decided on a remembered row that another connection changed (_Stale), or
-            # refused on it (the order, the lifecycle): rolled back, and every remembered
-            # row forgotten, it is done again from the file, which decides.
-            if self._fresh:
-                raise
-            return super()._save(*arguments)
 
     def _get_head(self, run_id: str) -> bytes | None:
         row = self._db.execute("SELECT head FROM runs WHERE run_id = ?", (run_id,)).fetchone()
