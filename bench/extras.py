@@ -229,6 +229,9 @@ def main() -> None:
         # The semantic tier with the embedding model (issue 22): not a governor_us row, so
         # that the model's own milliseconds are not read as the governor's check.
         "governor_embedding_us": governor.embedding_checks(5 if quick else 50),
+        # after_action when every result brings new tokens: not a governor_us row either
+        # (those keep the issue's method); what a run with varied results pays.
+        "governor_varied_us": governor.varied_checks(20 if quick else 200),
         "reserve_commit": reserve_commit(1000, 2 if quick else 7),
         "resume": resume_latency((100, 1000) if quick else (1000, 10_000), 2 if quick else 5),
         "mypy_typing_tests": {} if quick else mypy_time(),

@@ -291,6 +291,51 @@ def updates(governor: LoopGovernor, loop: LoopState, fresh: int) -> dict[str, fl
     }
 
 
+_LETTERS = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def varied(seed: int) -> str:
+    """A tool result whose words are tokens of its own (an id and ten random tokens).
+
+    :func:`result` draws its words from :data:`WORDS`, so a run of them keeps a small
+    trigram vocabulary; results like these keep bringing new trigrams, as a real run's do.
+    """
+    rng = random.Random(seed)
+    tokens = ("".join(rng.choice(_LETTERS) for _ in range(rng.randint(4, 9))) for _ in range(10))
+    return json.dumps({"id": seed, "items": list(tokens)})
+
+
+def varied_checks(calls: int) -> dict[str, dict[str, float]]:
+    """Microseconds of ``after_action`` when every result brings new tokens, by prior actions.
+
+    Not a ``governor_us`` row (those keep the issue's method): a run of ``size`` calls
+    settled with :func:`varied` results, then ``calls`` more recorded and settled in turn
+    (the run grows from ``size`` to ``size + calls``), each ``after_action`` timed; the
+    median and the mean (a restart of the gain's vocabulary shows in the mean).
+    """
+    governor = LoopGovernor()
+    median: dict[str, float] = {}
+    mean: dict[str, float] = {}
+    for size in SIZES:
+        loop = LoopState()
+        samples: list[float] = []
+        for n in range(size + calls):
+            action = act(governor, query(n), f"call-{n}")
+            pending = loop.record(action)
+            started = time.perf_counter()
+            loop = governor.after_action(
+                pending, call_id=action.call_id, effect="read", result=varied(n), ctx=None, step=n
+            )
+            if n >= size:
+                samples.append(time.perf_counter() - started)
+        median[str(size)] = statistics.median(samples) * 1e6
+        mean[str(size)] = statistics.fmean(samples) * 1e6
+    return {
+        "after_action, varied results (median)": median,
+        "after_action, varied results (mean)": mean,
+    }
+
+
 def embedding_checks(repeats: int) -> dict[str, dict[str, float]]:
     """Median microseconds of the semantic tier with the embedding model, by prior actions.
 
@@ -352,6 +397,8 @@ def main() -> None:
             rows.setdefault(name, []).append(value)
     for name, values in rows.items():
         print(f"  {name:40s}" + "".join(f"{value:18.1f}" for value in values))
+    for name, by_size in varied_checks(REPEATS).items():
+        print(f"  {name:40s}" + "".join(f"{value:18.1f}" for value in by_size.values()))
     print("the semantic tier with EmbeddingSimilarity (microseconds)")
     for name, by_size in embedding_checks(50).items():
         print(f"  {name:40s}" + "".join(f"{value:18.1f}" for value in by_size.values()))

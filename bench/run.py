@@ -668,6 +668,21 @@ def _extras_markdown(extras: dict[str, Any]) -> list[str]:
         for name, row in embedding.items():
             cells = " | ".join(f"{row[size]:,.1f}" for size in sizes)
             lines.append(f"| {name} | {cells} |")
+    varied = extras.get("governor_varied_us", {})
+    if varied:
+        sizes = sorted({size for row in varied.values() for size in row}, key=int)
+        lines += [
+            "",
+            "`after_action` when every result brings new tokens (an id and ten random"
+            " tokens: a growing trigram vocabulary; us; not counted among the checks above,"
+            " whose results draw on 60 words):",
+            "",
+            "| check | " + " | ".join(f"{int(size):,} prior actions" for size in sizes) + " |",
+            "|---|" + "---:|" * len(sizes),
+        ]
+        for name, row in varied.items():
+            cells = " | ".join(f"{row[size]:,.1f}" for size in sizes)
+            lines.append(f"| {name} | {cells} |")
     reserve = extras.get("reserve_commit", {})
     if reserve:
         lines += [
