@@ -8,75 +8,24 @@ waiting for an approval, one sealed under ``k-old``).
 
 from __future__ import annotations
 
-import base64
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from old_stores import KEY, looker, paid, phase_of
+from old_stores import copied as _copied
 
-from statemachine import (
-    Agent,
-    CheckpointCipher,
-    Done,
-    Runner,
-    SQLiteCheckpointer,
-    dumps,
-    loads,
-    read_tool,
-    write_tool,
-)
-from statemachine.persist import dump_phase, load_phase
+from statemachine import Done, Runner, SQLiteCheckpointer, dumps, loads
+from statemachine.persist import dump_phase
 from statemachine.persist._codec import DOCUMENT_VERSION
 from statemachine.testing import ScriptedGate, ScriptedModel, reply
 
 pytestmark = pytest.mark.anyio
 
-PRE_CHUNK = Path(__file__).parent / "data" / "pre-chunk-runs.db"
-KEY = CheckpointCipher(
-    {"k-old": base64.b64decode("q1Q4QmR0c2V2Z2h0aGlzaXNhdGVzdGtleW9ubHkhISE=")}, "k-old"
-)
-
-
-class LookupArgs(BaseModel):
-    key: str
-
-
-class PayArgs(BaseModel):
-    to: str
-    amount: str
-
-
-paid: list[str] = []
-
-
-@read_tool
-async def lookup(args: LookupArgs) -> dict[str, str]:
-    """Look a key up."""
-    return {"key": args.key, "value": f"value of {args.key}"}
-
-
-@write_tool
-async def pay(args: PayArgs) -> dict[str, str]:
-    """Move money."""
-    paid.append(args.amount)
-    return {"paid": args.amount}
-
-
-def looker() -> Agent[None]:
-    return Agent[None](name="looker", tools=[lookup, pay], max_steps=1000)
-
-
-def phase_of(document: dict[str, Any], agent: Agent[None], run_id: str) -> Any:
-    return load_phase(document, agents={"looker": agent}, run_id=run_id)
-
 
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:
-    path = tmp_path / "runs.db"
-    shutil.copy(PRE_CHUNK, path)
-    return path
+    return _copied("pre-chunk-runs.db", tmp_path)
 
 
 async def test_a_long_run_written_before_chunks_loads_whole(store_path: Path) -> None:

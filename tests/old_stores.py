@@ -1,0 +1,65 @@
+"""The agent and key of the stores written by older versions (``tests/data/*.db``).
+
+``tests/data/make_pre_chunk_runs.py`` and ``make_pre_v3_runs.py`` wrote their stores with
+an agent and key defined as these (``looker``: a read tool and a write tool; each script
+keeps its own copy, since it runs against the tree of its time);
+``tests/test_chunks.py`` and ``tests/test_format_v3.py`` load the stores with these.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from statemachine import Agent, CheckpointCipher, read_tool, write_tool
+from statemachine.persist import load_phase
+
+DATA = Path(__file__).parent / "data"
+KEY = CheckpointCipher(
+    {"k-old": base64.b64decode("q1Q4QmR0c2V2Z2h0aGlzaXNhdGVzdGtleW9ubHkhISE=")}, "k-old"
+)
+
+
+class LookupArgs(BaseModel):
+    key: str
+
+
+class PayArgs(BaseModel):
+    to: str
+    amount: str
+
+
+# What ``pay`` paid, in order (a test that resumes a run clears it first).
+paid: list[str] = []
+
+
+@read_tool
+async def lookup(args: LookupArgs) -> dict[str, str]:
+    """Look a key up."""
+    return {"key": args.key, "value": f"value of {args.key}"}
+
+
+@write_tool
+async def pay(args: PayArgs) -> dict[str, str]:
+    """Move money."""
+    paid.append(args.amount)
+    return {"paid": args.amount}
+
+
+def looker() -> Agent[None]:
+    return Agent[None](name="looker", tools=[lookup, pay], max_steps=1000)
+
+
+def phase_of(document: dict[str, Any], agent: Agent[None], run_id: str) -> Any:
+    return load_phase(document, agents={"looker": agent}, run_id=run_id)
+
+
+def copied(name: str, folder: Path) -> Path:
+    """A copy of ``tests/data/<name>`` in ``folder`` (a test never changes the original)."""
+    path = folder / "runs.db"
+    shutil.copy(DATA / name, path)
+    return path
