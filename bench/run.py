@@ -644,6 +644,23 @@ def targets_23(results: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _by_size(caption: str, table: dict[str, dict[str, float]]) -> list[str]:
+    """A captioned table of ``table``'s rows (check -> prior actions -> us); none if empty."""
+    if not table:
+        return []
+    sizes = sorted({size for row in table.values() for size in row}, key=int)
+    lines = [
+        "",
+        caption,
+        "",
+        "| check | " + " | ".join(f"{int(size):,} prior actions" for size in sizes) + " |",
+        "|---|" + "---:|" * len(sizes),
+    ]
+    for name, row in table.items():
+        lines.append(f"| {name} | " + " | ".join(f"{row[size]:,.1f}" for size in sizes) + " |")
+    return lines
+
+
 def _extras_markdown(extras: dict[str, Any]) -> list[str]:
     lines = ["", "### Loop governor checks (us, median)", ""]
     governor = extras.get("governor_us", {})
@@ -654,35 +671,17 @@ def _extras_markdown(extras: dict[str, Any]) -> list[str]:
     ]
     for name, row in governor.items():
         lines.append(f"| {name} | " + " | ".join(f"{row[size]:,.1f}" for size in sizes) + " |")
-    embedding = extras.get("governor_embedding_us", {})
-    if embedding:
-        sizes = sorted({size for row in embedding.values() for size in row}, key=int)
-        lines += [
-            "",
-            "The semantic tier with `EmbeddingSimilarity` (the embeddings extra; us, median;"
-            " not counted among the checks above):",
-            "",
-            "| check | " + " | ".join(f"{int(size):,} prior actions" for size in sizes) + " |",
-            "|---|" + "---:|" * len(sizes),
-        ]
-        for name, row in embedding.items():
-            cells = " | ".join(f"{row[size]:,.1f}" for size in sizes)
-            lines.append(f"| {name} | {cells} |")
-    varied = extras.get("governor_varied_us", {})
-    if varied:
-        sizes = sorted({size for row in varied.values() for size in row}, key=int)
-        lines += [
-            "",
-            "`after_action` when every result brings new tokens (an id and ten random"
-            " tokens: a growing trigram vocabulary; us; not counted among the checks above,"
-            " whose results draw on 60 words):",
-            "",
-            "| check | " + " | ".join(f"{int(size):,} prior actions" for size in sizes) + " |",
-            "|---|" + "---:|" * len(sizes),
-        ]
-        for name, row in varied.items():
-            cells = " | ".join(f"{row[size]:,.1f}" for size in sizes)
-            lines.append(f"| {name} | {cells} |")
+    lines += _by_size(
+        "The semantic tier with `EmbeddingSimilarity` (the embeddings extra; us, median;"
+        " not counted among the checks above):",
+        extras.get("governor_embedding_us", {}),
+    )
+    lines += _by_size(
+        "`after_action` when every result brings new tokens (an id and ten random"
+        " tokens: a growing trigram vocabulary; us; not counted among the checks above,"
+        " whose results draw on 60 words):",
+        extras.get("governor_varied_us", {}),
+    )
     reserve = extras.get("reserve_commit", {})
     if reserve:
         lines += [
