@@ -15,8 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from statemachine import Agent, CheckpointCipher, read_tool, write_tool
+from statemachine import Agent, CheckpointCipher, Runner, SQLiteCheckpointer, read_tool, write_tool
 from statemachine.persist import load_phase
+from statemachine.testing import ScriptedGate, ScriptedModel, reply
 
 DATA = Path(__file__).parent / "data"
 KEY = CheckpointCipher(
@@ -63,3 +64,21 @@ def copied(name: str, folder: Path) -> Path:
     path = folder / "runs.db"
     shutil.copy(DATA / name, path)
     return path
+
+
+async def resume_waiting(path: Path) -> tuple[Any, int, dict[str, Any], int]:
+    """Resume the stored run ``waiting`` (a payment waiting for approval) with a person
+    approving and the model answering "Paid.": the run's result, the seq and document
+    the store then loads, and the seq its verify reaches."""
+    paid.clear()
+    async with SQLiteCheckpointer(path) as store:
+        runner = Runner(
+            looker(),
+            model=ScriptedModel([reply("Paid.")]),
+            gate=ScriptedGate([True], by="kim"),
+            checkpointer=store,
+        )
+        resumed = await runner.resume("waiting")
+        seq, document = await store.load("waiting")
+        verified = await store.verify("waiting")
+    return resumed, seq, dict(document), verified

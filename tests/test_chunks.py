@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from old_stores import KEY, looker, paid, phase_of
+from old_stores import KEY, looker, paid, phase_of, resume_waiting
 from old_stores import copied as _copied
 
-from statemachine import Done, Runner, SQLiteCheckpointer, dumps, loads
+from statemachine import Done, SQLiteCheckpointer, dumps, loads
 from statemachine.persist import dump_phase
 from statemachine.persist._codec import DOCUMENT_VERSION
-from statemachine.testing import ScriptedGate, ScriptedModel, reply
 
 pytestmark = pytest.mark.anyio
 
@@ -78,21 +77,12 @@ async def test_a_sealed_run_written_before_chunks_loads(store_path: Path) -> Non
 
 
 async def test_a_waiting_run_written_before_chunks_resumes_to_done(store_path: Path) -> None:
-    paid.clear()
-    async with SQLiteCheckpointer(store_path) as store:
-        runner = Runner(
-            looker(),
-            model=ScriptedModel([reply("Paid.")]),
-            gate=ScriptedGate([True], by="kim"),
-            checkpointer=store,
-        )
-        resumed = await runner.resume("waiting")
-        assert isinstance(resumed.final, Done)
-        assert resumed.final.answer == "Paid."
-        assert paid == ["10.00"]
-        assert len(resumed.final.loop.actions) == 13
-        # The resumed run's checkpoints load again, in today's format.
-        _, document = await store.load("waiting")
+    resumed, _, document, _ = await resume_waiting(store_path)
+    assert isinstance(resumed.final, Done)
+    assert resumed.final.answer == "Paid."
+    assert paid == ["10.00"]
+    assert len(resumed.final.loop.actions) == 13
+    # The resumed run's checkpoints load again, in today's format.
     assert document["version"] == DOCUMENT_VERSION
     again = phase_of(document, looker(), "waiting")
     assert isinstance(again, Done)

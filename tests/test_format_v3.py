@@ -13,13 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from old_stores import KEY, looker, paid, phase_of
+from old_stores import KEY, looker, paid, phase_of, resume_waiting
 from old_stores import copied as _copied
 
-from statemachine import Done, Runner, SQLiteCheckpointer, dumps, loads
+from statemachine import Done, SQLiteCheckpointer, dumps, loads
 from statemachine.persist import dump_phase
 from statemachine.persist._codec import DOCUMENT_VERSION
-from statemachine.testing import ScriptedGate, ScriptedModel, reply
 
 pytestmark = pytest.mark.anyio
 
@@ -68,21 +67,12 @@ async def test_a_sealed_version_2_run_loads(store_path: Path) -> None:
 async def test_a_waiting_version_2_run_resumes_to_done_in_today_s_format(
     store_path: Path,
 ) -> None:
-    paid.clear()
-    async with SQLiteCheckpointer(store_path) as store:
-        runner = Runner(
-            looker(),
-            model=ScriptedModel([reply("Paid.")]),
-            gate=ScriptedGate([True], by="kim"),
-            checkpointer=store,
-        )
-        resumed = await runner.resume("waiting")
-        assert isinstance(resumed.final, Done)
-        assert resumed.final.answer == "Paid."
-        assert paid == ["10.00"]
-        assert len(resumed.final.loop.actions) == 13
-        seq, document = await store.load("waiting")
-        assert await store.verify("waiting") == seq
+    resumed, seq, document, verified = await resume_waiting(store_path)
+    assert isinstance(resumed.final, Done)
+    assert resumed.final.answer == "Paid."
+    assert paid == ["10.00"]
+    assert len(resumed.final.loop.actions) == 13
+    assert verified == seq
     assert document["version"] == DOCUMENT_VERSION
     again = phase_of(document, looker(), "waiting")
     assert again == resumed.final
