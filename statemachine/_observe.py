@@ -25,7 +25,7 @@ import functools
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TextIO, final
 
@@ -242,7 +242,18 @@ class _Told:
     only counts the approvals waiting that the gauge reads.
     """
 
-    __slots__ = ("_capture", "_in", "_logger", "_out", "_processors", "metered", "untraced")
+    __slots__ = (
+        "_capture",
+        "_in",
+        "_logger",
+        "_out",
+        "_processors",
+        "attaching",
+        "current",
+        "metered",
+        "seen",
+        "untraced",
+    )
 
     def __init__(self, tracer: trace.Tracer, run_span: trace.Span, meter: Instruments) -> None:
         import logging
@@ -266,6 +277,10 @@ class _Told:
         # The last context ``within`` was asked about, and the one it made from it.
         self._out: Context | None = None
         self._in: Context | None = None
+        self.current = _current_context_reader()
+        # The current context ``see`` was last given, and what a transition attaches then.
+        self.seen: object = None
+        self.attaching: Context | None = None
 
     def within(self, current: Context) -> Context:
         """``set_span_in_context(self.untraced, current)``: the context to attach for one
@@ -285,6 +300,20 @@ class _Told:
             self._in, self._out = made, current
         return made
 
+    def see(self, current: Context) -> None:
+        """Note what a transition attaches while ``current`` is the current context:
+        nothing when the run's span is current in it already (the no-op tracer gives back
+        that very span), else ``within(current)``. ``attaching`` holds the answer and
+        ``seen`` the context it is for: a context is not changed once made, so the answer
+        for the very same object is the same, and the runner asks again only for another.
+        """
+        from opentelemetry import trace
+
+        self.attaching = (
+            None if self.untraced is trace.get_current_span(current) else self.within(current)
+        )
+        self.seen = current
+
     def events_wanted(self) -> bool:
         """Whether a transition's log event goes anywhere, checked before it is built.
 
@@ -302,6 +331,37 @@ class _Told:
             and bool(processors)
             and (isinstance(processors[-1], self._capture))
         )
+
+
+def _current_context_reader() -> Callable[[], Context]:
+    """What reads OpenTelemetry's current context: its default runtime context's own
+    ``ContextVar.get`` (in C), which is what ``opentelemetry.context.get_current`` calls
+    through two Python functions; ``get_current`` itself for any other runtime context
+    (``OTEL_PYTHON_CONTEXT``) or one whose ``get_current`` was replaced."""
+    from opentelemetry import context
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+
+    runtime: object = getattr(context, "_RUNTIME_CONTEXT", None)
+    if (
+        type(runtime) is ContextVarsRuntimeContext
+        and "get_current" not in vars(runtime)
+        and _shipped(ContextVarsRuntimeContext.get_current, "contextvars_context.py")
+        and _shipped(context.get_current, "__init__.py")
+    ):
+        reader: Callable[[], Context] = runtime._current_context.get
+        return reader
+    return context.get_current
+
+
+def _shipped(function: object, file: str) -> bool:
+    """Whether ``function`` is OpenTelemetry's ``get_current`` as its package defines it
+    in ``file`` (not one put in its place)."""
+    code = getattr(function, "__code__", None)
+    return (
+        code is not None
+        and code.co_name == "get_current"
+        and code.co_filename.replace("\\", "/").endswith("opentelemetry/context/" + file)
+    )
 
 
 def transition_keys(rt: Runtime, before: Phase[Any], after: Phase[Any]) -> dict[str, Any]:

@@ -564,10 +564,11 @@ class Runner(Generic[C, D]):
             # Current all the same (spans that others start inside the phase see it), but
             # without use_span's generator: nothing of it is recorded. The no-op tracer
             # gives back the span that is current already: nothing to attach then.
-            token = None
-            current = otel_context.get_current()
-            if told.untraced is not trace.get_current_span(current):
-                token = otel_context.attach(told.within(current))
+            current = told.current()
+            if current is not told.seen:
+                told.see(current)
+            attaching = told.attaching
+            token = None if attaching is None else otel_context.attach(attaching)
             try:
                 after = watch.accept(before, await before.advance(rt))
             except BaseException:

@@ -412,3 +412,59 @@ def test_waits_counts_only_transitions_from_or_to_an_approval(
     counted = dict(instruments._waiting[None])
     if _phases.AwaitApproval not in (before_kind, after_kind):
         assert counted == {("desk", "_book"): 1}
+
+
+def test_the_current_context_is_read_as_get_current_reads_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_Told.current`` (the default runtime context's own ``ContextVar.get``) gives
+    what ``opentelemetry.context.get_current`` gives, outside and inside an attached
+    context; with another runtime context, or ``get_current`` replaced, it is
+    ``get_current`` itself."""
+    told = _observe._Told(trace.NoOpTracer(), trace.INVALID_SPAN, _observe.default_instruments())
+    assert told.current is not otel_context.get_current
+    assert told.current() is otel_context.get_current()
+    token = otel_context.attach(otel_context.set_value("key", 1))
+    try:
+        assert told.current() is otel_context.get_current()
+        assert told.current().get("key") == 1
+    finally:
+        otel_context.detach(token)
+    assert told.current() is otel_context.get_current()
+
+    class _Elsewhere(type(otel_context._RUNTIME_CONTEXT)):  # type: ignore[misc]  # pyright: ignore[reportPrivateUsage, reportUntypedBaseClass]
+        """Another runtime context class (as OTEL_PYTHON_CONTEXT could name)."""
+
+    monkeypatch.setattr(otel_context, "_RUNTIME_CONTEXT", _Elsewhere())
+    assert _observe._current_context_reader() is otel_context.get_current  # pyright: ignore[reportPrivateUsage]
+    monkeypatch.undo()
+
+    def get_current() -> Any:
+        return otel_context.Context()
+
+    monkeypatch.setattr(otel_context, "get_current", get_current)
+    assert _observe._current_context_reader() is get_current  # pyright: ignore[reportPrivateUsage]
+
+
+@pytest.mark.parametrize("caller", [False, True], ids=["no span current", "a caller's span"])
+def test_what_a_transition_attaches_is_decided_as_before(caller: bool) -> None:
+    """``see(current)`` leaves in ``attaching`` what the runner attached before: nothing
+    when the run's span is the span current in ``current``, else ``within(current)``;
+    asked again for another context, it answers for that one."""
+    recording = TracerProvider().get_tracer("caller").start_span("caller")
+    contexts = [
+        otel_context.Context(),
+        trace.set_span_in_context(recording),
+        trace.set_span_in_context(trace.INVALID_SPAN),
+        otel_context.set_value("key", 1),
+    ]
+    run_span = recording if caller else trace.INVALID_SPAN
+    told = _observe._Told(trace.NoOpTracer(), run_span, _observe.default_instruments())
+    for current in contexts + contexts[::-1]:
+        told.see(current)
+        assert told.seen is current
+        if run_span is trace.get_current_span(current):
+            assert told.attaching is None
+        else:
+            assert told.attaching == trace.set_span_in_context(run_span, current)
+    recording.end()

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statemachine import (
+    Agent,
     AwaitApproval,
+    Budget,
     Done,
     Failed,
     LoopState,
@@ -26,12 +29,15 @@ from statemachine import (
     Observing,
     Planning,
     Retrying,
+    Runtime,
     Spend,
     ToolCalling,
     ToolRequest,
     Transcript,
+    _seal,
     _watch,
 )
+from statemachine._errors import IllegalTransitionError, PhaseForgedError
 from statemachine._phases import Phase
 
 _IDS = ("c0", "c1", "c2", "c3")
@@ -196,3 +202,237 @@ def test_an_action_logs_length_is_read_as_its_len(size: int) -> None:
     assert _watch._counters(phase)[5] == len(log) == size
     object.__setattr__(phase, "loop", loop.model_copy(update={"actions": tuple(log)}))
     assert _watch._counters(phase)[5] == size
+
+
+# --- the ticket chain: one transition of the phase advanced -------------------------------
+
+
+def _one_transition_plain(before: Any, after: Any) -> None:
+    """``Watch._one_transition`` as it was: ``_own_ticket``, then the loop, every time."""
+    link: Any = _seal._own_ticket(after, "advance")
+    origin = before._ticket
+    transitions = 0
+    for _ in range(_watch._MAX_LINKS):
+        if link is origin:
+            break
+        if link is None or link.via not in ("transition", "copy"):
+            link = None
+            break
+        transitions += link.via == "transition"
+        link = link.parent
+    else:
+        link = None
+    if link is None:
+        raise IllegalTransitionError(
+            before.kind, after.kind, "no transition of the phase it advanced made it"
+        )
+    if transitions != 1:
+        raise IllegalTransitionError(
+            before.kind, after.kind, f"it is {transitions} transitions away, not one"
+        )
+    after._ticket.parent = None
+
+
+class _Held:
+    """Something holding a ticket, as a phase does (only what the check reads)."""
+
+    kind = "Held"
+
+    def __init__(self, ticket: object) -> None:
+        self._ticket = ticket
+
+
+class _OtherTicket:
+    """Not the library's ticket, with the same fields."""
+
+    def __init__(self, parent: object, via: str) -> None:
+        self.parent, self.via, self.holder = parent, via, None
+        self.origin, self.runtime = "start", None
+
+
+class _Via(str):
+    """A text equal to a ticket's ``via`` but not the very object (nor a plain str)."""
+
+
+# How each link of a chain is made: its ``via``, and whether it is the library's ticket.
+_VIAS = st.sampled_from(
+    ["transition", "copy", "start", "restore", "hand", "other", "built", "subclass"]
+)
+
+
+def _via(name: str) -> str:
+    if name == "built":  # equal to "transition", made at run time
+        return "".join(["trans", "ition"])
+    if name == "subclass":
+        return _Via("transition")
+    return name
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    vias=st.lists(st.tuples(_VIAS, st.booleans()), max_size=3)
+    | st.lists(st.tuples(_VIAS, st.booleans()), max_size=70),
+    origin_at=st.integers(0, 2) | st.integers(0, 70),
+    holder=st.sampled_from(["after", "after", "another", "none", "gone"]),
+    after_is_origin=st.sampled_from([False, False, False, True]),
+)
+def test_the_ticket_chain_is_judged_as_the_plain_loop_judges_it(
+    vias: list[tuple[str, bool]], origin_at: int, holder: str, after_is_origin: bool
+) -> None:
+    """The usual chain (the library's ticket held by the phase, one ``"transition"`` to
+    the phase advanced) is taken without the loop; any other chain (copies, several
+    transitions, a foreign or unheld ticket, an equal but other ``via`` text, a chain
+    that never reaches the phase advanced or is too long) is judged as before: the same
+    error or none, and the same parent left on the ticket."""
+
+    def chain() -> tuple[Any, Any]:
+        # links[0] is the ticket of the phase returned, links[n + 1] the parent of
+        # links[n]; the one at ``origin_at`` (counted from the phase returned) has the
+        # phase advanced's ticket as parent, and a chain that does not reach it ends.
+        origin = _seal._Ticket(None, "start")
+        links: list[Any] = []
+        parent: Any = None
+        for at, (name, ours) in reversed(list(enumerate(vias))):
+            if at == origin_at:
+                parent = origin
+            made: Any = (_seal._Ticket if ours else _OtherTicket)(parent, _via(name))
+            links.insert(0, made)
+            parent = made
+        ticket = origin if after_is_origin or not links else links[0]
+        before, after = _Held(origin), _Held(ticket)
+        keep = _Held(None)
+        ticket.holder = {
+            "after": lambda: after,
+            "another": lambda: keep,
+            "none": None,
+            "gone": lambda: None,
+        }[holder]
+        return before, after
+
+    outcomes = []
+    for judge in (_watch.Watch._one_transition, _one_transition_plain):
+        before, after = chain()
+        try:
+            judge(before, after)
+            error = None
+        except (IllegalTransitionError, PhaseForgedError) as raised:
+            error = (type(raised), str(raised))
+        outcomes.append((error, after._ticket.parent is None))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_the_usual_chain_is_taken_without_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real run's transitions take the short way (the premise of the figures), and
+    one made by hand still fails."""
+    asked: list[str] = []
+    plain = _seal._own_ticket
+
+    def counted(phase: Any, doing: str) -> Any:
+        asked.append(doing)
+        return plain(phase, doing)
+
+    monkeypatch.setattr(_watch, "_own_ticket", counted)
+    origin = _seal._Ticket(None, "start")
+    before = _Held(origin)
+    after = _Held(_seal._Ticket(origin, "transition"))
+    after._ticket.holder = lambda: after
+    _watch.Watch._one_transition(before, after)
+    assert asked == []
+    assert after._ticket.parent is None
+    twice = _Held(_seal._Ticket(_seal._Ticket(origin, "transition"), "transition"))
+    twice._ticket.holder = lambda: twice
+    with pytest.raises(IllegalTransitionError, match="2 transitions away"):
+        _watch.Watch._one_transition(before, twice)
+    assert asked == ["advance"]
+
+
+# --- the runtime's and the agent's fields, by identity ----------------------------------
+
+
+class _EqualToAll:
+    """Equal to everything: a field replaced by it is the same only by ``==``."""
+
+    asked = 0
+
+    def __eq__(self, other: object) -> bool:
+        _EqualToAll.asked += 1
+        return True
+
+    __hash__ = object.__hash__
+
+
+def _runtime_and_agent() -> tuple[Runtime, Agent[None]]:
+    from statemachine.testing import AutoDenyGate, ScriptedModel
+
+    agent = Agent[None](name="a", budget=Budget(tokens=5))
+    return Runtime(run_id="r", model=ScriptedModel([]), gate=AutoDenyGate()), agent
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    which=st.sampled_from(["runtime", "agent"]),
+    replaced=st.sets(st.integers(0, 15), max_size=3),
+    how=st.sampled_from(["equal to all", "an equal copy", "None", "the same"]),
+    in_kept=st.booleans(),
+)
+def test_the_fields_are_the_very_objects_kept_as_attrgetter_and_is_find(
+    which: str, replaced: set[int], how: str, in_kept: bool
+) -> None:
+    """``_same_runtime``/``_same_terms`` answer as ``all(map(operator.is_,
+    attrgetter(*fields)(obj), kept))`` (the check before) when fields were replaced in
+    place (``object.__setattr__``, as a hostile phase could) or in the kept tuple: by an
+    object equal to everything, an equal copy, None or the very same object. Any field
+    replaced by another object is caught, and no field's ``__eq__`` is asked."""
+    import copy
+    import operator
+
+    rt, agent = _runtime_and_agent()
+    obj: Any = rt if which == "runtime" else agent
+    parts = _watch._runtime_parts if which == "runtime" else _watch._agent_parts
+    same = _watch._same_runtime if which == "runtime" else _watch._same_terms
+    names = [field.name for field in attrs.fields(type(obj))]
+    kept = list(parts(obj))
+    for at in sorted(replaced):
+        if at >= len(names):
+            continue
+        value = getattr(obj, names[at])
+        new: Any = {
+            "equal to all": _EqualToAll(),
+            "an equal copy": copy.copy(value),
+            "None": None,
+            "the same": value,
+        }[how]
+        if in_kept:
+            kept[at] = new
+        else:
+            object.__setattr__(obj, names[at], new)
+    asked = _EqualToAll.asked
+    plain = all(map(operator.is_, parts(obj), tuple(kept)))
+    assert same(obj, tuple(kept)) is plain
+    assert _EqualToAll.asked == asked
+
+
+@pytest.mark.parametrize("which", ["runtime", "agent"])
+def test_every_field_replaced_in_place_is_caught(which: str) -> None:
+    """Each field of the runtime (14) and of the agent (16), replaced in place by another
+    object, even one equal to everything, makes the check fail; the untouched object
+    passes; the function compares every field attrs knows of, in its order."""
+    rt, agent = _runtime_and_agent()
+    obj: Any = rt if which == "runtime" else agent
+    parts = _watch._runtime_parts if which == "runtime" else _watch._agent_parts
+    same = _watch._same_runtime if which == "runtime" else _watch._same_terms
+    names = [field.name for field in attrs.fields(type(obj))]
+    assert len(names) == (14 if which == "runtime" else 16)
+    kept = parts(obj)
+    assert same(obj, kept)
+    for at, name in enumerate(names):
+        was = getattr(obj, name)
+        for other in (_EqualToAll(), None, object()):
+            if other is was:
+                continue
+            object.__setattr__(obj, name, other)
+            assert not same(obj, kept), name
+        object.__setattr__(obj, name, was)
+        assert same(obj, kept)
+        assert not same(obj, (*kept[:at], object(), *kept[at + 1 :])), name
+    assert not same(obj, kept[:-1])  # a kept tuple of another length is never the same
