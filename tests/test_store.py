@@ -10,12 +10,14 @@ import re
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import closing
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import exactly
 
 import statemachine.persist._sqlite as store_module
@@ -26,6 +28,7 @@ from statemachine import (
     CheckpointOrderError,
     IllegalStatusChangeError,
     MemoryCheckpointer,
+    RunRecord,
     RunStatus,
     SQLiteCheckpointer,
     UnknownRunError,
@@ -698,3 +701,81 @@ async def test_an_ordinary_save_is_five_statements(tmp_path: Path) -> None:
             ["UPDATE", "runs"],
             ["COMMIT"],
         ] * 3
+
+
+class _Moment(datetime):
+    """A datetime subclass with an isoformat of its own, which a stamp must keep."""
+
+    def isoformat(self, sep: str = "T", timespec: str = "auto") -> str:
+        return "own:" + super().isoformat(sep, timespec)
+
+
+_OFFSETS: Final = st.timedeltas(
+    min_value=timedelta(hours=-23, minutes=-59), max_value=timedelta(hours=23, minutes=59)
+)
+_ZONES: Final = st.one_of(st.just(UTC), st.builds(timezone, _OFFSETS), st.none())
+_MOMENTS: Final = st.datetimes(min_value=datetime(2, 1, 1), max_value=datetime(9998, 12, 31))
+
+
+@settings(max_examples=500, deadline=None)
+@given(moments=st.lists(st.tuples(_MOMENTS, _ZONES), min_size=1, max_size=6), own=st.booleans())
+def test_a_stamp_is_the_utc_isoformat_of_its_moment(
+    moments: list[tuple[datetime, timezone | None]], own: bool
+) -> None:
+    """The store's stamp (its second's text kept) is isoformat's text for any moment: UTC,
+    another offset, naive (local time, as astimezone reads it), a subclass, and moments in
+    the same second, one after the other (the kept text must follow each)."""
+    for naive, zone in moments:
+        moment = naive.replace(tzinfo=zone)
+        for each in (moment, moment.replace(microsecond=0), moment + timedelta(microseconds=1)):
+            if own:
+                each = _Moment.fromisoformat(each.isoformat())
+            expected = each.astimezone(UTC).isoformat(timespec="microseconds")
+            assert store_module._stamp(each) == expected
+
+
+def _plain_same_but_saved(before: RunRecord, saved: RunRecord) -> bool:
+    """The check as it was written field by field (the store's compares one tuple)."""
+    return (
+        before.status is saved.status
+        and before.waiting_for == saved.waiting_for
+        and before.agent == saved.agent
+        and before.stop_requested == saved.stop_requested
+        and before.reason == saved.reason
+        and before.failures == saved.failures
+        and before.retry_at == saved.retry_at
+    )
+
+
+_RETRY: Final = st.one_of(
+    st.none(), st.sampled_from([START, START + timedelta(seconds=1)]), st.just(START.astimezone())
+)
+_ROWS: Final = st.builds(
+    RunRecord,
+    run_id=st.just("r"),
+    agent=st.sampled_from(["a", "b"]),
+    status=st.sampled_from(list(RunStatus)),
+    phase=st.sampled_from(["Planning", "ToolCalling"]),
+    waiting_for=st.sampled_from(["", "an approval"]),
+    updated_at=st.sampled_from([START, START + timedelta(minutes=1)]),
+    seq=st.integers(0, 2),
+    stop_requested=st.booleans(),
+    decision_pending=st.booleans(),
+    reason=st.sampled_from(["", "held"]),
+    failures=st.integers(0, 2),
+    retry_at=_RETRY,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(before=_ROWS, saved=_ROWS, same=st.booleans())
+def test_the_ordinary_save_check_is_the_field_by_field_one(
+    before: RunRecord, saved: RunRecord, same: bool
+) -> None:
+    """Which saves write only phase, time, seq and head: the same answer as comparing the
+    seven kept fields one by one, for rows that differ anywhere (or only where a save may)."""
+    if same:
+        kept = ("status", "waiting_for", "agent", "stop_requested", "reason", "failures")
+        saved = saved.model_copy(update={name: getattr(before, name) for name in kept})
+        saved = saved.model_copy(update={"retry_at": before.retry_at})
+    assert store_module._same_but_saved(before, saved) == _plain_same_but_saved(before, saved)

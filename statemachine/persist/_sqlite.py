@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -115,8 +116,27 @@ _ADDED_COLUMNS: Final = (
 _LEASE_COLUMNS: Final = "run_id, owner, claimed_at, until, released_at"
 
 
+# The text of the second a stamp was last made in: ((second, minute, hour, day, month,
+# year), "YYYY-MM-DDTHH:MM:SS"), one tuple so that threads never read half of a change.
+_second: tuple[tuple[int, ...] | None, str] = (None, "")
+
+
 def _stamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+    """``moment.astimezone(UTC).isoformat(timespec="microseconds")``, its second's text kept.
+
+    ``isoformat`` costs about 15,000 instructions here (a save makes one stamp); the
+    text up to the second changes once a second, and the rest is the microseconds.
+    """
+    global _second
+    if moment.tzinfo is not UTC or type(moment) is not datetime:
+        moment = moment.astimezone(UTC)
+        if type(moment) is not datetime:  # a subclass's isoformat may be its own
+            return moment.isoformat(timespec="microseconds")
+    key = (moment.second, moment.minute, moment.hour, moment.day, moment.month, moment.year)
+    second = _second
+    if second[0] != key:
+        second = _second = (key, moment.isoformat(timespec="seconds")[:19])
+    return "%s.%06d+00:00" % (second[1], moment.microsecond)  # noqa: UP031 (the cheapest)
 
 
 def _record_of(row: tuple[Any, ...]) -> RunRecord:
@@ -138,18 +158,22 @@ def _record_of(row: tuple[Any, ...]) -> RunRecord:
     )
 
 
+# The fields of a run's row that an ordinary save leaves as they were (see _same_but_saved).
+_KEPT_BY_SAVE: Final = itemgetter(
+    "status", "waiting_for", "agent", "stop_requested", "reason", "failures", "retry_at"
+)
+
+
 def _same_but_saved(before: RunRecord, saved: RunRecord) -> bool:
     """Whether a save's row differs from the one before only in what every save changes
-    (phase, updated_at, seq, head) and in the pending decision (cleared on its own)."""
-    return (
-        before.status is saved.status
-        and before.waiting_for == saved.waiting_for
-        and before.agent == saved.agent
-        and before.stop_requested == saved.stop_requested
-        and before.reason == saved.reason
-        and before.failures == saved.failures
-        and before.retry_at == saved.retry_at
-    )
+    (phase, updated_at, seq, head) and in the pending decision (cleared on its own).
+
+    The fields read from the models' dicts in C, compared as one tuple: a pydantic
+    model's attributes go through its ``__getattr__`` hook, one by one.
+    """
+    kept: tuple[Any, ...] = _KEPT_BY_SAVE(vars(before))
+    now: tuple[Any, ...] = _KEPT_BY_SAVE(vars(saved))
+    return kept == now
 
 
 def _lease_of(row: tuple[Any, ...]) -> LeaseRecord:
@@ -193,8 +217,14 @@ class _SQLiteTransaction:
         self._store, self._write, self._durable = store, write, durable
 
     def __enter__(self) -> sqlite3.Connection:
-        self._db = self._store._begin(self._write, self._durable)
-        return self._db
+        store = self._store
+        if self._durable:
+            self._db = store._begin(self._write, True)
+            return self._db
+        # An ordinary one (every save), without _begin's frame: as _begin does it.
+        self._db = db = store._connection or store._db
+        store._cursor.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
+        return db
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         store, db = self._store, self._db
@@ -209,7 +239,10 @@ class _SQLiteTransaction:
                 store._written.clear()
                 raise
         finally:
-            pages = store._end(db, self._durable)
+            if self._durable:
+                pages = store._end(db, True)
+            else:  # as _end does it
+                pages, store._tx_pages = store._tx_pages, 0
         if self._write:
             store._committed(db, pages)
 
@@ -380,7 +413,8 @@ class SQLiteCheckpointer(_Store):
             return await self._call(run_id, function, *args)
         try:
             # Set only when it changes: a run's saves follow each other on the event loop.
-            self._wait_for_locks(0)
+            if self._busy_ms:
+                self._wait_for_locks(0)
             try:
                 return self._guarded(run_id, function, *args)
             except sqlite3.OperationalError as exc:
