@@ -44,10 +44,12 @@ from ._phases import (
     Agent,
     AwaitApproval,
     Failed,
+    Idle,
     ModelRetrying,
     Observing,
     Phase,
     Planning,
+    Responding,
     Retrying,
     Runtime,
     ToolCalling,
@@ -250,7 +252,7 @@ class Watch:
         was = self._counters
         if after.agent is not self._agent:
             return "it belongs to another agent"
-        if not isinstance(after, type(before).successors() if kinds is None else kinds):
+        if not isinstance(after, _successors(before) if kinds is None else kinds):
             return f"{type(before).__name__}.advance's annotation does not name it"
         if now[0] != was[0] + 1:
             return f"its step is {now[0]}, not {was[0] + 1}"
@@ -277,6 +279,28 @@ class Watch:
         if isinstance(after, ModelRetrying) or isinstance(before, ModelRetrying):
             return _model_retry_problem(before, after, len(self._rt.fallback_models))
         return None
+
+
+# The library's own active phase classes, whose ``successors`` (read once per class from
+# the annotation, by Active.successors) the Watch keeps: a dict look-up instead of the
+# classmethod's call at each transition. A subclass, which may answer otherwise (it may
+# override ``successors``), is asked each time, as before.
+_LIBRARY_ACTIVE: frozenset[type[Any]] = frozenset(
+    (Idle, Planning, AwaitApproval, ToolCalling, Observing, Retrying, Responding, ModelRetrying)
+)
+_LIBRARY_SUCCESSORS: dict[type[Any], tuple[type[Phase[Any]], ...]] = {}
+
+
+def _successors(before: Active[Any]) -> tuple[type[Phase[Any]], ...]:
+    """``type(before).successors()``; kept for the library's own classes."""
+    cls = type(before)
+    kept = _LIBRARY_SUCCESSORS.get(cls)
+    if kept is not None:
+        return kept
+    answer = cls.successors()
+    if cls in _LIBRARY_ACTIVE:
+        _LIBRARY_SUCCESSORS[cls] = answer
+    return answer
 
 
 def _model_retry_problem(before: Active[Any], after: Phase[Any], fallbacks: int) -> str | None:
@@ -392,9 +416,12 @@ def _asked_problem(after: Phase[Any], pending: tuple[Any, ...]) -> str | None:
     asking, answered = _last_reply(after.transcript)
     if asking is None:
         return None
+    holder = after if isinstance(after, _HOLDS_A_CALL) else None
+    if _all_accounted(asking, answered, holder, pending):
+        return None
     accounted = tuple(map(_TOOL_CALL_ID, answered))
-    if isinstance(after, _HOLDS_A_CALL):
-        accounted += (after.call_id,)
+    if holder is not None:
+        accounted += (holder.call_id,)
     if pending:
         accounted += tuple(map(_ID, pending))
     asked = tuple(map(_ID, asking.tool_calls))
@@ -404,6 +431,38 @@ def _asked_problem(after: Phase[Any], pending: tuple[Any, ...]) -> str | None:
             "held or pending"
         )
     return None
+
+
+def _all_accounted(
+    asking: Message, answered: Sequence[Message], holder: Any, pending: tuple[Any, ...]
+) -> bool:
+    """Whether the ids of ``answered``, then ``holder``'s call id (``None``: none held),
+    then those of ``pending`` are those ``asking`` asked for, in order: each pair the same
+    object or equal, as the tuples compare. Read in place, one id at a time, without
+    the tuples, for the tuples the model's messages and the queue are; ``False`` for
+    anything else (the caller then builds the tuples and compares them as before)."""
+    asked = asking.tool_calls
+    if type(asked) is not tuple or type(answered) is not tuple:
+        return False
+    if len(asked) != len(answered) + (holder is not None) + len(pending):
+        return False
+    at = 0
+    for message in answered:
+        mine, theirs = message.tool_call_id, asked[at].id
+        if not (mine is theirs or mine == theirs):
+            return False
+        at += 1
+    if holder is not None:
+        mine, theirs = holder.call_id, asked[at].id
+        if not (mine is theirs or mine == theirs):
+            return False
+        at += 1
+    for request in pending:
+        mine, theirs = request.id, asked[at].id
+        if not (mine is theirs or mine == theirs):
+            return False
+        at += 1
+    return True
 
 
 _TOOL_CALL_ID = operator.attrgetter("tool_call_id")

@@ -436,3 +436,32 @@ def test_every_field_replaced_in_place_is_caught(which: str) -> None:
         assert same(obj, kept)
         assert not same(obj, (*kept[:at], object(), *kept[at + 1 :])), name
     assert not same(obj, kept[:-1])  # a kept tuple of another length is never the same
+
+
+# --- the successors of the library's own classes, kept ----------------------------------
+
+
+def test_the_library_classes_successors_are_kept_and_a_subclass_is_asked_each_time() -> None:
+    """For each of the library's active phase classes the kept answer is the classmethod's
+    (read from the annotation); a subclass that overrides ``successors`` is asked at
+    every transition, as before, and never kept (even one answering otherwise each
+    time)."""
+    for cls in _watch._LIBRARY_ACTIVE:
+        phase = object.__new__(cls)
+        assert _watch._successors(phase) == cls.successors()
+        assert _watch._successors(phase) == cls.successors()
+
+    asked: list[int] = []
+
+    @attrs.frozen(kw_only=True)
+    class Wider(Planning[None]):
+        @classmethod
+        def successors(cls) -> tuple[type[Phase[Any]], ...]:
+            asked.append(1)
+            return (Done,) if len(asked) % 2 else (Failed,)
+
+    phase = object.__new__(Wider)
+    assert _watch._successors(phase) == (Done,)
+    assert _watch._successors(phase) == (Failed,)
+    assert asked == [1, 1]
+    assert Wider not in _watch._LIBRARY_SUCCESSORS
