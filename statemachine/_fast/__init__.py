@@ -10,7 +10,10 @@ rule.
 - ``_attrs._built`` / ``_attrs._builder``: the next phase built slot by slot by a function
   generated once per class, as its attrs ``__init__`` builds it
   (``test_next_builds_every_library_phase_as_its_init_does``, ``test_copy_is_attrs_evolve``
-  and the user-subclass cases); a class whose ``__init__`` does more is built by it.
+  and the user-subclass cases); a class whose ``__init__`` does more is built by it. The
+  slots are set with plain stores on ``_unfrozen``'s twin of the class, made the class
+  by ``__class__`` assignment (``tests/test_fast_builders.py``, against the builder that
+  calls each slot's ``__set__``, which classes whose deriving could run code keep).
 - ``_messages._asking`` / ``_system`` / ``_told``: the conversation's messages made as
   pydantic would make them
   (``test_the_messages_of_a_tool_call_are_the_models_pydantic_would_make``).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from types import MemberDescriptorType
-from typing import Any, cast
+from typing import Any, Generic, cast
 
 import attrs
 
@@ -60,13 +60,14 @@ def _built(
 def _builder(cls: type[Any], *, copy: bool) -> _Builder:
     """A function that builds ``cls`` as its attrs ``__init__`` does, slot by slot.
 
-    It sets each field through the slot's descriptor, in the order ``__init__`` sets
-    them, to the value in the changes, else the leaving phase's (for ``_next``: the
-    carried fields, ``step`` + 1; for ``_copy``: every field ``__init__`` takes, as
-    ``attrs.evolve`` does), else the field's default or ``factory()``, then calls
-    ``__attrs_post_init__`` when ``__init__`` calls it. ``_by_init`` for a class whose
-    ``__init__`` does more (see ``_PLAIN_INIT_NAMES``), is not attrs's, or has a slot
-    that is not a field (its ``__init__`` may set it).
+    It reads each field's value, in the order ``__init__`` sets them: the value in the
+    changes, else the leaving phase's (for ``_next``: the carried fields, ``step`` + 1; for
+    ``_copy``: every field ``__init__`` takes, as ``attrs.evolve`` does), else the field's
+    default or ``factory()``; then makes the object and sets its slots (see
+    :func:`_unfrozen`), binds the ticket and calls ``__attrs_post_init__`` when
+    ``__init__`` calls it. ``_by_init`` for a class whose ``__init__`` does more (see
+    ``_PLAIN_INIT_NAMES``), is not attrs's, or has a slot that is not a field (its
+    ``__init__`` may set it).
     """
     if not isinstance(cls, type):  # a generic alias such as Planning[Trip]: called as is
         return _by_init
@@ -97,51 +98,40 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
     }
     if not slots <= names | {"__weakref__", "__dict__"}:
         return _by_init
-    namespace: dict[str, Any] = {"_new": object.__new__, "cls": cls, "_ref": weakref.ref}
+    unfrozen = _unfrozen(cls)
+    namespace: dict[str, Any] = {
+        "_new": object.__new__,
+        "cls": cls,
+        "_made_as": unfrozen or cls,
+        "_ref": weakref.ref,
+    }
     lines = ["def build(leaving, changes):"]
     required: list[str] = []
-    steps: list[str] = []
+    reads: list[str] = []
+    sets: list[str] = []
     for index, field in enumerate(fields):
         slot = next((c.__dict__[field.name] for c in cls.__mro__ if field.name in c.__dict__), 0)
         if field.name == "_ticket":  # the seal: minted by _next/_copy, bound below
             if field.converter is not None or not isinstance(slot, MemberDescriptorType):
                 return _by_init
-            namespace[f"_set{index}"] = slot.__set__
             allowed.update(_SEAL_INIT_NAMES)
-            steps.append(f"    _set{index}(new, changes['ticket'])")
-            steps.append("    changes['ticket'].holder = _ref(new)")
-            continue
-        if (
+            value: str | None = "changes['ticket']"
+        elif (
             field.validator is not None
             or field.converter is not None
             or not isinstance(slot, MemberDescriptorType)
         ):
             return _by_init
-        namespace[f"_set{index}"] = slot.__set__
-        default: Any = field.default
-        if isinstance(default, _FACTORY):
-            if default.takes_self:
+        else:
+            value = _value_of(field, index, copy, namespace, allowed, required)
+            if value is None:
                 return _by_init
-            allowed.add(f"__attr_factory_{field.name}")
-            namespace[f"_default{index}"] = default.factory
-            fallback = f"_default{index}()"
+        reads.append(f"    _v{index} = {value}")
+        if unfrozen is not None:
+            sets.append(f"    new.{field.name} = _v{index}")
         else:
-            namespace[f"_default{index}"] = default
-            fallback = f"_default{index}"
-        alias = field.alias
-        if not field.init:
-            value = fallback
-        elif copy:
-            value = f"changes[{alias!r}] if {alias!r} in changes else leaving.{field.name}"
-        elif alias in _CARRIED:  # the arguments _next passes, read as it reads them
-            carried = "leaving.step + 1" if alias == "step" else f"leaving.{alias}"
-            value = f"changes[{alias!r}] if {alias!r} in changes else {carried}"
-        elif default is attrs.NOTHING:
-            required.append(alias)
-            value = f"changes[{alias!r}]"
-        else:
-            value = f"changes[{alias!r}] if {alias!r} in changes else {fallback}"
-        steps.append(f"    _set{index}(new, {value})")
+            namespace[f"_set{index}"] = slot.__set__
+            sets.append(f"    _set{index}(new, _v{index})")
     if not set(code.co_names) <= allowed:
         return _by_init
     namespace["_takes"] = takes
@@ -150,8 +140,12 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
     for alias in required:
         lines.append(f"    if {alias!r} not in changes:")
         lines.append("        return None")
-    lines.append("    new = _new(cls)")
-    lines.extend(steps)
+    lines.extend(reads)  # every value first: no code of a class runs while it is made
+    lines.append("    new = _new(_made_as)")
+    lines.extend(sets)
+    if unfrozen is not None:
+        lines.append("    new.__class__ = cls")
+    lines.append("    changes['ticket'].holder = _ref(new)")
     if "__attrs_post_init__" in code.co_names:
         lines.append("    new.__attrs_post_init__()")
     lines.append("    return new")
@@ -159,6 +153,85 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
     kind = "copier" if copy else "builder"
     exec(compile(source, f"<statemachine {kind} {cls.__qualname__}>", "exec"), namespace)
     return cast("_Builder", namespace["build"])
+
+
+def _value_of(
+    field: Any,
+    index: int,
+    copy: bool,
+    namespace: dict[str, Any],
+    allowed: set[str],
+    required: list[str],
+) -> str | None:
+    """The expression a builder reads ``field``'s value with (see :func:`_builder`);
+    ``None`` for a factory that takes the object being built."""
+    default: Any = field.default
+    if isinstance(default, _FACTORY):
+        if default.takes_self:
+            return None
+        allowed.add(f"__attr_factory_{field.name}")
+        namespace[f"_default{index}"] = default.factory
+        fallback = f"_default{index}()"
+    else:
+        namespace[f"_default{index}"] = default
+        fallback = f"_default{index}"
+    alias = field.alias
+    if not field.init:
+        return fallback
+    if copy:
+        return f"changes[{alias!r}] if {alias!r} in changes else leaving.{field.name}"
+    if alias in _CARRIED:  # the arguments _next passes, read as it reads them
+        carried = "leaving.step + 1" if alias == "step" else f"leaving.{alias}"
+        return f"changes[{alias!r}] if {alias!r} in changes else {carried}"
+    if default is attrs.NOTHING:
+        required.append(alias)
+        return f"changes[{alias!r}]"
+    return f"changes[{alias!r}] if {alias!r} in changes else {fallback}"
+
+
+# Classes whose own ``__init_subclass__`` may stand in a class _unfrozen derives.
+_QUIET_INIT_SUBCLASS = (Generic, object)
+
+
+def _unfrozen(cls: type[Any]) -> type[Any] | None:
+    """A subclass of ``cls`` that sets attributes as ``object`` does, or ``None``.
+
+    A builder makes the object as this class, sets its slots with plain attribute
+    stores (the interpreter's own slot store, instead of a call of each slot's
+    ``__set__``), then makes it a ``cls`` (``__class__`` assignment: the same layout);
+    the object is never seen as the subclass, and no code of ``cls`` runs between. Made
+    only when deriving it runs no code of ``cls``'s: its metaclass is ``type`` and no
+    class of ``cls`` but ``Generic`` defines ``__init_subclass__``; and when nothing of
+    ``cls`` could answer the ``__class__`` assignment (no ``__class__`` of its own) or
+    run when the probe made here is dropped (no ``__del__``).
+    Kept, with the builder, for the life of the process.
+    """
+    if (
+        type(cls) is not type
+        or hasattr(cls, "__del__")
+        or any(
+            "__init_subclass__" in c.__dict__ or "__class__" in c.__dict__
+            for c in cls.__mro__
+            if c not in _QUIET_INIT_SUBCLASS
+        )
+    ):
+        return None
+    unfrozen = type(
+        f"_Unfrozen{cls.__name__}",
+        (cls,),
+        {
+            "__slots__": (),
+            "__setattr__": object.__setattr__,
+            "__delattr__": object.__delattr__,
+            "__module__": __name__,
+        },
+    )
+    try:  # the same layout, or ``__class__`` assignment refuses it
+        probe: Any = object.__new__(unfrozen)
+        probe.__class__ = cls
+    except TypeError:  # pragma: no cover - every attrs slotted class passes
+        return None
+    return unfrozen
 
 
 _FACTORY: type[Any] = type(attrs.Factory(list))
