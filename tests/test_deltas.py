@@ -10,6 +10,8 @@ list, so the bytes per transition stay flat as the run grows.
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import itertools
 import json
 from decimal import Decimal
@@ -133,9 +135,16 @@ async def test_deep_list_changes_cost_what_changed_and_stay_flat() -> None:
     assert await store.load("r") == (902, governed(902))
 
 
+@functools.cache
+def _hex(n: int) -> str:
+    return hashlib.sha256(str(n).encode()).hexdigest()[:60]
+
+
 def growing(step: int) -> dict[str, Any]:
     """A document whose transcript grows by one message per checkpoint."""
-    transcript = [{"role": "tool", "content": f"result {n}: " + "y" * 60} for n in range(step)]
+    # Text that compresses little (hex digits), as a real run's results: a large snapshot
+    # is stored compressed, and one of a repeated letter would stay small however long.
+    transcript = [{"role": "tool", "content": f"result {n}: " + _hex(n)} for n in range(step)]
     return {"kind": "Planning", "fields": {"step": step, "transcript": transcript}}
 
 

@@ -6,6 +6,11 @@ commit 7b2495e: three runs of the agent ``looker`` (a long completed one, one wa
 for an approval, one sealed under ``k-old``), every document in version 2, every delta
 in version 2's ops (``set`` of the kind and class, ``drop`` and ``order`` of the fields
 at each phase change, ``pack`` of full chunks, settled records set field by field).
+
+``tests/data/pre-zlib-runs.db`` was written by ``tests/data/make_pre_zlib_runs.py`` from
+commit 8ca8d28, before large snapshots were stored compressed: two runs of 80 lookups
+(one waiting for an approval, one sealed) whose last snapshot, over 32 KiB, is stored as
+its JSON text and followed by deltas.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from old_stores import copied as _copied
 
 from statemachine import Done, SQLiteCheckpointer, dumps, loads
 from statemachine.persist import dump_phase
+from statemachine.persist._chain import _COMPRESS_FROM
 from statemachine.persist._codec import DOCUMENT_VERSION
 
 pytestmark = pytest.mark.anyio
@@ -77,3 +83,53 @@ async def test_a_waiting_version_2_run_resumes_to_done_in_today_s_format(
     again = phase_of(document, looker(), "waiting")
     assert again == resumed.final
     assert len(list(again.transcript)) == 1 + 2 * 13 + 1
+
+
+def _last_snapshot(path: Path, run_id: str) -> bytes:
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    try:
+        ((blob,),) = db.execute(
+            "SELECT blob FROM checkpoints WHERE run_id = ? AND kind = 'full' "
+            "ORDER BY seq DESC LIMIT 1",
+            (run_id,),
+        ).fetchall()
+    finally:
+        db.close()
+    return bytes(blob)
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
+async def test_a_large_snapshot_stored_uncompressed_loads_and_verifies(
+    tmp_path: Path, sealed: bool
+) -> None:
+    path = _copied("pre-zlib-runs.db", tmp_path)
+    run_id = "sealed" if sealed else "waiting"
+    blob = _last_snapshot(path, run_id)
+    assert len(blob) > _COMPRESS_FROM  # today's code would store it compressed
+    if not sealed:
+        assert blob[32:33] == b"{"
+    async with SQLiteCheckpointer(path, sealer=KEY if sealed else None) as store:
+        seq, document = await store.load(run_id)
+        assert await store.verify(run_id) == seq
+        history = await store.history(run_id)
+    assert not history[-1].snapshot  # the load replayed deltas after the snapshot
+    assert document["version"] == 3
+    final = phase_of(document, looker(), run_id)
+    assert len(final.loop.actions) == 80 + (0 if sealed else 1)
+    if sealed:
+        assert isinstance(final, Done)
+        assert len(list(final.transcript)) == 1 + 2 * 80 + 1
+
+
+async def test_a_run_with_an_uncompressed_large_snapshot_resumes_to_done(tmp_path: Path) -> None:
+    resumed, seq, document, verified = await resume_waiting(_copied("pre-zlib-runs.db", tmp_path))
+    assert isinstance(resumed.final, Done)
+    assert resumed.final.answer == "Paid."
+    assert paid == ["10.00"]
+    assert verified == seq
+    again = phase_of(document, looker(), "waiting")
+    assert again == resumed.final
+    assert len(list(again.transcript)) == 1 + 2 * 81 + 1
+    assert [a.outcome for a in again.loop.actions][-1] == "ok"

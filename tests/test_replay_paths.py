@@ -4,13 +4,16 @@ A load from the last snapshot checks every blob's checksum once and then decodes
 checking it again; it reads each blob with one JSON decoder made once, and hashes the
 chain's links with the run's part made once. Each is compared here with the plain path:
 ``_json.loads``, ``_link`` folded over the rows, and ``_Chain.replay`` checking every
-checksum as it decodes.
+checksum as it decodes. A snapshot of 32 KiB or more is stored compressed, and reads
+back as the same snapshot stored as its text would.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
+import zlib
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -23,13 +26,24 @@ from pydantic import BaseModel
 from statemachine import (
     Agent,
     CheckpointCipher,
+    CheckpointCorruptError,
     CheckpointTamperedError,
     Runner,
     SQLiteCheckpointer,
     read_tool,
 )
-from statemachine._json import dumps, loads
-from statemachine.persist._chain import _Chain, _last_link, _link, _loads
+from statemachine._json import dumps, dumps_reusing, loads
+from statemachine.persist._chain import (
+    _COMPRESS_FROM,
+    _PIECE,
+    _adler_joined,
+    _Chain,
+    _compressed,
+    _found,
+    _last_link,
+    _link,
+    _loads,
+)
 from statemachine.persist._protocol import RunRecord
 from statemachine.persist._rows import _DIGEST, _Row, _system_clock
 from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
@@ -141,19 +155,22 @@ steps = st.lists(
 )
 
 
+@pytest.mark.parametrize("large", [False, True], ids=["small", "compressed"])
 @pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(changes=steps, every=st.integers(min_value=1, max_value=6))
 def test_a_load_from_the_last_snapshot_builds_what_the_plain_replay_builds(
-    tmp_path_factory: pytest.TempPathFactory, sealed: bool, changes: Any, every: int
+    tmp_path_factory: pytest.TempPathFactory, sealed: bool, large: bool, changes: Any, every: int
 ) -> None:
     import anyio
 
     path = tmp_path_factory.mktemp("replay") / "runs.db"
     sealer = KEY if sealed else None
     document: dict[str, Any] = {"kind": "P", "fields": {"items": [], "step": 0}}
+    if large:  # every snapshot is stored compressed
+        document["pad"] = [f"{n:05}" for n in range(_COMPRESS_FROM // 8)]
 
     async def save_and_load() -> tuple[int, Any]:
         async with SQLiteCheckpointer(path, sealer=sealer, snapshot_every=every) as store:
@@ -182,6 +199,8 @@ def test_a_load_from_the_last_snapshot_builds_what_the_plain_replay_builds(
     assert fast is not None
     assert repr(fast) == repr(plain) == repr(loaded)
     assert repr(loaded) == repr(loads(dumps(document)))  # the last document saved
+    if not sealed:
+        assert (rows[0].blob[_DIGEST : _DIGEST + 1] == b"x") is large
 
 
 @pytest.mark.anyio
@@ -273,3 +292,181 @@ async def test_a_changed_sealed_version_3_delta_is_refused(tmp_path: Path) -> No
     async with SQLiteCheckpointer(path, sealer=KEY) as store:
         with pytest.raises(CheckpointTamperedError, match=f"checkpoint {seq} "):
             await store.load("r")
+
+
+def _unsealed(chain: _Chain, plain: bytes) -> tuple[str, str]:
+    """What ``chain`` reads from the blob it makes of ``plain``: the value's repr, or the
+    error's first words."""
+    blob = chain.seal_plain(plain, b"r:0")
+    try:
+        return ("value", repr(chain.unseal(blob, b"r:0", "r", "checkpoint 0")))
+    except CheckpointCorruptError as error:
+        return ("error", error.detail.split(" (")[0])
+
+
+@settings(max_examples=200)
+@given(value=json_values)
+def test_a_compressed_blob_reads_as_its_text_reads(value: Any) -> None:
+    """What ``unseal`` gives for a compressed blob is what it gives for the text (plain
+    and sealed), whatever the JSON."""
+    plain = json.dumps(value).encode()
+    for sealer in (None, KEY):
+        chain = _Chain(snapshot_every=50, sealer=sealer, clock=_system_clock, where="test")
+        assert _unsealed(chain, zlib.compress(plain, 1)) == _unsealed(chain, plain)
+
+
+@settings(max_examples=300)
+@given(first=st.binary(max_size=300), second=st.binary(max_size=70_000))
+def test_two_adler_32_sums_joined_are_the_sum_of_the_bytes_joined(
+    first: bytes, second: bytes
+) -> None:
+    joined = _adler_joined(zlib.adler32(first), zlib.adler32(second), len(second))
+    assert joined == zlib.adler32(first + second)
+
+
+@settings(max_examples=300)
+@given(text=st.text("ab,", max_size=200), part=st.text("ab,", min_size=1, max_size=80))
+def test_the_long_text_search_finds_what_find_finds(text: str, part: str) -> None:
+    for at in range(len(text) + 1):
+        assert _found(text, part, at) == text.find(part, at)
+
+
+long_texts = st.builds(
+    lambda seed, size: (seed * (_PIECE // max(len(seed), 1) + size))[: _PIECE + size],
+    st.text(min_size=1, max_size=12),
+    st.integers(min_value=0, max_value=300),
+)
+documents = st.recursive(
+    st.none() | st.integers() | st.text(max_size=8) | long_texts,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(first=documents, second=documents)
+def test_a_snapshot_compressed_by_pieces_is_its_text_compressed(first: Any, second: Any) -> None:
+    """``_compressed`` (each long text deflated once, kept for the next snapshot) gives
+    what ``zlib.decompress`` reads back as the snapshot's UTF-8, as ``zlib.compress``
+    does; the next snapshot, sharing some of the same texts, too."""
+    payload = {"kind": "full", "document": {"a": [first], "b": first}}
+    text, _ = dumps_reusing(payload, {})
+    blob, pieces = _compressed(text, payload, {})
+    assert zlib.decompress(blob) == zlib.decompress(zlib.compress(text.encode(), 1))
+    # The next snapshot holds the same objects (their pieces reused) and others.
+    payload = {"kind": "full", "document": {"a": [first, second], "b": [second, first]}}
+    text, _ = dumps_reusing(payload, {})
+    again, _ = _compressed(text, payload, pieces)
+    assert zlib.decompress(again) == text.encode()
+    assert again == _compressed(text, payload, {})[0]
+
+
+async def _large_run(path: Path, sealer: CheckpointCipher | None) -> list[tuple[int, bytes]]:
+    """A run whose snapshot (seq 0) is stored compressed, then 4 deltas; its rows."""
+    async with SQLiteCheckpointer(path, sealer=sealer) as store:
+        for seq in range(5):
+            document = {"kind": "P", "pad": "ab" * _COMPRESS_FROM, "step": seq}
+            await store.save("r", seq, document, agent="a", status="running", phase="P")
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute("SELECT seq, blob FROM checkpoints WHERE run_id = 'r' ORDER BY seq")
+        return [(seq, bytes(blob)) for seq, blob in rows]
+    finally:
+        db.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
+async def test_a_changed_compressed_snapshot_is_refused(tmp_path: Path, sealed: bool) -> None:
+    path = tmp_path / "runs.db"
+    sealer = KEY if sealed else None
+    rows = await _large_run(path, sealer)
+    seq, blob = rows[0]
+    assert len(blob) < _COMPRESS_FROM  # stored compressed
+    if not sealed:
+        assert blob[_DIGEST : _DIGEST + 1] == b"x"
+    middle = len(blob) // 2
+    _changed(path, seq, blob[:middle] + bytes([blob[middle] ^ 1]) + blob[middle + 1 :])
+    async with SQLiteCheckpointer(path, sealer=sealer) as store:
+        with pytest.raises(CheckpointTamperedError, match="checkpoint 0 "):
+            await store.load("r")
+        with pytest.raises(CheckpointTamperedError, match="checkpoint 0 "):
+            await store.verify("r")
+
+
+@pytest.mark.anyio
+async def test_a_snapshot_that_does_not_decompress_is_refused_though_its_chain_holds(
+    tmp_path: Path,
+) -> None:
+    """Without a sealer a forger can recompute every checksum and link (see
+    ``tests/test_chain.py``): a snapshot that starts as compressed data does but is not
+    is still refused, as corrupt, naming it."""
+    path = tmp_path / "runs.db"
+    rows = await _large_run(path, None)
+    body = b"x" + bytes(range(200))
+    rows[0] = (0, hashlib.sha256(body).digest() + body)
+    link = bytes(_DIGEST)
+    db = sqlite3.connect(path)
+    for seq, blob in rows:
+        db.execute("UPDATE checkpoints SET blob = ? WHERE run_id = 'r' AND seq = ?", (blob, seq))
+        link = _link("r", seq, seq == 0, link, blob[:_DIGEST])
+    db.execute("UPDATE runs SET head = ? WHERE run_id = 'r'", (link,))
+    db.commit()
+    db.close()
+    async with SQLiteCheckpointer(path) as store:
+        with pytest.raises(CheckpointCorruptError, match="checkpoint 0 cannot be decompressed"):
+            await store.load("r")
+
+
+class PageArgs(BaseModel):
+    page: int
+
+
+@read_tool
+async def read_page(args: PageArgs) -> dict[str, str]:
+    """Read a page."""
+    return {"page": f"page {args.page}: " + "lorem ipsum dolor " * (20 + args.page % 7)}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
+async def test_a_real_run_s_compressed_snapshots_load_as_its_last_phase(
+    tmp_path: Path, sealed: bool
+) -> None:
+    """A real run whose snapshots grow past 32 KiB: they are stored compressed, their
+    chunks compressed once and reused (``_compressed``), and a load - from the last
+    snapshot, and by the full check's replay - gives the last phase's document."""
+    from statemachine.persist import dump_phase
+
+    path = tmp_path / "runs.db"
+    sealer = KEY if sealed else None
+    agent = Agent[None](name="reader", tools=[read_page], max_steps=1000)
+    turns = [tool_call("read_page", {"page": n}) for n in range(90)] + [reply("done")]
+    async with SQLiteCheckpointer(path, sealer=sealer, snapshot_every=10) as store:
+        runner = Runner(agent, model=ScriptedModel(turns), gate=AutoDenyGate(), checkpointer=store)
+        result = await runner.run(None, "go", run_id="r")
+        assert result.ok
+        history = await store.history("r")
+    snapshots = [entry for entry in history if entry.snapshot]
+    assert len([entry for entry in snapshots if entry.size < 20_000]) >= 3
+    db = sqlite3.connect(path)
+    try:
+        blobs = [
+            bytes(blob)
+            for (blob,) in db.execute(
+                "SELECT blob FROM checkpoints WHERE run_id = 'r' AND kind = 'full' ORDER BY seq"
+            )
+        ]
+    finally:
+        db.close()
+    if not sealed:
+        assert [blob[_DIGEST : _DIGEST + 1] for blob in blobs][-3:] == [b"x"] * 3
+    async with SQLiteCheckpointer(path, sealer=sealer, snapshot_every=10) as store:
+        seq, loaded = await store.load("r")
+        assert await store.verify("r") == seq
+    rows, _ = _stored(path, "r")
+    chain = _Chain(snapshot_every=10, sealer=sealer, clock=_system_clock, where="test")
+    record = RunRecord.model_construct(seq=seq)
+    assert repr(chain.replay("r", rows, record)[1]) == repr(loaded)
+    expected = loads(dumps(dump_phase(result.final)))
+    assert repr({key: loaded[key] for key in expected}) == repr(expected)

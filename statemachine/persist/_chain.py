@@ -7,18 +7,27 @@ for all three, and a backend keeps only its rows and its transactions.
 
 A full snapshot is written at seq 0, then at the first checkpoint at least
 ``snapshot_every`` (default 50) after the last snapshot at which the deltas stored since
-add up to that snapshot's size. A state grows with its run, so a fixed interval would
-make snapshots cost more per transition the longer the run; by this rule they never cost
-more bytes than the deltas between them, so the bytes per transition stay flat, and a
-load reads one snapshot and at most about its size again in deltas. A store that did
-not write the run's last checkpoint (another process, a restart) reads the sizes from
-the stored chain, so every process applies the same rule to the same rows. A caller's
-own delta ops are used when they apply (see ``_delta``).
+add up to that snapshot's stored size. A state grows with its run, so a fixed interval
+would make snapshots cost more per transition the longer the run; by this rule they
+never cost more bytes than the deltas between them, so the bytes per transition stay
+flat, and a load reads one snapshot and at most about its stored size again in deltas.
+A store that did not write the run's last checkpoint (another process, a restart) reads
+the sizes from the stored chain, so every process applies the same rule to the same
+rows. A caller's own delta ops are used when they apply (see ``_delta``).
+
+A snapshot of 32 KiB or more is stored compressed (zlib; since 2026-12-02, issue 23): a
+long run's state compresses several times over, so for the same bytes its snapshots come
+several times as often and a load replays that many times fewer deltas (a delta costs a
+load about ten times what a byte of snapshot does). Smaller snapshots are stored as
+their text: ``snapshot_every``, not their size, spaces those. Snapshots stored as text
+by earlier versions load as they always did. It is compressed before it is sealed, so
+its stored size says how repetitive it is, as a delta's size says how large a change is.
 
 Each stored blob is ``sha256(sealed) + sealed``, where ``sealed`` is the encoded JSON
-passed through the optional :class:`Sealer` (encryption at rest) with the
-associated data ``b"<run_id>:<seq>"``. The checksum catches a truncated or
-overwritten blob even without encryption; the sealer's own tag catches tampering.
+(compressed, for a large snapshot) passed through the optional :class:`Sealer`
+(encryption at rest) with the associated data ``b"<run_id>:<seq>"``. The checksum
+catches a truncated or overwritten blob even without encryption; the sealer's own tag
+catches tampering.
 
 The checkpoints of a run form a chain, and the run's row records its head. Checkpoint
 ``seq``'s link is ``sha256(domain, run id, seq, kind, the previous link, the blob's
@@ -47,11 +56,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from .._approval import waits_for_approval
 from .._errors import (
@@ -91,6 +101,22 @@ __all__ = ["_NO_HEAD", "_Chain", "_every", "_link"]
 
 _DOMAIN: Final = b"statemachine checkpoint chain 1\0"
 _NO_HEAD: Final = bytes(_DIGEST)  # the link before checkpoint 0
+# A snapshot's JSON of at least this many bytes is stored compressed (zlib, level 1).
+# Smaller ones are stored as they are: up to about this size, ``snapshot_every`` rather
+# than the snapshot's size decides how many deltas follow it, so compressing it would
+# not shorten a load. A compressed blob starts with zlib's first byte, which no JSON
+# text starts with (JSON starts with a value, a space or a byte order mark).
+_COMPRESS_FROM: Final = 32 * 1024
+_ZLIB: Final = b"x"
+# A text in a list of at least this many characters (a full chunk of a transcript or an
+# action log, a long result) is compressed once, when a snapshot first holds it, and its
+# compressed form kept for the run's next snapshots (see ``_compressed``).
+_PIECE: Final = 1024
+_PIECES_RUNS: Final = 8  # runs whose pieces a store keeps
+_HEADER: Final = b"\x78\x01"  # zlib's header: deflate, a 32 KiB window, the fastest level
+_END: Final = zlib.compressobj(1, zlib.DEFLATED, -15).flush()  # deflate's empty last block
+_ADLER: Final = 65521  # Adler-32's modulus
+_STORED: Final = 512  # bytes between long texts stored as they are (see ``_deflated``)
 _LOADED_RUNS: Final = 8  # runs whose loaded document a store keeps for their next save
 # ``_json.loads`` (non-integer numbers as ``Decimal``, no NaN or Infinity), made once:
 # ``json.loads`` with these arguments builds a decoder for each blob a load reads.
@@ -103,6 +129,113 @@ def _loads(plain: bytes) -> JSON:
         return loads(plain)
     value: JSON = _DECODER.decode(plain.decode(json.detect_encoding(plain), "surrogatepass"))
     return value
+
+
+class _Piece(NamedTuple):
+    """A long text of a snapshot: as written in it, deflated, and its UTF-8's Adler-32."""
+
+    text: str
+    deflated: bytes
+    adler: int
+    size: int  # bytes of its UTF-8
+
+
+# A run's pieces by the identity of the list item they write: (the item, the piece).
+_Pieces = dict[int, tuple[str, _Piece]]
+
+
+def _deflated(raw: bytes) -> bytes:
+    """``raw`` as deflate blocks that end on a byte boundary and not the stream (so any
+    such runs, one after another and then ``_END``, are one deflate stream).
+
+    Up to ``_STORED`` bytes (the few characters between two chunks) as one stored block:
+    a compressor costs more to set up (it clears its tables) than it would save there.
+    """
+    if len(raw) <= _STORED:  # a stored block: not last, its length and the length's complement
+        return (
+            b"\x00"
+            + len(raw).to_bytes(2, "little")
+            + (len(raw) ^ 0xFFFF).to_bytes(2, "little")
+            + raw
+        )
+    packer = zlib.compressobj(1, zlib.DEFLATED, -15)
+    return packer.compress(raw) + packer.flush(zlib.Z_SYNC_FLUSH)
+
+
+def _adler_joined(first: int, second: int, size: int) -> int:
+    """The Adler-32 of ``a + b`` from ``a``'s, ``b``'s and ``len(b)`` (zlib's
+    ``adler32_combine``, which Python's ``zlib`` does not offer)."""
+    rest = size % _ADLER
+    low = (first & 0xFFFF) + (second & 0xFFFF) + _ADLER - 1
+    high = rest * (first & 0xFFFF) + (first >> 16) + (second >> 16) + _ADLER - rest
+    return (low % _ADLER) | ((high % _ADLER) << 16)
+
+
+def _long_texts(value: Any, found: list[str]) -> list[str]:
+    """The texts of at least ``_PIECE`` characters among the items of ``value``'s lists,
+    in the order JSON writes them."""
+    if type(value) is dict:
+        for item in value.values():
+            if type(item) is dict or type(item) is list:
+                _long_texts(item, found)
+    elif type(value) is list:
+        for item in value:
+            if type(item) is str:
+                if len(item) >= _PIECE:
+                    found.append(item)
+            elif type(item) is dict or type(item) is list:
+                _long_texts(item, found)
+    return found
+
+
+def _found(text: str, part: str, at: int) -> int:
+    """``text.find(part, at)``, sooner for a long ``part`` found soon after ``at`` (a long
+    needle makes ``find`` prepare it first, at each call)."""
+    head = part[:64]
+    start = text.find(head, at)
+    while start >= 0 and not text.startswith(part, start):
+        start = text.find(head, start + 1)
+    return start
+
+
+def _compressed(text: str, payload: Any, pieces: _Pieces) -> tuple[bytes, _Pieces]:
+    """``zlib.compress(text.encode())``'s equal for ``zlib.decompress``, with the long
+    texts of ``payload`` (written in ``text`` by ``dumps_bytes``) deflated once: those
+    ``pieces`` holds already are not compressed again. Returns the pieces it used.
+
+    A long run's snapshots hold the same full chunks again and again, so each is
+    compressed once per run, and a snapshot compresses only what is new and what lies
+    between the chunks. Each piece and each stretch between is deflated on its own (no
+    match reaches across), a stream zlib reads as one.
+    """
+    kept: _Pieces = {}
+    out = [_HEADER]
+    adler, at = 1, 0
+    for item in _long_texts(payload, []):
+        known = pieces.get(id(item))
+        if known is None or known[0] is not item:
+            written = dumps_bytes(item).decode()
+            raw = written.encode()
+            known = (item, _Piece(written, _deflated(raw), zlib.adler32(raw), len(raw)))
+        piece = known[1]
+        start = _found(text, piece.text, at)
+        if start < 0:  # not written as dumps_bytes writes it: left to the stretch
+            continue
+        kept[id(item)] = known
+        if start > at:
+            raw = text[at:start].encode()
+            out.append(_deflated(raw))
+            adler = _adler_joined(adler, zlib.adler32(raw), len(raw))
+        out.append(piece.deflated)
+        adler = _adler_joined(adler, piece.adler, piece.size)
+        at = start + len(piece.text)
+    raw = text[at:].encode()
+    out += [
+        _deflated(raw),
+        _END,
+        _adler_joined(adler, zlib.adler32(raw), len(raw)).to_bytes(4, "big"),
+    ]
+    return b"".join(out), kept
 
 
 def _link(run_id: str, seq: int, snapshot: bool, previous: bytes, digest: bytes) -> bytes:
@@ -154,11 +287,14 @@ class _Chain:
         # The runs loaded lately (not saved by this store since): a resume saves next.
         # Few, as a load's document may be large and many are loaded only to be read.
         self.loaded: OrderedDict[str, _Last] = OrderedDict()
+        # The compressed long texts of the runs whose snapshots this store wrote lately.
+        self.pieces: OrderedDict[str, _Pieces] = OrderedDict()
 
     def forget(self, run_id: str) -> None:
         """Forget what was remembered of the run (it was removed)."""
         self.recent.pop(run_id, None)
         self.loaded.pop(run_id, None)
+        self.pieces.pop(run_id, None)
 
     def last(self, run_id: str) -> _Last | None:
         """What this store remembers of the run's latest checkpoint (saved or loaded)."""
@@ -519,16 +655,31 @@ class _Chain:
 
         A caller that gives ops gives documents whose parts never change (from the phase
         codec): they are written in C, and a snapshot reuses the text of every list item
-        an earlier snapshot of the run already wrote, so it costs what is new.
+        an earlier snapshot of the run already wrote, so it costs what is new. A large
+        snapshot is compressed: the run's first here whole, the next ones by pieces, each
+        long text compressed once (``_compressed``).
         """
         last = self.last(run_id)
         texts: Texts = {} if last is None else last.texts
-        if change is None:
-            return self.encode(run_id, seq, payload), texts
         if payload["kind"] != "full":
-            return self.encode(run_id, seq, payload, fast=True), texts
+            return self.encode(run_id, seq, payload, fast=change is not None), texts
+        if change is None:
+            plain = dumps(payload).encode()
+            if len(plain) >= _COMPRESS_FROM:
+                plain = zlib.compress(plain, 1)
+            return self.seal_plain(plain, _aad(run_id, seq)), texts
         text, texts = dumps_reusing(payload, texts)
-        return self.seal_text(text, _aad(run_id, seq)), texts
+        if len(text) < _COMPRESS_FROM:
+            return self.seal_plain(text.encode("utf-8"), _aad(run_id, seq)), texts
+        pieces = self.pieces.pop(run_id, None)
+        if pieces is None:  # the run's first here (a resume): whole, the pieces next time
+            plain, pieces = zlib.compress(text.encode("utf-8"), 1), {}
+        else:
+            plain, pieces = _compressed(text, payload, pieces)
+        self.pieces[run_id] = pieces
+        while len(self.pieces) > _PIECES_RUNS:
+            self.pieces.popitem(last=False)
+        return self.seal_plain(plain, _aad(run_id, seq)), texts
 
     def remember(self, run_id: str, last: _Last) -> None:
         self.loaded.pop(run_id, None)
@@ -607,9 +758,6 @@ class _Chain:
         # ``fast``: a document from the phase codec (text keys only), written in C.
         return self.seal_plain(dumps_bytes(payload) if fast else dumps(payload).encode(), aad)
 
-    def seal_text(self, text: str, aad: bytes) -> bytes:
-        return self.seal_plain(text.encode("utf-8"), aad)
-
     def seal_plain(self, plain: bytes, aad: bytes) -> bytes:
         sealed = plain if self.sealer is None else self.sealer.seal(plain, aad=aad)
         return hashlib.sha256(sealed).digest() + sealed
@@ -626,7 +774,7 @@ class _Chain:
         self, blob: bytes, aad: bytes, run_id: str, which: str, *, checked: bool = False
     ) -> JSON:
         """A stored blob's JSON value, checked (checksum: unless ``checked``, the caller
-        checked it already) and opened (sealer)."""
+        checked it already), opened (sealer) and decompressed (a large snapshot)."""
         digest, sealed = blob[:_DIGEST], blob[_DIGEST:]
         if not checked and (len(blob) <= _DIGEST or hashlib.sha256(sealed).digest() != digest):
             raise self.damaged(
@@ -641,6 +789,11 @@ class _Chain:
                 raise
             except Exception as exc:
                 raise self.damaged(run_id, which, f"cannot be unsealed ({exc})") from exc
+        if plain[:1] == _ZLIB:
+            try:
+                plain = zlib.decompress(plain)
+            except zlib.error as exc:
+                raise self.damaged(run_id, which, f"cannot be decompressed ({exc})") from None
         try:
             payload = _loads(plain)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
