@@ -808,11 +808,16 @@ class LoopGovernor:
         """Settle the action, measure what it added, and finalize on a plateau or when done."""
         if effect == "write":  # a write's receipt is not evidence about the question
             return self._finished(loop.settle(call_id, "ok", result), ctx, step)
-        gain = self.gain(loop, result)
-        streak = loop.low_gain_streak + 1 if gain < self.plateau_gain else 0
-        evidence = (*loop.evidence, result[:_RESULT_CHARS])[-self.evidence_window :]
         if self.evidence_similarity is lexical_similarity:
-            loop._masks().slid(loop.evidence, evidence)  # the window's masks, kept
+            # gain(...) and the evidence after it in one pass, the window's masks kept.
+            best, evidence = loop._masks().advance(
+                loop.evidence, result, result[:_RESULT_CHARS], self.evidence_window
+            )
+            gain = 1.0 - best
+        else:
+            gain = self.gain(loop, result)
+            evidence = (*loop.evidence, result[:_RESULT_CHARS])[-self.evidence_window :]
+        streak = loop.low_gain_streak + 1 if gain < self.plateau_gain else 0
         # settle(...) and then the evidence, in one new state.
         settled = loop._settled(call_id, "ok", result, gain) or {}
         loop = loop._evolve(**settled, evidence=evidence, low_gain_streak=streak)

@@ -360,6 +360,11 @@ _NARROW_BITS = 4096
 # How many masks and trigrams a run keeps before it starts them again (a cache).
 _MASKS_KEPT = 256
 _TRIGRAMS_KEPT = 1 << 14
+# The vocabulary follows the evidence window's own: it starts again (with the window's
+# trigrams alone) once it holds more than _GROWTH times what the window held at the last
+# start, and more than _FLOOR trigrams (below that, masks are narrow anyway).
+_GROWTH = 3
+_FLOOR = 4096
 
 
 @final
@@ -373,7 +378,7 @@ class GramMasks:
     cache: what it holds never changes a result).
     """
 
-    __slots__ = ("_bits", "_seen", "_window", "_words", "masks")
+    __slots__ = ("_base", "_bits", "_seen", "_window", "_words", "masks")
 
     def __init__(self) -> None:
         self._bits: dict[str, int] = {}
@@ -386,18 +391,31 @@ class GramMasks:
         # The latest evidence window compared, and its texts' masks and sizes, in order.
         # (Sizes as floats: see best.)
         self._window: tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...]] | None = None
+        # How many trigrams the vocabulary held when the window's masks were last made
+        # from nothing (the window's own trigrams, after a start): 0 until then.
+        self._base = 0
 
     def start(self, window: int) -> None:
         """Before a comparison: start again if the cache has grown past its bounds.
 
-        Only here, so that the masks of one comparison all share one vocabulary.
+        Only here, so that the masks of one comparison all share one vocabulary. The
+        vocabulary starts again when it has grown to ``_GROWTH`` times the window's own
+        (the trigrams of texts long gone from the window widen every mask): then only the
+        window's texts are given bits again, when they are next compared, so the masks
+        stay about as wide as what the window holds.
         """
-        if len(self._bits) > _TRIGRAMS_KEPT or len(self._words) > _TRIGRAMS_KEPT:
+        bits = len(self._bits)
+        if (
+            bits > _TRIGRAMS_KEPT
+            or len(self._words) > _TRIGRAMS_KEPT
+            or (bits > _FLOOR and bits > _GROWTH * self._base)
+        ):
             self._bits = {}
             self._words = {}
             self._seen = set()
             self.masks = {}
             self._window = None
+            self._base = 0
         elif len(self.masks) > max(_MASKS_KEPT, 4 * window):
             self.masks = {}  # the vocabulary stays: only the texts' masks are made again
 
@@ -428,20 +446,58 @@ class GramMasks:
         masks = tuple(mask for mask, _ in theirs)
         sizes = tuple(float(size) for _, size in theirs)
         self._window = (window, masks, sizes)
+        if not self._base:  # the first window since a start: what the vocabulary follows
+            self._base = len(self._bits)
         return masks, sizes
 
-    def slid(self, before: tuple[str, ...], after: tuple[str, ...]) -> None:
-        """The evidence moved on from ``before`` to ``after`` (``before`` with one more
-        text, the oldest dropped past the window): the next comparison reuses ``before``'s
-        masks instead of looking each text's up again."""
-        kept = self._window
-        if kept is None or kept[0] is not before or not after:
-            return
-        mask, size = self.mask(after[-1])
-        sizes = (*kept[2], float(size))[-len(after) :]
-        self._window = (after, (*kept[1], mask)[-len(after) :], sizes)
+    def advance(
+        self, evidence: tuple[str, ...], result: str, kept: str, size: int
+    ) -> tuple[float, tuple[str, ...]]:
+        """The convergence check of ``result`` and the evidence after it, in one pass.
+
+        :meth:`best` of ``result`` against ``evidence``'s last ``size`` texts (0.0 when
+        there are none), and those texts with ``kept`` (what of ``result`` the evidence
+        keeps) last, whose masks are kept for the next comparison (the window moves on by
+        one text: the next reuses these masks instead of looking each text's up again)."""
+        self.start(size)
+        window = evidence[-size:]
+        after = (*window, kept)[-size:]
+        masks, sizes = self._signed(window) if window else ((), ())
+        mine, count = self.mask(result)
+        best = 0.0
+        if window:
+            shared = map(int.bit_count, map(and_, repeat(mine), masks))
+            roots = map(math.sqrt, map(mul, repeat(float(count)), sizes))
+            best = max(map(truediv, shared, roots))
+        if kept != result:  # a result longer than the evidence keeps of it
+            mine, count = self.mask(kept)
+        self._window = (after, (*masks, mine)[-size:], (*sizes, float(count))[-size:])
+        return best, after
 
     def _joined(self, words: list[str]) -> int:
+        """The mask of the text these words make (two or more), joined by single spaces:
+        :meth:`_joined_wide`'s, its loop without what only a wide vocabulary or a first
+        word of one letter needs."""
+        if len(self._bits) > _NARROW_BITS or len(words[0]) < 2:
+            return self._joined_wide(words)
+        cache, made = self._words, self._made
+        *middle, last = words
+        mask = 0
+        before = ""
+        for word in middle:
+            segment = f"{before}{word} "
+            before = f"{word[-1]} "
+            found = cache.get(segment)
+            if found is None:
+                found = cache[segment] = made(segment)
+            mask |= found
+        segment = before + last
+        found = cache.get(segment)
+        if found is None:
+            found = cache[segment] = made(segment)
+        return mask | found
+
+    def _joined_wide(self, words: list[str]) -> int:
         """The mask of the text these words make (two or more), joined by single spaces.
 
         A trigram of it lies within one word and the spaces on either side of it, or is
@@ -485,8 +541,18 @@ class GramMasks:
         return mask
 
     def _made(self, folded: str) -> int:
-        """The mask of the trigrams of ``folded`` (already folded), new bits as needed."""
-        return self._made_of(_grams_of(folded))
+        """The mask of the trigrams of ``folded`` (already folded), new bits as needed:
+        :meth:`_made_of`'s, in one pass while the vocabulary is narrow."""
+        bits = self._bits
+        if len(bits) > _NARROW_BITS:
+            return self._made_of(_grams_of(folded))
+        mask = 0
+        for gram in _grams_of(folded):
+            bit = bits.get(gram)
+            if bit is None:
+                bit = bits[gram] = len(bits)
+            mask |= 1 << bit
+        return mask
 
     def _made_of(self, grams: Iterable[str]) -> int:
         """The mask of ``grams``, new bits as needed."""
@@ -509,8 +575,8 @@ class GramMasks:
 
     def best(self, text: str, window: tuple[str, ...]) -> float:
         """The highest lexical similarity of ``text`` to a text of ``window`` (not empty)."""
-        mine, size = self.mask(text)
         masks, sizes = self._signed(window)
+        mine, size = self.mask(text)
         # |A & B| / sqrt(|A| |B|) for each, in C (a text has a trigram: no size is 0).
         # |A| |B| as the product of two floats: each size is an int a float holds exactly,
         # and the product is a*b rounded once to the nearest float, as math.sqrt's own

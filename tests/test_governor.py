@@ -51,7 +51,13 @@ from statemachine import (
 )
 from statemachine._actions import ActionLog
 from statemachine._json import canonical, canonical_hash
-from statemachine._similarity import _NARROW_BITS, GramMasks, _fold, call_anchors
+from statemachine._similarity import (
+    _NARROW_BITS,
+    _TRIGRAMS_KEPT,
+    GramMasks,
+    _fold,
+    call_anchors,
+)
 from statemachine.testing import AutoApproveGate, AutoDenyGate, ScriptedGate, ScriptedModel, reply
 from statemachine.testing import tool_call as call
 
@@ -797,6 +803,8 @@ def test_a_mask_made_word_by_word_is_the_mask_made_trigram_by_trigram(
             plain = masks._made(_fold(text))
             assert (mask, size) == (plain, plain.bit_count())
             assert size == len(_grams(text))
+            # The bits are those of the text's trigrams in the vocabulary, one by one.
+            assert mask == sum(1 << masks._bits[gram] for gram in _grams(text))
 
 
 @settings(max_examples=500, deadline=None)
@@ -827,6 +835,70 @@ def test_the_default_gain_is_exact_past_a_large_vocabulary() -> None:
         )
         seen.append(result[:2_000])
     assert loop.actions[-1].gain == governor.gain(LoopState(evidence=tuple(seen[-33:-1])), seen[-1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab A:\n", max_size=20), max_size=8),
+    st.lists(st.text(alphabet="ab A:\n", min_size=1, max_size=20), min_size=1, max_size=12),
+    st.integers(1, 5),
+)
+def test_advancing_is_best_then_the_window_moved_on(
+    evidence: list[str], results: list[str], size: int
+) -> None:
+    """``advance`` (after_action's one pass) gives what ``best`` gives against the last
+    ``size`` texts (0.0 with none) and the window with the result's kept part last, and
+    keeps for it the masks each text has on its own."""
+    masks, window = GramMasks(), tuple(evidence)
+    for result in results:
+        kept = result[:7]
+        plain = tuple(window[-size:])
+        best, after = masks.advance(window, result, kept, size)
+        assert (1.0 - best if plain else best) == (_gain_by_sets(plain, result) if plain else 0.0)
+        assert after == (*plain, kept)[-size:]
+        assert masks._signed(after) == (
+            tuple(masks.mask(text)[0] for text in after),
+            tuple(float(masks.mask(text)[1]) for text in after),
+        )
+        window = after
+
+
+def _varied(rng: random.Random, tokens: int) -> str:
+    """A result of ``tokens`` random words: new trigrams in nearly every result."""
+    letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+    words = ("".join(rng.choices(letters, k=rng.randint(4, 9))) for _ in range(tokens))
+    return json.dumps({"items": list(words)})
+
+
+@pytest.mark.parametrize("tokens", [10, 40])
+def test_the_vocabulary_follows_the_window_and_the_gain_stays_exact(tokens: int) -> None:
+    """Results that keep bringing new trigrams: the gain's vocabulary starts again when it
+    has grown to a few times what the evidence window holds (long before the cache's own
+    bound), its masks made again from the window's texts alone, and every gain is still
+    the set formula's, float for float (results longer than the evidence keeps too)."""
+    rng = random.Random(tokens)
+    governor = LoopGovernor()
+    loop = LoopState()
+    seen: list[str] = []
+    widest = starts = 0
+    vocabulary: object = None
+    for n in range(500):
+        result = _varied(rng, tokens) + (" tail" * 500 if n % 50 == 7 else "")
+        window = tuple(seen[-governor.evidence_window :])
+        action = governor.action(unit_call("search", f'{{"query":"q{n}"}}'), "{}", f"call-{n}")
+        loop = governor.after_action(
+            loop.record(action), call_id=f"call-{n}", effect="read", result=result, ctx=None, step=n
+        )
+        assert loop.actions[-1].gain == (_gain_by_sets(window, result) if window else 1.0)
+        seen.append(result[:2_000])
+        assert loop.evidence == tuple(seen[-governor.evidence_window :])
+        masks = loop._masks()
+        starts += masks._bits is not vocabulary
+        vocabulary = masks._bits
+        widest = max(widest, len(masks._bits))
+    assert starts > 3
+    if tokens == 10:  # the window holds ~2,000 trigrams: its vocabulary stays well inside
+        assert widest < _TRIGRAMS_KEPT // 2
 
 
 @pytest.mark.parametrize(
