@@ -74,7 +74,7 @@ from .._errors import (
     DecisionRefusedError,
 )
 from .._fast._pydantic import _trusted
-from .._json import JSON, Texts, _refuse_constant, dumps, dumps_bytes, dumps_reusing, loads
+from .._json import JSON, Texts, _encode_str, _refuse_constant, dumps, dumps_bytes, loads
 from .._ledger import EffectRecord
 from ._delta import _apply, _diff, _Seen, _seen_of
 from ._lifecycle import RunLifecycle, RunStatus
@@ -132,9 +132,8 @@ def _loads(plain: bytes) -> JSON:
 
 
 class _Piece(NamedTuple):
-    """A long text of a snapshot: as written in it, deflated, and its UTF-8's Adler-32."""
+    """A long text of a snapshot: its JSON deflated, and that UTF-8's Adler-32 and size."""
 
-    text: str
     deflated: bytes
     adler: int
     size: int  # bytes of its UTF-8
@@ -171,37 +170,57 @@ def _adler_joined(first: int, second: int, size: int) -> int:
     return (low % _ADLER) | ((high % _ADLER) << 16)
 
 
-def _long_texts(value: Any, found: list[str]) -> list[str]:
-    """The texts of at least ``_PIECE`` characters among the items of ``value``'s lists,
-    in the order JSON writes them."""
+class _Long(NamedTuple):
+    """A long text in a list, left out of a snapshot's text by ``_written``."""
+
+    item: str
+
+
+def _written(value: Any, texts: Texts, kept: Texts, out: list[str | _Long]) -> None:
+    """``_json.dumps_reusing``'s text of ``value`` into ``out`` (its parts; the texts of
+    list items that are objects or lists reused from ``texts``, and kept in ``kept``),
+    except that a text of at least ``_PIECE`` characters in a list is put there as a
+    ``_Long`` (its text is ``dumps_bytes``'s, as ``dumps_reusing`` writes it)."""
     if type(value) is dict:
-        for item in value.values():
-            if type(item) is dict or type(item) is list:
-                _long_texts(item, found)
+        out.append("{")
+        for index, (key, item) in enumerate(value.items()):
+            if type(key) is not str:
+                raise TypeError(f"JSON object keys must be strings, got {key!r}")
+            out.append(("," if index else "") + _encode_str(key) + ":")
+            _written(item, texts, kept, out)
+        out.append("}")
     elif type(value) is list:
-        for item in value:
-            if type(item) is str:
-                if len(item) >= _PIECE:
-                    found.append(item)
-            elif type(item) is dict or type(item) is list:
-                _long_texts(item, found)
-    return found
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            if type(item) is dict or type(item) is list:
+                known = texts.get(id(item))
+                text = known[1] if known is not None and known[0] is item else None
+                if text is None:
+                    text = dumps_bytes(item).decode()
+                kept[id(item)] = (item, text)
+                out.append(text)
+            elif type(item) is str and len(item) >= _PIECE:
+                out.append(_Long(item))
+            else:
+                out.append(dumps_bytes(item).decode())
+        out.append("]")
+    else:
+        out.append(dumps_bytes(value).decode())
 
 
-def _found(text: str, part: str, at: int) -> int:
-    """``text.find(part, at)``, sooner for a long ``part`` found soon after ``at`` (a long
-    needle makes ``find`` prepare it first, at each call)."""
-    head = part[:64]
-    start = text.find(head, at)
-    while start >= 0 and not text.startswith(part, start):
-        start = text.find(head, start + 1)
-    return start
+def _text(parts: list[str | _Long]) -> str:
+    """The text ``parts`` (from ``_written``) stand for."""
+    return "".join(
+        part if isinstance(part, str) else dumps_bytes(part.item).decode() for part in parts
+    )
 
 
-def _compressed(text: str, payload: Any, pieces: _Pieces) -> tuple[bytes, _Pieces]:
-    """``zlib.compress(text.encode())``'s equal for ``zlib.decompress``, with the long
-    texts of ``payload`` (written in ``text`` by ``dumps_bytes``) deflated once: those
-    ``pieces`` holds already are not compressed again. Returns the pieces it used.
+def _compressed(parts: list[str | _Long], pieces: _Pieces) -> tuple[bytes, _Pieces]:
+    """``zlib.compress(_text(parts).encode())``'s equal for ``zlib.decompress``, each long
+    text deflated once: those ``pieces`` holds already are not compressed again. Returns
+    the pieces it used.
 
     A long run's snapshots hold the same full chunks again and again, so each is
     compressed once per run, and a snapshot compresses only what is new and what lies
@@ -210,31 +229,27 @@ def _compressed(text: str, payload: Any, pieces: _Pieces) -> tuple[bytes, _Piece
     """
     kept: _Pieces = {}
     out = [_HEADER]
-    adler, at = 1, 0
-    for item in _long_texts(payload, []):
+    adler = 1
+    stretch: list[str] = []
+    for part in [*parts, None]:
+        if isinstance(part, str):
+            stretch.append(part)
+            continue
+        raw = "".join(stretch).encode()
+        stretch.clear()
+        out.append(_deflated(raw))
+        adler = _adler_joined(adler, zlib.adler32(raw), len(raw))
+        if not isinstance(part, _Long):
+            break
+        item = part.item
         known = pieces.get(id(item))
         if known is None or known[0] is not item:
-            written = dumps_bytes(item).decode()
-            raw = written.encode()
-            known = (item, _Piece(written, _deflated(raw), zlib.adler32(raw), len(raw)))
-        piece = known[1]
-        start = _found(text, piece.text, at)
-        if start < 0:  # not written as dumps_bytes writes it: left to the stretch
-            continue
+            raw = dumps_bytes(item)
+            known = (item, _Piece(_deflated(raw), zlib.adler32(raw), len(raw)))
         kept[id(item)] = known
-        if start > at:
-            raw = text[at:start].encode()
-            out.append(_deflated(raw))
-            adler = _adler_joined(adler, zlib.adler32(raw), len(raw))
-        out.append(piece.deflated)
-        adler = _adler_joined(adler, piece.adler, piece.size)
-        at = start + len(piece.text)
-    raw = text[at:].encode()
-    out += [
-        _deflated(raw),
-        _END,
-        _adler_joined(adler, zlib.adler32(raw), len(raw)).to_bytes(4, "big"),
-    ]
+        out.append(known[1].deflated)
+        adler = _adler_joined(adler, known[1].adler, known[1].size)
+    out += [_END, adler.to_bytes(4, "big")]
     return b"".join(out), kept
 
 
@@ -668,18 +683,21 @@ class _Chain:
             if len(plain) >= _COMPRESS_FROM:
                 plain = zlib.compress(plain, 1)
             return self.seal_plain(plain, _aad(run_id, seq)), texts
-        text, texts = dumps_reusing(payload, texts)
-        if len(text) < _COMPRESS_FROM:
-            return self.seal_plain(text.encode("utf-8"), _aad(run_id, seq)), texts
+        parts: list[str | _Long] = []
+        kept: Texts = {}
+        _written(payload, texts, kept, parts)
+        size = sum(len(part) if isinstance(part, str) else len(part.item) for part in parts)
+        if size < _COMPRESS_FROM:
+            return self.seal_plain(_text(parts).encode("utf-8"), _aad(run_id, seq)), kept
         pieces = self.pieces.pop(run_id, None)
         if pieces is None:  # the run's first here (a resume): whole, the pieces next time
-            plain, pieces = zlib.compress(text.encode("utf-8"), 1), {}
+            plain, pieces = zlib.compress(_text(parts).encode("utf-8"), 1), {}
         else:
-            plain, pieces = _compressed(text, payload, pieces)
+            plain, pieces = _compressed(parts, pieces)
         self.pieces[run_id] = pieces
         while len(self.pieces) > _PIECES_RUNS:
             self.pieces.popitem(last=False)
-        return self.seal_plain(plain, _aad(run_id, seq)), texts
+        return self.seal_plain(plain, _aad(run_id, seq)), kept
 
     def remember(self, run_id: str, last: _Last) -> None:
         self.loaded.pop(run_id, None)
