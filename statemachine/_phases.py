@@ -184,10 +184,10 @@ class Phase(Generic[C]):
         ``changes`` that the function does not take as they are (an unknown or a missing
         argument), go through ``cls(...)`` and its checks and errors.
         """
-        changes["ticket"] = _Ticket(self._ticket, "transition")
         made: P | None = _built(_BUILDERS, cls, self, changes, copy=False)
         if made is not None:
             return made
+        changes["ticket"] = _Ticket(self._ticket, "transition")
         fields: dict[str, Any] = {
             "agent": self.agent,
             "ctx": self.ctx,
@@ -212,10 +212,10 @@ class Phase(Generic[C]):
             ticket.copied = True
         else:
             raise PhaseReusedError(self.kind, "copy", ticket.left_by)
-        changes["ticket"] = _Ticket(ticket, "copy")
         made: Self | None = _built(_COPIERS, type(self), self, changes, copy=True)
         if made is not None:
             return made
+        changes["ticket"] = _Ticket(ticket, "copy")
         return attrs.evolve(self, **changes)
 
     def _fail(self, reason: str, **changes: Any) -> Failed[C]:

@@ -52,11 +52,18 @@ def _fields(phase: Phase[Any]) -> dict[str, Any]:
     values: dict[str, Any] = {"class": type(phase)}
     for field in attrs.fields(type(phase)):
         if field.name == "_ticket":
-            ticket, holder = phase._ticket, phase._ticket.holder
-            bound = holder is not None and holder() is phase
-            values[field.name] = (bound, ticket.left_by, ticket.via, ticket.parent)
+            values[field.name] = _ticket_of(phase)
             continue
         values[field.name] = getattr(phase, field.name)
+    return values
+
+
+def _ticket_of(phase: Phase[Any]) -> dict[str, Any]:
+    """Every slot of ``phase``'s ticket; for its holder, whether it is ``phase``."""
+    ticket = phase._ticket
+    values = {name: getattr(ticket, name) for name in _seal._Ticket.__slots__}
+    values["holder"] = ticket.holder is not None and ticket.holder() is phase
+    del values["__weakref__"]
     return values
 
 
@@ -79,8 +86,7 @@ def _both(leaving: Phase[Any], cls: type[Any], via: str, **changes: Any) -> tupl
     copy = via == "copy"
     made = []
     for build in (_attrs._builder(cls, copy=copy), _plain(cls, copy=copy)):
-        ticket = _seal._Ticket(leaving._ticket, via)
-        made.append(build(leaving, {**changes, "ticket": ticket}))
+        made.append(build(leaving, dict(changes)))
     return made[0], made[1]
 
 
@@ -221,5 +227,36 @@ def test_a_subclass_that_could_run_code_is_built_by_the_slot_setters(cls: type[A
     assert _attrs._BUILDERS[cls] is not _attrs._by_init  # still built slot by slot
     assert made.invalid_streak == 2
     assert made.step == leaving.step + 1
-    assert _fields(made)["_ticket"][0]
+    assert _ticket_of(made)["holder"]
     assert before[0] == SUBCLASSED
+
+
+@pytest.mark.parametrize("via", ["transition", "copy"])
+@pytest.mark.parametrize("root", ["start", "hand"])
+@pytest.mark.parametrize("in_a_run", [False, True])
+def test_a_builder_mints_the_ticket_the_seal_s_class_makes(
+    via: str, root: str, in_a_run: bool
+) -> None:
+    """Each slot as ``_Ticket(leaving's ticket, via)`` sets it, bound to the new phase."""
+    leaving = _planning()
+    parent = _seal._Ticket(None, root)
+    if in_a_run:
+        parent.runtime = object()  # type: ignore[assignment]
+    object.__setattr__(leaving, "_ticket", parent)  # a leaving phase with that ticket
+    made = _attrs._builder(Planning, copy=via == "copy")(leaving, {})
+    minted = _seal._Ticket(parent, via)
+    expected = {name: getattr(minted, name) for name in _seal._Ticket.__slots__}
+    expected["holder"] = True
+    del expected["__weakref__"]
+    assert _ticket_of(made) == expected
+    assert type(made._ticket) is _seal._Ticket
+    made._leave("advance")  # the seal takes it as its own
+    assert made.left
+
+
+def test_a_ticket_passed_to_next_is_replaced_as_before() -> None:
+    leaving = _planning()
+    forged = _seal._Ticket(None, "hand")
+    made = leaving._next(Planning, ticket=forged)
+    assert made._ticket is not forged
+    assert _ticket_of(made)["parent"] is leaving._ticket

@@ -9,12 +9,15 @@ from typing import Any, Generic, cast
 
 import attrs
 
+from .._seal import _Ticket
+
 __all__ = ["_BUILDERS", "_COPIERS", "_builder", "_built", "_by_init"]
 
 # --- building the next phase ------------------------------------------------------------
 
-# A builder makes ``cls`` from the phase it leaves and the changes; ``None``: build it
-# with ``cls(...)`` instead (the changes are not what the builder takes as they are).
+# A builder makes ``cls`` from the phase it leaves and the changes, with a new ticket
+# (see ``_TICKET``); ``None``: build it with ``cls(...)`` instead (the changes are not
+# what the builder takes as they are).
 _Builder = Callable[[Any, dict[str, Any]], Any]
 # Every phase class _next (and _copy) has built, and how: a builder of its own, or
 # ``_by_init``. Kept for the life of the process, as attrs keeps a class's methods.
@@ -28,6 +31,20 @@ _CARRIED = ("agent", "ctx", "transcript", "spent", "step", "loop")
 # the builder would not do, so such a class is built by its ``__init__``.
 _PLAIN_INIT_NAMES = frozenset({"_cached_setattr_get", "attr_dict", "default", "NOTHING"})
 # What the seal's validator adds to that ``__init__`` (the builder binds the ticket itself).
+# The ticket a builder mints for the phase it makes, as ``_Ticket(leaving._ticket, via)``
+# makes it (``via``: "transition" for _next, "copy" for _copy), slot by slot; its holder
+# is set once the phase is made.
+_TICKET = (
+    "    _parent = leaving._ticket",
+    "    _ticket = _new(_Ticket)",
+    "    _ticket.holder = None",
+    "    _ticket.left_by = None",
+    "    _ticket.copied = False",
+    "    _ticket.parent = _parent",
+    "    _ticket.via = {via!r}",
+    "    _ticket.origin = {via!r} if _parent is None else _parent.origin",
+    "    _ticket.runtime = None if _parent is None else _parent.runtime",
+)
 _SEAL_INIT_NAMES = frozenset(
     {"_config", "_run_validators", "__attr_validator__ticket", "__attr__ticket", "_ticket"}
 )
@@ -63,8 +80,9 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
     It reads each field's value, in the order ``__init__`` sets them: the value in the
     changes, else the leaving phase's (for ``_next``: the carried fields, ``step`` + 1; for
     ``_copy``: every field ``__init__`` takes, as ``attrs.evolve`` does), else the field's
-    default or ``factory()``; then makes the object and sets its slots (see
-    :func:`_unfrozen`), binds the ticket and calls ``__attrs_post_init__`` when
+    default or ``factory()``, and the new ticket (``_TICKET``); then makes the object and
+    sets its slots (see :func:`_unfrozen`), binds the ticket and calls
+    ``__attrs_post_init__`` when
     ``__init__`` calls it. ``_by_init`` for a class whose ``__init__`` does more (see
     ``_PLAIN_INIT_NAMES``), is not attrs's, or has a slot that is not a field (its
     ``__init__`` may set it).
@@ -104,6 +122,7 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
         "cls": cls,
         "_made_as": unfrozen or cls,
         "_ref": weakref.ref,
+        "_Ticket": _Ticket,
     }
     lines = ["def build(leaving, changes):"]
     required: list[str] = []
@@ -115,7 +134,8 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
             if field.converter is not None or not isinstance(slot, MemberDescriptorType):
                 return _by_init
             allowed.update(_SEAL_INIT_NAMES)
-            value: str | None = "changes['ticket']"
+            reads.extend(line.format(via="copy" if copy else "transition") for line in _TICKET)
+            value: str | None = "_ticket"
         elif (
             field.validator is not None
             or field.converter is not None
@@ -134,7 +154,7 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
             sets.append(f"    _set{index}(new, _v{index})")
     if not set(code.co_names) <= allowed:
         return _by_init
-    namespace["_takes"] = takes
+    namespace["_takes"] = takes - {"ticket"}
     lines.append("    if not changes.keys() <= _takes:")
     lines.append("        return None")
     for alias in required:
@@ -145,7 +165,7 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
     lines.extend(sets)
     if unfrozen is not None:
         lines.append("    new.__class__ = cls")
-    lines.append("    changes['ticket'].holder = _ref(new)")
+    lines.append("    _ticket.holder = _ref(new)")
     if "__attrs_post_init__" in code.co_names:
         lines.append("    new.__attrs_post_init__()")
     lines.append("    return new")
