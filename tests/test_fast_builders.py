@@ -166,7 +166,10 @@ def test_every_phase_of_a_run_is_of_the_library_s_class() -> None:
     result = anyio.run(runner.run, None, "hi")
     assert [type(s).__name__ for s in result.states] == list(result.history)
     assert all(type(s).__module__ == "statemachine._phases" for s in result.states)
-    assert _attrs._unfrozen(Planning) is not None  # the library's phases take the twin
+    twin = _attrs._unfrozen(Planning)
+    assert twin is not None  # the library's phases take the twin, one per class
+    assert _attrs._unfrozen(Planning) is twin
+    assert [c for c in Planning.__subclasses__() if c.__name__ == "_UnfrozenPlanning"] == [twin]
 
 
 # User subclasses whose deriving, or whose __class__ assignment, could run their code.

@@ -210,6 +210,7 @@ def _value_of(
 
 
 # Classes whose own ``__init_subclass__`` may stand in a class _unfrozen derives.
+_TWINS: dict[type[Any], type[Any] | None] = {}
 _QUIET_INIT_SUBCLASS = (Generic, object)
 
 
@@ -223,9 +224,17 @@ def _unfrozen(cls: type[Any]) -> type[Any] | None:
     only when deriving it runs no code of ``cls``'s: its metaclass is ``type`` and no
     class of ``cls`` but ``Generic`` defines ``__init_subclass__``; and when nothing of
     ``cls`` could answer the ``__class__`` assignment (no ``__class__`` of its own) or
-    run when the probe made here is dropped (no ``__del__``).
-    Kept, with the builder, for the life of the process.
+    run when the probe made here is dropped (no ``__del__``). One per class (the
+    builder and the copier share it), kept for the life of the process as the builders.
     """
+    if cls in _TWINS:
+        return _TWINS[cls]
+    twin = _TWINS[cls] = _twin(cls)
+    return twin
+
+
+def _twin(cls: type[Any]) -> type[Any] | None:
+    """What :func:`_unfrozen` answers for ``cls``, made."""
     if (
         type(cls) is not type
         or hasattr(cls, "__del__")
