@@ -43,7 +43,6 @@ from ._phases import (
     Active,
     Agent,
     AwaitApproval,
-    Done,
     Failed,
     Idle,
     ModelRetrying,
@@ -268,50 +267,18 @@ class Watch:
             return "it counts less spend, actions or tool iterations than the phase before it"
         if now[7] and now[7] == was[7] and -1 < now[8] < was[8]:
             return f"its attempt is {now[8]}, below {was[8]}"
-        # The kinds of the library's own classes from _KINDS; any other class is asked.
-        a, b = _KINDS.get(type(after)), _KINDS.get(type(before))
-        running: Any = after  # a ToolCalling or Retrying where its call is read
-        if (a & _TOOL_CALLING if a is not None else isinstance(after, ToolCalling)) and (
-            b & _RETRYING if b is not None else isinstance(before, Retrying)
-        ):
+        if isinstance(after, ToolCalling) and isinstance(before, Retrying):
             if now[8] != was[8] + 1:
                 return f"a retry is attempt {was[8] + 1}, not {now[8]}"
             # The cap is the agent's (a Retrying subclass may not widen its own policy).
-            cap = self._agent.retry_for(running.call.tool).max_attempts
+            cap = self._agent.retry_for(after.call.tool).max_attempts
             if now[8] > cap:
                 return f"attempt {now[8]} is past the retry cap of {cap}"
-        if (a & _RUNS if a is not None else isinstance(after, _RUNS_A_CALL)) and (
-            type(running.call) is ApprovedCall
-        ):
-            return _write_problem(before, running, was)
-        if (a & _MODEL_RETRYING if a is not None else isinstance(after, ModelRetrying)) or (
-            b & _MODEL_RETRYING if b is not None else isinstance(before, ModelRetrying)
-        ):
+        if isinstance(after, _RUNS_A_CALL) and type(after.call) is ApprovedCall:
+            return _write_problem(before, after, was)
+        if isinstance(after, ModelRetrying) or isinstance(before, ModelRetrying):
             return _model_retry_problem(before, after, len(self._rt.fallback_models))
         return None
-
-
-# What isinstance answers for the library's own phase classes (exactly those: not a
-# subclass), as bits, read once: a dict look-up of the class and a bit instead of an
-# isinstance call that answers no (it looks up the phase's ``__class__`` too). For any
-# other class the Watch asks isinstance itself, where and when it asked before.
-_TOOL_CALLING, _RETRYING, _RUNS, _HOLDS, _MODEL_RETRYING, _FAILED, _PLANNING = (
-    1 << bit for bit in range(7)
-)
-_KIND_BITS: tuple[tuple[int, type[Any] | tuple[type[Any], ...]], ...] = (
-    (_TOOL_CALLING, ToolCalling),
-    (_RETRYING, Retrying),
-    (_RUNS, _RUNS_A_CALL),
-    (_HOLDS, _HOLDS_A_CALL),
-    (_MODEL_RETRYING, ModelRetrying),
-    (_FAILED, Failed),
-    (_PLANNING, Planning),
-)
-
-
-def _kinds_of(cls: type[Any]) -> int:
-    """The bits of ``_KIND_BITS`` whose classes ``cls`` is a subclass of."""
-    return sum(bit for bit, kinds in _KIND_BITS if issubclass(cls, kinds))
 
 
 # The library's own active phase classes, whose ``successors`` (read once per class from
@@ -322,7 +289,6 @@ _LIBRARY_ACTIVE: frozenset[type[Any]] = frozenset(
     (Idle, Planning, AwaitApproval, ToolCalling, Observing, Retrying, Responding, ModelRetrying)
 )
 _LIBRARY_SUCCESSORS: dict[type[Any], tuple[type[Phase[Any]], ...]] = {}
-_KINDS: dict[type[Any], int] = {cls: _kinds_of(cls) for cls in _LIBRARY_ACTIVE | {Failed, Done}}
 
 
 def _successors(before: Active[Any]) -> tuple[type[Phase[Any]], ...]:
@@ -408,8 +374,7 @@ def _order_problem(
 ) -> str | None:
     """Why ``after``'s queue, ``now``, is not ``was`` carried, less its first call, or
     answered."""
-    kind = _KINDS.get(type(before))
-    planning = bool(kind & _PLANNING) if kind is not None else isinstance(before, Planning)
+    planning = isinstance(before, Planning)
     if not was:
         if not now:
             return None
@@ -446,14 +411,12 @@ def _asked_problem(after: Phase[Any], pending: tuple[Any, ...]) -> str | None:
     are read in C and compared as tuples (as lists, one call at a time, they compare the
     same: each pair by identity, then ``==``).
     """
-    kind = _KINDS.get(type(after))
-    if kind & _FAILED if kind is not None else isinstance(after, Failed):
+    if isinstance(after, Failed):
         return None
     asking, answered = _last_reply(after.transcript)
     if asking is None:
         return None
-    holds = kind & _HOLDS if kind is not None else isinstance(after, _HOLDS_A_CALL)
-    holder: Any = after if holds else None
+    holder = after if isinstance(after, _HOLDS_A_CALL) else None
     if _all_accounted(asking, answered, holder, pending):
         return None
     accounted = tuple(map(_TOOL_CALL_ID, answered))
