@@ -392,8 +392,10 @@ async def test_a_changed_compressed_snapshot_is_refused(tmp_path: Path, sealed: 
     sealer = KEY if sealed else None
     rows = await _large_run(path, sealer)
     seq, blob = rows[0]
-    assert len(blob) < _COMPRESS_FROM  # stored compressed
-    if not sealed:
+    if sealed:  # a sealed store never compresses (test below)
+        assert len(blob) > 2 * _COMPRESS_FROM
+    else:
+        assert len(blob) < _COMPRESS_FROM  # stored compressed
         assert blob[_DIGEST : _DIGEST + 1] == b"x"
     middle = len(blob) // 2
     _changed(path, seq, blob[:middle] + bytes([blob[middle] ^ 1]) + blob[middle + 1 :])
@@ -402,6 +404,22 @@ async def test_a_changed_compressed_snapshot_is_refused(tmp_path: Path, sealed: 
             await store.load("r")
         with pytest.raises(CheckpointTamperedError, match="checkpoint 0 "):
             await store.verify("r")
+
+
+@pytest.mark.anyio
+async def test_a_sealed_store_never_compresses_a_snapshot(tmp_path: Path) -> None:
+    """Compressed, then encrypted, a blob's length would tell how much of its text
+    repeats other text (CRIME, BREACH): with a sealer a large snapshot is sealed as its
+    JSON text, and its stored length follows the text's."""
+    path = tmp_path / "runs.db"
+    rows = await _large_run(path, KEY)
+    seq, blob = rows[0]
+    plain = KEY.open(blob[_DIGEST:], aad=f"r:{seq}".encode(), run_id="r")
+    assert plain[:1] == b"{"
+    assert len(plain) > 2 * _COMPRESS_FROM
+    assert len(blob) > len(plain)
+    async with SQLiteCheckpointer(path, sealer=KEY) as store:
+        assert (await store.load("r"))[1]["step"] == 4
 
 
 @pytest.mark.anyio
@@ -458,7 +476,11 @@ async def test_a_real_run_s_compressed_snapshots_load_as_its_last_phase(
         assert result.ok
         history = await store.history("r")
     snapshots = [entry for entry in history if entry.snapshot]
-    assert len([entry for entry in snapshots if entry.size < 20_000]) >= 3
+    if not sealed:
+        assert len([entry for entry in snapshots if entry.size < 20_000]) >= 3
+    else:  # stored as text: as large as the state, so fewer of them
+        assert all(entry.size > 0 for entry in snapshots)
+        assert max(entry.size for entry in snapshots) > _COMPRESS_FROM
     db = sqlite3.connect(path)
     try:
         blobs = [
@@ -471,6 +493,12 @@ async def test_a_real_run_s_compressed_snapshots_load_as_its_last_phase(
         db.close()
     if not sealed:
         assert [blob[_DIGEST : _DIGEST + 1] for blob in blobs][-3:] == [b"x"] * 3
+    else:
+        opened = [
+            KEY.open(blob[_DIGEST:], aad=f"r:{entry.seq}".encode(), run_id="r")
+            for blob, entry in zip(blobs, snapshots, strict=True)
+        ]
+        assert [plain[:1] for plain in opened] == [b"{"] * len(opened)
     async with SQLiteCheckpointer(path, sealer=sealer, snapshot_every=10) as store:
         seq, loaded = await store.load("r")
         assert await store.verify("r") == seq

@@ -22,6 +22,9 @@ load about ten times what a byte of snapshot does). Smaller snapshots are stored
 their text: ``snapshot_every``, not their size, spaces those. Snapshots stored as text
 by earlier versions load as they always did. It is compressed before it is sealed, so
 its stored size says how repetitive it is, as a delta's size says how large a change is.
+A store with a sealer (encryption at rest) never compresses: compressed then encrypted,
+a blob's length would tell how much of its text repeats other text (the weakness of
+CRIME and BREACH), so a sealed store writes its snapshots as text and loads as before.
 
 Each stored blob is ``sha256(sealed) + sealed``, where ``sealed`` is the encoded JSON
 (compressed, for a large snapshot) passed through the optional :class:`Sealer`
@@ -680,14 +683,14 @@ class _Chain:
             return self.encode(run_id, seq, payload, fast=change is not None), texts
         if change is None:
             plain = dumps(payload).encode()
-            if len(plain) >= _COMPRESS_FROM:
+            if len(plain) >= _COMPRESS_FROM and self.sealer is None:
                 plain = zlib.compress(plain, 1)
             return self.seal_plain(plain, _aad(run_id, seq)), texts
         parts: list[str | _Long] = []
         kept: Texts = {}
         _written(payload, texts, kept, parts)
         size = sum(len(part) if isinstance(part, str) else len(part.item) for part in parts)
-        if size < _COMPRESS_FROM:
+        if size < _COMPRESS_FROM or self.sealer is not None:  # sealed: never compressed
             return self.seal_plain(_text(parts).encode("utf-8"), _aad(run_id, seq)), kept
         pieces = self.pieces.pop(run_id, None)
         if pieces is None:  # the run's first here (a resume): whole, the pieces next time
