@@ -91,10 +91,32 @@ def _counters(phase: Phase[Any]) -> _Counters:
     )
 
 
+def _claimed(phase: object) -> str | None:
+    """Why ``phase`` claims a class it is not, or ``None``: its ``__class__`` (what
+    ``isinstance`` asks when the type itself does not answer) must be its type, so that
+    every check judging it by ``isinstance`` judges what it is. A subclass that answers
+    ``__class__`` itself (a property, a ``__getattribute__``) could otherwise pass as
+    ``Failed`` and skip the checks a ``Failed`` is exempt from."""
+    try:
+        claimed: object = phase.__class__
+    except Exception as exc:  # untrusted code: any error is a refusal
+        return f"asking its __class__ raised {type(exc).__name__}"
+    if claimed is type(phase):
+        return None
+    name = getattr(claimed, "__name__", None)
+    return (
+        f"its __class__ answers {name if isinstance(name, str) else 'another object'}, "
+        f"not its own class {type(phase).__name__}: a phase may not claim another class"
+    )
+
+
 def check_start(state: object, agent: Agent[Any]) -> None:
     """Refuse to drive a phase that no transition (or ``Agent.start``, or a restore) made."""
     if not isinstance(state, Phase):
         raise SetupError(f"drive takes a phase, got {type(state).__name__}")
+    claimed = _claimed(state)  # isinstance may have asked a __class__ the phase answers
+    if claimed is not None:
+        raise PhaseForgedError(type(state).__name__, claimed)
     ticket = _own_ticket(state, "drive")
     if ticket.origin == "hand":
         raise PhaseForgedError(
@@ -176,6 +198,9 @@ class Watch:
         """
         if not isinstance(after, Phase):
             raise IllegalTransitionError(before.kind, type(after).__name__, "it is not a phase")
+        claimed = _claimed(after)  # isinstance may have asked a __class__ it answers
+        if claimed is not None:
+            raise IllegalTransitionError(before.kind, type(after).__name__, claimed)
         self._one_transition(before, after)
         now = _counters(after)
         # Read once: the queue checked is the one recorded for the next transition.

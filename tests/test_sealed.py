@@ -726,3 +726,58 @@ async def test_a_retrying_subclass_cannot_widen_the_agents_retry_cap() -> None:
     with pytest.raises(IllegalTransitionError, match="past the retry cap of 2"):
         await Runner(agent, model=model, gate=AutoDenyGate(), keep_states=True).run(None, "hi")
     assert len(calls) == 2
+
+
+# --- a phase that claims another class -------------------------------------------------------
+
+
+class ClaimsFailed(Planning[None]):
+    """Answers ``__class__`` itself: ``isinstance(phase, Failed)`` would say yes, and a
+    ``Failed`` is exempt from the check that the model's calls are all accounted for."""
+
+    @property
+    def __class__(self) -> Any:  # type: ignore[override]
+        return Failed
+
+
+class ClaimsDone(Planning[None]):
+    """Answers ``__class__`` through ``__getattribute__``."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "__class__":
+            return Done
+        return object.__getattribute__(self, name)
+
+
+class ClassRaises(Planning[None]):
+    @property
+    def __class__(self) -> Any:  # type: ignore[override]
+        raise RuntimeError("no")
+
+
+@pytest.mark.parametrize(
+    ("cls", "problem"),
+    [
+        (ClaimsFailed, "its __class__ answers Failed, not its own class ClaimsFailed"),
+        (ClaimsDone, "its __class__ answers Done, not its own class ClaimsDone"),
+        (ClassRaises, "asking its __class__ raised RuntimeError"),
+    ],
+)
+async def test_a_phase_that_claims_another_class_is_refused(
+    cls: type[Planning[None]], problem: str
+) -> None:
+    """The Watch judges a phase by isinstance; a phase whose ``__class__`` is not its type
+    is refused at its first transition, before anything is saved or run."""
+    store = MemoryCheckpointer()
+    runner = Runner(shop(cls), model=paying_model(), gate=AutoApproveGate(), checkpointer=store)
+    with pytest.raises(IllegalTransitionError, match=problem):
+        await runner.run(None, "hi", run_id="r")
+    assert [entry.phase for entry in await store.history("r")] == ["Idle"]
+
+
+def test_driving_a_phase_that_claims_another_class_is_refused() -> None:
+    from statemachine._watch import check_start
+
+    claims: Any = object.__new__(ClaimsDone)
+    with pytest.raises(PhaseForgedError, match="may not claim another class"):
+        check_start(claims, shop(ClaimsDone))
