@@ -110,6 +110,34 @@ def _claimed(phase: object) -> str | None:
     )
 
 
+def _walked(before: Active[Any], after: Phase[Any], link: Any) -> None:
+    """Judge ``after``'s ticket chain from ``link`` (its own ticket) back to ``before``'s:
+    exactly one transition (copies aside) between them, or ``IllegalTransitionError``;
+    then cut the chain behind ``after`` (nothing before the phase advanced is needed
+    again: the chain stays one step long)."""
+    origin = before._ticket
+    transitions = 0
+    for _ in range(_MAX_LINKS):
+        if link is origin:
+            break
+        if link is None or link.via not in ("transition", "copy"):
+            link = None
+            break
+        transitions += link.via == "transition"
+        link = link.parent
+    else:
+        link = None
+    if link is None:
+        raise IllegalTransitionError(
+            before.kind, after.kind, "no transition of the phase it advanced made it"
+        )
+    if transitions != 1:
+        raise IllegalTransitionError(
+            before.kind, after.kind, f"it is {transitions} transitions away, not one"
+        )
+    after._ticket.parent = None
+
+
 def check_start(state: object, agent: Agent[Any]) -> None:
     """Refuse to drive a phase that no transition (or ``Agent.start``, or a restore) made."""
     if not isinstance(state, Phase):
@@ -232,29 +260,7 @@ class Watch:
             if link is not origin and link.via is _VIA_TRANSITION and link.parent is origin:
                 after._ticket.parent = None
                 return
-        link = _own_ticket(after, "advance")
-        origin = before._ticket
-        transitions = 0
-        for _ in range(_MAX_LINKS):
-            if link is origin:
-                break
-            if link is None or link.via not in ("transition", "copy"):
-                link = None
-                break
-            transitions += link.via == "transition"
-            link = link.parent
-        else:
-            link = None
-        if link is None:
-            raise IllegalTransitionError(
-                before.kind, after.kind, "no transition of the phase it advanced made it"
-            )
-        if transitions != 1:
-            raise IllegalTransitionError(
-                before.kind, after.kind, f"it is {transitions} transitions away, not one"
-            )
-        # Nothing before the phase advanced is needed again: the chain stays one step long.
-        after._ticket.parent = None
+        _walked(before, after, _own_ticket(after, "advance"))
 
     def _unchanged(self, before: Active[Any]) -> str | None:
         if not _same_runtime(self._rt, self._runtime):

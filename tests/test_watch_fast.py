@@ -209,28 +209,7 @@ def test_an_action_logs_length_is_read_as_its_len(size: int) -> None:
 
 def _one_transition_plain(before: Any, after: Any) -> None:
     """``Watch._one_transition`` as it was: ``_own_ticket``, then the loop, every time."""
-    link: Any = _seal._own_ticket(after, "advance")
-    origin = before._ticket
-    transitions = 0
-    for _ in range(_watch._MAX_LINKS):
-        if link is origin:
-            break
-        if link is None or link.via not in ("transition", "copy"):
-            link = None
-            break
-        transitions += link.via == "transition"
-        link = link.parent
-    else:
-        link = None
-    if link is None:
-        raise IllegalTransitionError(
-            before.kind, after.kind, "no transition of the phase it advanced made it"
-        )
-    if transitions != 1:
-        raise IllegalTransitionError(
-            before.kind, after.kind, f"it is {transitions} transitions away, not one"
-        )
-    after._ticket.parent = None
+    _watch._walked(before, after, _seal._own_ticket(after, "advance"))
 
 
 class _Held:
