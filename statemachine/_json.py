@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, NamedTuple, TypeAlias
 
 from pydantic import BaseModel
 
@@ -322,19 +323,32 @@ def dumps_reusing(value: Any, texts: Texts) -> tuple[str, Texts]:
     for the next call. What ``loads`` reads back is what it reads from ``dumps(value)``.
     """
     kept: Texts = {}
-    out: list[str] = []
-    _reusing(value, texts, kept, out)
+    out: list[Any] = []  # str only: no text is _NO_PIECE long
+    parts_reusing(value, texts, kept, out, _NO_PIECE)
     return "".join(out), kept
 
 
-def _reusing(value: Any, texts: Texts, kept: Texts, out: list[str]) -> None:
+class Long(NamedTuple):
+    """A long text in a list, left out of :func:`parts_reusing`'s parts as itself."""
+
+    item: str
+
+
+_NO_PIECE: Final = sys.maxsize
+
+
+def parts_reusing(value: Any, texts: Texts, kept: Texts, out: list[str | Long], piece: int) -> None:
+    """:func:`dumps_reusing`'s text of ``value`` as parts into ``out``, the texts of list
+    items that are objects or lists reused from ``texts`` and kept in ``kept``; a text
+    of at least ``piece`` characters in a list is put there as a :class:`Long` (its text
+    is ``dumps_bytes``'s)."""
     if type(value) is dict:
         out.append("{")
         for index, (key, item) in enumerate(value.items()):
             if type(key) is not str:
                 raise TypeError(f"JSON object keys must be strings, got {key!r}")
             out.append(("," if index else "") + _encode_str(key) + ":")
-            _reusing(item, texts, kept, out)
+            parts_reusing(item, texts, kept, out, piece)
         out.append("}")
     elif type(value) is list:
         out.append("[")
@@ -349,6 +363,8 @@ def _reusing(value: Any, texts: Texts, kept: Texts, out: list[str]) -> None:
                     text = dumps_bytes(item).decode()
                 kept[id(item)] = (item, text)
                 out.append(text)
+            elif type(item) is str and len(item) >= piece:
+                out.append(Long(item))
             else:
                 out.append(dumps_bytes(item).decode())
         out.append("]")

@@ -77,7 +77,8 @@ from .._errors import (
     DecisionRefusedError,
 )
 from .._fast._pydantic import _trusted
-from .._json import JSON, Texts, _encode_str, _refuse_constant, dumps, dumps_bytes, loads
+from .._json import JSON, Texts, _refuse_constant, dumps, dumps_bytes, loads, parts_reusing
+from .._json import Long as _Long
 from .._ledger import EffectRecord
 from ._delta import _apply, _diff, _Seen, _seen_of
 from ._lifecycle import RunLifecycle, RunStatus
@@ -173,44 +174,11 @@ def _adler_joined(first: int, second: int, size: int) -> int:
     return (low % _ADLER) | ((high % _ADLER) << 16)
 
 
-class _Long(NamedTuple):
-    """A long text in a list, left out of a snapshot's text by ``_written``."""
-
-    item: str
-
-
 def _written(value: Any, texts: Texts, kept: Texts, out: list[str | _Long]) -> None:
-    """``_json.dumps_reusing``'s text of ``value`` into ``out`` (its parts; the texts of
+    """``_json.dumps_reusing``'s text of ``value`` into ``out`` as parts (the texts of
     list items that are objects or lists reused from ``texts``, and kept in ``kept``),
-    except that a text of at least ``_PIECE`` characters in a list is put there as a
-    ``_Long`` (its text is ``dumps_bytes``'s, as ``dumps_reusing`` writes it)."""
-    if type(value) is dict:
-        out.append("{")
-        for index, (key, item) in enumerate(value.items()):
-            if type(key) is not str:
-                raise TypeError(f"JSON object keys must be strings, got {key!r}")
-            out.append(("," if index else "") + _encode_str(key) + ":")
-            _written(item, texts, kept, out)
-        out.append("}")
-    elif type(value) is list:
-        out.append("[")
-        for index, item in enumerate(value):
-            if index:
-                out.append(",")
-            if type(item) is dict or type(item) is list:
-                known = texts.get(id(item))
-                text = known[1] if known is not None and known[0] is item else None
-                if text is None:
-                    text = dumps_bytes(item).decode()
-                kept[id(item)] = (item, text)
-                out.append(text)
-            elif type(item) is str and len(item) >= _PIECE:
-                out.append(_Long(item))
-            else:
-                out.append(dumps_bytes(item).decode())
-        out.append("]")
-    else:
-        out.append(dumps_bytes(value).decode())
+    each text of at least ``_PIECE`` characters in a list left as a ``_Long``."""
+    parts_reusing(value, texts, kept, out, _PIECE)
 
 
 def _text(parts: list[str | _Long]) -> str:
