@@ -246,9 +246,9 @@ class Watch:
 
     @staticmethod
     def _one_transition(before: Active[Any], after: Phase[Any]) -> None:
-        # The usual chain, read in _own_ticket's order and judged as the loop below judges
-        # it: the library's ticket, held by this very object, one transition from the
-        # phase advanced (tests/test_watch_fast.py). Anything else takes the loop.
+        # The usual chain, read in _own_ticket's order and judged as _walked judges it:
+        # the library's ticket, held by this very object, one transition from the phase
+        # advanced (tests/test_watch_fast.py). Anything else takes _walked.
         link: Any = None
         try:
             link = after._ticket
