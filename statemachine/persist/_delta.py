@@ -67,7 +67,21 @@ from ._codec import (
 )
 from ._protocol import Document
 
-__all__ = ["PhaseDumper", "_Seen", "_apply", "_diff", "_seen_of"]
+__all__ = ["FiniteOps", "PhaseDumper", "_Seen", "_apply", "_diff", "_seen_of"]
+
+
+class FiniteOps(list[list[Any]]):
+    """Delta ops whose every float is finite: the phase codec's (which writes each float
+    of a phase as a tagged text, ``{"$float": ...}``) and the saver's clock, checked finite.
+
+    Made by :class:`PhaseDumper` and handed to a store's ``save`` as ``ops`` by the
+    runner's saver only, it lets the store write the delta without reading its JSON back
+    to look for a NaN or an infinity (orjson writes those as ``null``; see
+    ``_json.dumps_bytes``). Only this exact type vouches: plain lists, subclasses and
+    anything else are checked.
+    """
+
+    __slots__ = ()
 
 
 # --- diff and apply -------------------------------------------------------------------
