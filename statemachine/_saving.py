@@ -3,6 +3,7 @@ it went through (all of them, or only their kinds and steps)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ._phases import Active, AnyPhase, Done, Failed, Phase, Runtime
@@ -124,6 +125,10 @@ class _Saver:
         document = {**dumped, "elapsed": elapsed}
         base = self._saved
         if ops is not None and base is not None:
+            if type(elapsed) is not float or not math.isfinite(elapsed):
+                # The dumper's ops vouch for a finite float everywhere (FiniteOps): not
+                # with this clock's reading in them; a plain list is read back and refused.
+                ops = list(ops)
             ops.append(["set", ["elapsed"], elapsed])
             extra: dict[str, Any] = {"base": base, "ops": ops}
         else:

@@ -204,7 +204,18 @@ def _encode(value: Any) -> Any:
         return {"$float": repr(value)}
     if isinstance(value, Decimal):
         return value if _keeps(value) else {"$decimal": str(value)}
-    if type(value) is Message:
+    if type(value) is Message:  # its text fields are text (its converters): its calls?
+        for call in value.tool_calls:
+            if type(call) is not ToolRequest or not _holds_text(call):
+                # A call made without validation, or of a class of its own: the long way.
+                calls = [_encode(call) for call in value.tool_calls]
+                return {
+                    "role": value.role,
+                    "content": value.content,
+                    "tool_calls": calls,
+                    "tool_call_id": value.tool_call_id,
+                    "name": value.name,
+                }
         return value.model_dump(mode="json")
     if type(value) is ActionRecord:  # its fields, text as it is, the gain encoded
         record = value.model_dump()
@@ -215,7 +226,11 @@ def _encode(value: Any) -> Any:
     if isinstance(value, BaseModel):
         plan = _plan(type(value))
         if plan is _Plan.TEXT:
-            return value.model_dump(mode="json")  # the same values, built in Rust
+            if _holds_text(value):
+                return value.model_dump(mode="json")  # the same values, built in Rust
+            # A model made without validation (model_construct): pydantic would write
+            # what it holds as it guesses (a float as a bare number); the long way.
+            return _encode(value.model_dump(mode="python", warnings=False))
         dumped = value.model_dump(mode="python")
         if plan is _Plan.FLAT:  # only the fields that are not text, int, bool or None
             for key, item in dumped.items():
@@ -244,6 +259,26 @@ def _encode(value: Any) -> Any:
     return _encode(plain)
 
 
+def _holds_text(model: BaseModel) -> bool:
+    """Whether a model of the TEXT plan holds text where its fields say text (a model
+    made without validation, by ``model_construct``, may hold anything), and models of
+    that plan holding text in its tuples: then ``model_dump(mode="json")`` is its
+    encoding, the values themselves."""
+    for item in model.__dict__.values():
+        if type(item) is str:
+            continue
+        if type(item) is not tuple:
+            return False
+        for inner in item:
+            if not (
+                isinstance(inner, BaseModel)
+                and _plan(type(inner)) is _Plan.TEXT
+                and _holds_text(inner)
+            ):
+                return False
+    return True
+
+
 class _Plan(enum.Enum):
     """How a pydantic model class is encoded: see :func:`_plan`."""
 
@@ -261,14 +296,17 @@ def _plan(cls: type[BaseModel]) -> _Plan:
     """How to encode instances of ``cls`` exactly as ``_encode(model_dump())`` does, fast.
 
     ``TEXT``: every field is text (or a tuple of such models), so ``model_dump(mode=
-    "json")`` is the encoding. ``FLAT``: every field is a scalar (text, numbers, bools,
-    ``None``), so only the values that are not text, int, bool or ``None`` need
-    encoding. ``NESTED``: anything else (or a dump a serializer, a computed field or
-    extra fields may change), encoded value by value.
+    "json")`` is the encoding (once it is seen to be text only: a model made without
+    validation may hold anything). ``FLAT``: every field is a scalar (text, numbers,
+    bools, ``None``), so only the values that are not text, int, bool or ``None`` need
+    encoding. ``NESTED``: anything else (or a dump that a ``model_dump`` of the class's
+    own, a serializer, a computed field or extra fields may change), encoded value by
+    value. So no float leaves :func:`_encode` but as ``{"$float": ...}``.
     """
     decorators = cls.__pydantic_decorators__
     if (
-        decorators.field_serializers
+        cls.model_dump is not BaseModel.model_dump  # its own: whatever it returns, encoded
+        or decorators.field_serializers
         or decorators.model_serializers
         or cls.model_computed_fields
         or cls.model_config.get("extra") == "allow"
@@ -506,12 +544,14 @@ def _try_rebuild(build: Callable[[], Any]) -> Any:
 def _dump_call(call: ReadCall | WriteCall | ApprovedCall) -> dict[str, Any]:
     document: dict[str, Any] = {
         "type": {ReadCall: "read", WriteCall: "write", ApprovedCall: "approved"}[type(call)],
-        "tool": call.name,
+        "tool": _encode(call.name),  # text (a tool's name), encoded as every value is
         "args": _encode(call.args),
-        "args_hash": call.call.args_hash if isinstance(call, ApprovedCall) else call.args_hash,
+        "args_hash": _encode(
+            call.call.args_hash if isinstance(call, ApprovedCall) else call.args_hash
+        ),
     }
     if isinstance(call, ApprovedCall):
-        document["approval"] = _approval_document(call.approval)
+        document["approval"] = _encode(_approval_document(call.approval))
     return document
 
 
@@ -534,9 +574,9 @@ def _dump_parsed(parsed: Parsed[Any]) -> dict[str, Any]:
     return {
         "schema": _importable(type(parsed.value), "the answer schema"),
         "data": parsed.data.decode(),
-        "sha256": parsed.sha256,
+        "sha256": _encode(parsed.sha256),
         "repairs": [str.__str__(repair) for repair in parsed.repairs],
-        "normalised": list(parsed.normalised),
+        "normalised": [_encode(note) for note in parsed.normalised],
         "warnings": [_encode(warning) for warning in parsed.warnings],
     }
 

@@ -570,7 +570,11 @@ class PhaseDumper:
         old: Phase[Any], before: dict[str, Any], phase: Phase[Any]
     ) -> tuple[dict[str, Any], list[list[Any]]]:
         cls, agent = type(phase), phase.agent
-        ops: list[list[Any]] = []
+        # Every value in the ops is the codec's (no float but as {"$float": ...}) or a
+        # name: the store may write them without reading them back for a NaN (FiniteOps),
+        # once the phase's kind and agent's name are text, as the library's are.
+        ops: list[list[Any]]
+        ops = FiniteOps() if type(phase.kind) is str and type(agent.name) is str else []
         document: dict[str, Any] = {
             "version": DOCUMENT_VERSION,
             "kind": phase.kind,
