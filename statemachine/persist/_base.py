@@ -32,6 +32,7 @@ from ._protocol import (
 from ._rows import (
     _SETTLED,
     _Change,
+    _change_of,
     _EffectRow,
     _Row,
     _statuses,
@@ -204,7 +205,7 @@ class _Store:
         run's latest checkpoint; else the store diffs ``document`` itself.
         """
         target = RunStatus(status)
-        change = None if ops is None else _Change(base, ops)
+        change = _change_of(base, ops)
         return await self._call_save(
             run_id, self._save, run_id, seq, document, agent, target, phase, waiting_for, change
         )

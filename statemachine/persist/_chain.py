@@ -648,7 +648,13 @@ class _Chain:
         last = self.last(run_id)
         texts: Texts = {} if last is None else last.texts
         if payload["kind"] != "full":
-            return self.encode(run_id, seq, payload, fast=change is not None), texts
+            if change is None:
+                return self.encode(run_id, seq, payload), texts
+            # A document from the phase codec (text keys only): written by orjson, without
+            # the NaN read-back when the delta is the caller's FiniteOps as given.
+            finite = change.finite and payload["ops"] is change.ops
+            plain = dumps_bytes(payload, finite=finite)
+            return self.seal_plain(plain, _aad(run_id, seq)), texts
         if change is None:
             plain = dumps(payload).encode()
             if len(plain) >= _COMPRESS_FROM and self.sealer is None:
@@ -735,17 +741,14 @@ class _Chain:
             updated_at=row.updated_at,
         )
 
-    def encode(
-        self, run_id: str, seq: int, payload: Mapping[str, Any], *, fast: bool = False
-    ) -> bytes:
-        return self.seal(payload, _aad(run_id, seq), fast=fast)
+    def encode(self, run_id: str, seq: int, payload: Mapping[str, Any]) -> bytes:
+        return self.seal(payload, _aad(run_id, seq))
 
     def encode_effect(self, row: _EffectRow, payload: Mapping[str, Any]) -> bytes:
         return self.seal(payload, _effect_aad(row))
 
-    def seal(self, payload: Mapping[str, Any], aad: bytes, *, fast: bool = False) -> bytes:
-        # ``fast``: a document from the phase codec (text keys only), written in C.
-        return self.seal_plain(dumps_bytes(payload) if fast else dumps(payload).encode(), aad)
+    def seal(self, payload: Mapping[str, Any], aad: bytes) -> bytes:
+        return self.seal_plain(dumps(payload).encode(), aad)
 
     def seal_plain(self, plain: bytes, aad: bytes) -> bytes:
         sealed = plain if self.sealer is None else self.sealer.seal(plain, aad=aad)

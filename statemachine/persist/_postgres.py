@@ -62,7 +62,7 @@ from ._protocol import (
     RunRecord,
     Sealer,
 )
-from ._rows import _SETTLED, _Change, _EffectRow, _Row, _statuses, _system_clock, _utc
+from ._rows import _SETTLED, _change_of, _EffectRow, _Row, _statuses, _system_clock, _utc
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -449,7 +449,7 @@ class PostgresCheckpointer:
         saved. Two processes saving the same run take turns; the second is refused.
         ``ops`` and ``base``: as for :class:`SQLiteCheckpointer`.
         """
-        change = None if ops is None else _Change(base, ops)
+        change = _change_of(base, ops)
         async with self._session() as connection:
             await self._lock_run(connection, run_id)
             record = await self._fetch_record(connection, run_id, for_update=True)

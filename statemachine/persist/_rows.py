@@ -14,7 +14,7 @@ from typing import Any, Final, Literal, NamedTuple
 
 from .._errors import ConfigError
 from .._json import Texts
-from ._delta import _Seen
+from ._delta import FiniteOps, _Seen
 from ._lifecycle import RunStatus
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "_Row",
     "_Since",
     "_aad",
+    "_change_of",
     "_decision_aad",
     "_effect_aad",
     "_head_aad",
@@ -57,10 +58,19 @@ _SAVED_FIELDS: Final = (
 
 
 class _Change(NamedTuple):
-    """A caller's delta: the ops that turn ``base`` into the document it saves."""
+    """A caller's delta: the ops that turn ``base`` into the document it saves;
+    ``finite``, the ops came as ``_delta.FiniteOps`` (their floats are all finite)."""
 
     base: Mapping[str, Any] | None
     ops: list[list[Any]]
+    finite: bool = False
+
+
+def _change_of(base: Mapping[str, Any] | None, ops: list[list[Any]] | None) -> _Change | None:
+    """A save's ``base`` and ``ops`` as a ``_Change`` (``None``: no ops given)."""
+    if ops is None:
+        return None
+    return _Change(base, ops, type(ops) is FiniteOps)
 
 
 class _Since(NamedTuple):
