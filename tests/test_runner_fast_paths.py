@@ -9,6 +9,7 @@ the run's logger was bound with (``_runner._Told``).
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
@@ -468,3 +471,117 @@ def test_what_a_transition_attaches_is_decided_as_before(caller: bool) -> None:
         else:
             assert told.attaching == trace.set_span_in_context(run_span, current)
     recording.end()
+
+
+# What may change the answer of events_wanted between two transitions: the library
+# logger's level, the root's, logging.disable, the logger's ``disabled`` (dictConfig
+# sets it), a structlog capture; and whether the logger's level cache was filled.
+_LEVELS = st.sampled_from([logging.NOTSET, logging.DEBUG, logging.INFO, logging.WARNING])
+_LOG_CHANGES = st.lists(
+    st.one_of(
+        st.tuples(st.just("level"), _LEVELS),
+        st.tuples(st.just("root"), _LEVELS),
+        st.tuples(st.just("disable"), _LEVELS),
+        st.tuples(st.just("disabled"), st.booleans()),
+        st.tuples(st.just("capture"), st.booleans()),
+        st.tuples(st.just("ask"), st.just(0)),
+    ),
+    max_size=12,
+)
+
+
+def _events_wanted_plain(told: _observe._Told) -> bool:
+    """``events_wanted`` as it was: the logger asked through ``isEnabledFor``."""
+    if logging.getLogger("statemachine").isEnabledFor(logging.INFO):
+        return True
+    processors = told._processors
+    capture = told._capture
+    return capture is not None and bool(processors) and isinstance(processors[-1], capture)
+
+
+@settings(max_examples=200, deadline=None)
+@given(changes=_LOG_CHANGES)
+def test_events_wanted_reads_the_level_cache_as_is_enabled_for(
+    changes: list[tuple[str, Any]],
+) -> None:
+    """``events_wanted`` reads the standard library logger's level cache itself (no
+    ``isEnabledFor`` frame): after any sequence of level changes, ``logging.disable``,
+    ``disabled``, captures and reads, it answers as ``isEnabledFor`` would."""
+    logger, root = logging.getLogger("statemachine"), logging.getLogger()
+    kept = (logger.level, root.level, logger.disabled, logging.root.manager.disable)
+    told = _observe._Told(trace.NoOpTracer(), trace.INVALID_SPAN, _observe.default_instruments())
+    assert told._levels
+    try:
+        with contextlib.ExitStack() as captures:
+            for change, value in changes:
+                if change == "level":
+                    logger.setLevel(value)
+                elif change == "root":
+                    root.setLevel(value)
+                elif change == "disable":
+                    logging.disable(value)
+                elif change == "disabled":
+                    logger.disabled = value
+                elif change == "capture" and value:
+                    captures.enter_context(capture_logs())
+                elif change == "capture":
+                    captures.close()
+                else:
+                    logger.isEnabledFor(logging.INFO)  # fills the cache
+                assert told.events_wanted() == _events_wanted_plain(told)
+                assert told.events_wanted() == _events_wanted_plain(told)
+    finally:
+        logger.setLevel(kept[0])
+        root.setLevel(kept[1])
+        logger.disabled = kept[2]
+        logging.disable(kept[3])
+
+
+def test_another_logger_class_is_asked() -> None:
+    """A logger of another class, or with its own ``isEnabledFor``, is asked itself (its
+    cache is not read)."""
+
+    class Listening(logging.Logger):
+        def isEnabledFor(self, level: int) -> bool:  # noqa: N802 - logging's name
+            return True
+
+    logger = logging.getLogger("statemachine")
+    instruments = _observe.default_instruments()
+    assert not _observe._Told(trace.NoOpTracer(), trace.INVALID_SPAN, instruments).events_wanted()
+    logger.__class__ = Listening
+    try:
+        told = _observe._Told(trace.NoOpTracer(), trace.INVALID_SPAN, instruments)
+        assert not told._levels
+        assert told.events_wanted()
+    finally:
+        logger.__class__ = logging.Logger
+    logger.isEnabledFor = lambda level: True  # type: ignore[method-assign]
+    try:
+        told = _observe._Told(trace.NoOpTracer(), trace.INVALID_SPAN, instruments)
+        assert not told._levels
+        assert told.events_wanted()
+    finally:
+        del logger.isEnabledFor
+
+
+def test_the_phases_that_never_wait_are_the_library_classes_that_do_not() -> None:
+    """``_NEVER_WAITS`` (the exact types whose ``waiting_for`` and ``AwaitApproval``
+    checks the runner skips) holds only library classes that are no ``AwaitApproval``
+    and whose ``waiting_for`` is ``""`` whatever their fields (or that are not active);
+    ``Planning`` and ``AwaitApproval`` are not in it, nor is any subclass."""
+    never = _runner._NEVER_WAITS
+    assert _phases.Planning not in never
+    assert _phases.AwaitApproval not in never
+    for kind in never:
+        assert kind.__module__ == _phases.__name__
+        assert not issubclass(kind, _phases.AwaitApproval)
+        phase = object.__new__(kind)
+        assert not _runner._waits_for_a_person(phase)
+
+    class Waits(_phases.ToolCalling[Any]):
+        @property
+        def waiting_for(self) -> str:
+            return "a person"
+
+    assert Waits not in never
+    assert _runner._waits_for_a_person(object.__new__(Waits))
