@@ -166,28 +166,50 @@ _runtime_parts = operator.attrgetter(*(field.name for field in attrs.fields(Runt
 _agent_parts = operator.attrgetter(*(field.name for field in attrs.fields(Agent)))
 
 
-def _same_fields(cls: type[Any]) -> Callable[[Any, tuple[Any, ...]], bool]:
-    """A function telling whether an object's fields (``cls``'s, in ``attrs.fields``
-    order) are the very objects of a tuple of them (identity, not ``==``: no object's
-    ``__eq__`` is asked): ``all(map(operator.is_, parts(obj), kept))``, written out as
-    ``obj.a is kept[0] and obj.b is kept[1] and ...``. The interpreter reads each slot
-    and compares in a few instructions; ``attrgetter`` looks each name up in the
-    class and ``map`` calls ``operator.is_`` once per field (about ten times the work
-    for the runtime's 14 fields and the agent's 16). The names are ``cls``'s own
-    fields, made by the library, never a phase's."""
-    names = [field.name for field in attrs.fields(cls)]
-    if not all(name.isidentifier() for name in names):  # pragma: no cover - attrs's rule
-        raise TypeError(f"{cls.__name__}'s fields are not all names: {names}")
-    compared = " and ".join(f"obj.{name} is kept[{at}]" for at, name in enumerate(names))
-    source = f"def same(obj, kept):\n    return len(kept) == {len(names)} and {compared}\n"
+def _same_fields(*classes: type[Any]) -> Callable[..., bool]:
+    """A function telling whether objects' fields (each class's, in ``attrs.fields``
+    order) are the very objects of tuples of them (identity, not ``==``: no object's
+    ``__eq__`` is asked), given ``(obj, kept)`` for each class in turn:
+    ``all(map(operator.is_, parts(obj), kept))`` for each, written out as
+    ``len(kept) == 2 and obj.a is kept[0] and obj.b is kept[1] and ...``. The
+    interpreter reads each slot and compares in a few instructions; ``attrgetter``
+    looks each name up in the class and ``map`` calls ``operator.is_`` once per field
+    (about ten times the work for the runtime's 14 fields and the agent's 16). The
+    names are the classes' own fields, made by the library, never a phase's."""
+    params: list[str] = []
+    checks: list[str] = []
+    for at, cls in enumerate(classes):
+        names = [field.name for field in attrs.fields(cls)]
+        if not all(name.isidentifier() for name in names):  # pragma: no cover - attrs's rule
+            raise TypeError(f"{cls.__name__}'s fields are not all names: {names}")
+        params += [f"obj{at}", f"kept{at}"]
+        checks.append(f"len(kept{at}) == {len(names)}")
+        checks += [f"obj{at}.{name} is kept{at}[{index}]" for index, name in enumerate(names)]
+    source = f"def same({', '.join(params)}):\n    return {' and '.join(checks)}\n"
     namespace: dict[str, Any] = {}
-    exec(compile(source, f"<statemachine same fields {cls.__qualname__}>", "exec"), namespace)
-    same: Callable[[Any, tuple[Any, ...]], bool] = namespace["same"]
+    named = " ".join(cls.__qualname__ for cls in classes)
+    exec(compile(source, f"<statemachine same fields {named}>", "exec"), namespace)
+    same: Callable[..., bool] = namespace["same"]
     return same
 
 
 _same_runtime = _same_fields(Runtime)
 _same_terms = _same_fields(Agent)
+# Both at once: _same_runtime(rt, kept) and _same_terms(agent, terms), in one call.
+_same_run = _same_fields(Runtime, Agent)
+
+
+def _same_values(now: dict[str, Any], kept: dict[str, Any]) -> bool:
+    """Whether the dict ``now`` (the budget's fields) has ``kept``'s keys, holding the
+    very objects ``kept`` holds: identity, not ``==``, since a value put in place from
+    inside a phase (``object.__setattr__`` on the frozen budget) may answer ``==`` as it
+    likes and then compare as a larger limit. The values pair up in the dicts' order:
+    keys equal in another order fail too (a refusal, never a pass)."""
+    return (
+        len(now) == len(kept)
+        and now.keys() == kept.keys()
+        and all(map(operator.is_, now.values(), kept.values()))
+    )
 
 
 # The phases that run a call, and those that hold one, as tuples (``A | B`` in an
@@ -226,16 +248,28 @@ class Watch:
         """
         if not isinstance(after, Phase):
             raise IllegalTransitionError(before.kind, type(after).__name__, "it is not a phase")
-        claimed = _claimed(after)  # isinstance may have asked a __class__ it answers
-        if claimed is not None:
+        try:  # isinstance may have asked a __class__ it answers: _claimed's check
+            own = after.__class__ is type(after)
+        except Exception:  # untrusted code: any error is a refusal (_claimed says which)
+            own = False
+        if not own:
+            claimed = _claimed(after) or "its __class__ answers otherwise each time"
             raise IllegalTransitionError(before.kind, type(after).__name__, claimed)
         self._one_transition(before, after)
         now = _counters(after)
         # Read once: the queue checked is the one recorded for the next transition.
         pending: Any = getattr(after, "pending", ())
+        agent = self._agent
         problem = (
-            self._unchanged(before)
-            or self._rules(before, after, now, kinds)
+            # _unchanged's checks in one expression while all is as kept; else it says
+            # which is not (and a refusal stands even if it then finds nothing).
+            None
+            if _same_run(self._rt, self._runtime, agent, self._terms)
+            and _same_values(vars(agent.budget), self._budget)
+            and before.agent is agent
+            else self._unchanged(before) or "the run's terms changed while they were checked"
+        ) or (
+            self._rules(before, after, now, kinds)
             or _queue_problem(before, after, pending, self._pending)
         )
         if problem is not None:
@@ -267,7 +301,7 @@ class Watch:
             return "the run's runtime (its gate, ledger, clock or approvals) was changed"
         if not _same_terms(self._agent, self._terms):
             return "the agent's terms (budget, limits, tools, phases) were changed"
-        if vars(self._agent.budget) != self._budget:
+        if not _same_values(vars(self._agent.budget), self._budget):
             return "the agent's budget was changed"
         if before.agent is not self._agent:
             return "the phase advanced belongs to another agent"
@@ -283,7 +317,9 @@ class Watch:
         was = self._counters
         if after.agent is not self._agent:
             return "it belongs to another agent"
-        if not isinstance(after, _successors(before) if kinds is None else kinds):
+        if kinds is None:  # _successors(before), without its frame for a library class
+            kinds = _LIBRARY_SUCCESSORS.get(type(before)) or _successors(before)
+        if not isinstance(after, kinds):
             return f"{type(before).__name__}.advance's annotation does not name it"
         if now[0] != was[0] + 1:
             return f"its step is {now[0]}, not {was[0] + 1}"

@@ -10,6 +10,8 @@ transcripts whose insides were changed in place.
 
 from __future__ import annotations
 
+import copy
+from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -28,6 +30,7 @@ from statemachine import (
     ModelRetrying,
     Observing,
     Planning,
+    Responding,
     Retrying,
     Runtime,
     Spend,
@@ -444,3 +447,95 @@ def test_the_library_classes_successors_are_kept_and_a_subclass_is_asked_each_ti
     assert _watch._successors(phase) == (Failed,)
     assert asked == [1, 1]
     assert Wider not in _watch._LIBRARY_SUCCESSORS
+
+
+class _Lying(Decimal):
+    """A limit equal to every other: ``==`` cannot tell it from the one it replaced."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = Decimal.__hash__
+
+
+class _LimitLiar(Planning[None]):
+    """Puts a far larger token limit, equal to every value, into the agent's budget."""
+
+    async def advance(
+        self, rt: Runtime
+    ) -> ToolCalling[None] | AwaitApproval[None] | Planning[None] | Failed[None] | Responding[None]:
+        object.__setattr__(self.agent.budget, "tokens", _Lying(10**9))
+        return await super().advance(rt)
+
+
+@pytest.mark.anyio
+async def test_a_budget_limit_replaced_by_an_object_equal_to_it_is_refused() -> None:
+    """The budget's values are compared by identity: a limit replaced in place by one
+    that answers ``==`` as it likes (and then counts as a far larger limit) is refused,
+    as a limit replaced by a plain larger one is."""
+    from statemachine import Phases, Runner
+    from statemachine.testing import AutoDenyGate, ScriptedModel, reply
+
+    agent = Agent[None](name="a", budget=Budget(tokens=5), phases=Phases(planning=_LimitLiar))
+    runner = Runner(agent, model=ScriptedModel([reply("hi")]), gate=AutoDenyGate())
+    with pytest.raises(IllegalTransitionError, match="budget"):
+        await runner.run(None, "hi")
+
+
+_VALUES = st.sampled_from(["k", 1, None, Decimal(1), Decimal("1.0"), 1.0, _EqualToAll()])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kept=st.dictionaries(st.sampled_from(["tokens", "cost", "tool_calls", "wall_clock"]), _VALUES),
+    changes=st.lists(
+        st.tuples(
+            st.sampled_from(["tokens", "cost", "x"]), st.sampled_from(["set", "copy", "del"])
+        ),
+        max_size=3,
+    ),
+)
+def test_the_budget_is_the_very_values_kept(
+    kept: dict[str, Any], changes: list[tuple[str, str]]
+) -> None:
+    """``_same_values`` holds exactly when the dict has the kept keys, in order, each
+    with the very object kept (an equal copy or an object equal to all is not it)."""
+    now = dict(kept)
+    for key, how in changes:
+        if how == "del":
+            now.pop(key, None)
+        elif how == "copy" and key in now:
+            now[key] = copy.copy(now[key])
+        else:
+            now[key] = _EqualToAll()
+    expected = list(now) == list(kept) and all(now[key] is kept[key] for key in kept)
+    asked = _EqualToAll.asked
+    assert _watch._same_values(now, kept) == expected
+    assert _EqualToAll.asked == asked  # no value's __eq__ was asked
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    runtime_changed=st.sets(st.integers(0, 13), max_size=2),
+    agent_changed=st.sets(st.integers(0, 15), max_size=2),
+)
+def test_the_run_and_its_terms_are_checked_at_once_as_one_by_one(
+    runtime_changed: set[int], agent_changed: set[int]
+) -> None:
+    """``_same_run(rt, kept, agent, terms)`` answers ``_same_runtime(rt, kept) and
+    _same_terms(agent, terms)``, whichever fields of either are not the ones kept."""
+    rt, agent = _runtime_and_agent()
+    kept_rt = list(_watch._runtime_parts(rt))
+    terms = list(_watch._agent_parts(agent))
+    for at in runtime_changed:
+        kept_rt[at] = _EqualToAll()
+    for at in agent_changed:
+        terms[at] = _EqualToAll()
+    both = _watch._same_run(rt, tuple(kept_rt), agent, tuple(terms))
+    assert both == (
+        _watch._same_runtime(rt, tuple(kept_rt)) and _watch._same_terms(agent, tuple(terms))
+    )
+    assert both == (not runtime_changed and not agent_changed)
