@@ -171,3 +171,37 @@ async def test_snapshots_come_as_the_deltas_add_up_so_bytes_per_transition_stay_
     replayed = sum(entry.size for entry in history[snapshots[-1] + 1 :])
     assert replayed <= history[snapshots[-1]].size + history[-1].size
     assert await store.load("r") == (1279, growing(1279))
+
+
+def _kept_plainly(old: tuple[Any, ...], new: tuple[Any, ...], start: int, count: int) -> bool:
+    """The definition: ``new[:count]`` holds the very objects ``old[start:start + count]``."""
+    if count > len(new) or start + count > len(old):
+        return False
+    return all(new[at] is old[start + at] for at in range(count))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    pool=st.integers(1, 6),
+    old=st.lists(st.integers(0, 5), max_size=8),
+    new=st.lists(st.integers(0, 5), max_size=8),
+    start=st.integers(0, 9),
+    count=st.integers(0, 9),
+    same=st.booleans(),
+)
+def test_the_dumper_s_identity_check_is_the_plain_one(
+    pool: int, old: list[int], new: list[int], start: int, count: int, same: bool
+) -> None:
+    """``_delta._kept`` (map of operator.is_, the same tuple taken at once) answers as the
+    item-by-item identity check, for runs that share objects, equal ones (1 and 1.0, two
+    equal lists) or neither, and for the very same tuple."""
+    from statemachine.persist._delta import _kept
+
+    objects: list[Any] = [[index] for index in range(pool)] + [1, 1.0, True, [0], [0]]
+    before = tuple(objects[index % len(objects)] for index in old)
+    after = before if same else tuple(objects[index % len(objects)] for index in new)
+    assert _kept(before, after, start, count) == _kept_plainly(before, after, start, count)
+    if len(before) <= len(after):  # a tuple that grew from before's items
+        grown = before + after
+        assert _kept(before, grown, 0, len(before))
+        assert _kept(before, grown, start, count) == _kept_plainly(before, grown, start, count)

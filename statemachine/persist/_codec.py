@@ -542,13 +542,14 @@ def _try_rebuild(build: Callable[[], Any]) -> Any:
 
 
 def _dump_call(call: ReadCall | WriteCall | ApprovedCall) -> dict[str, Any]:
+    name = call.name
+    args_hash = call.call.args_hash if isinstance(call, ApprovedCall) else call.args_hash
     document: dict[str, Any] = {
         "type": {ReadCall: "read", WriteCall: "write", ApprovedCall: "approved"}[type(call)],
-        "tool": _encode(call.name),  # text (a tool's name), encoded as every value is
+        # Text (a tool's name, a hash); anything else encoded as every value is.
+        "tool": name if type(name) is str else _encode(name),
         "args": _encode(call.args),
-        "args_hash": _encode(
-            call.call.args_hash if isinstance(call, ApprovedCall) else call.args_hash
-        ),
+        "args_hash": args_hash if type(args_hash) is str else _encode(args_hash),
     }
     if isinstance(call, ApprovedCall):
         document["approval"] = _encode(_approval_document(call.approval))

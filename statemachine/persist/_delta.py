@@ -39,8 +39,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -270,34 +269,21 @@ def _pack(items: Any, at: Any, count: Any, keys: Any, path: Any) -> None:
 _SAME_BY_IDENTITY: Final = frozenset({"transcript", "spent", "loop", *_SCALARS})
 
 
-# CPython keeps a tuple's items inline, as an array of pointers right after its header:
-# two runs of items are the very same objects exactly when those bytes are equal.
-_INLINE_ITEMS: Final = sys.implementation.name == "cpython"
-
-
-@functools.cache
-def _memory() -> Callable[[int, int], bytes]:
-    import ctypes  # only when a run is checkpointed: it costs an import
-
-    return ctypes.string_at
+_is: Final = operator.is_
 
 
 def _kept(old: tuple[Any, ...], new: tuple[Any, ...], start: int, count: int) -> bool:
     """Whether ``new[:count]`` holds the very objects ``old[start:start + count]``.
 
-    Identity, not equality: an equal item may encode differently (1 and 1.0). In C:
-    on CPython the two arrays of item pointers are compared as bytes, without copying
-    an item or calling its ``__eq__``.
+    Identity, not equality: an equal item may encode differently (1 and 1.0). In C
+    (``map`` of ``operator.is_``, which stops at the end of ``old``'s run), without
+    copying an item or calling its ``__eq__``.
     """
     if count > len(new) or start + count > len(old):
         return False
-    if _INLINE_ITEMS and type(old) is tuple and type(new) is tuple:
-        read, head, size = _memory(), tuple.__basicsize__, tuple.__itemsize__
-        return read(id(new) + head, count * size) == read(
-            id(old) + head + start * size, count * size
-        )
-    kept = itertools.islice(old, start, start + count)
-    return all(map(operator.is_, itertools.islice(new, count), kept))
+    if start == 0 and count == len(old):
+        return new is old or all(map(_is, new, old))
+    return all(map(_is, new, itertools.islice(old, start, start + count)))
 
 
 def _tuple_change(
@@ -324,7 +310,7 @@ def _tuple_change(
 
 def _chunked_change(
     old: tuple[tuple[Any, ...], tuple[Any, ...]],
-    new_chunks: tuple[Any, ...],
+    new_parts: tuple[tuple[Any, ...], tuple[Any, ...]],
     new: Sequence[Any],
     encoded: list[Any],
     path: list[str],
@@ -334,20 +320,22 @@ def _chunked_change(
     objects of the fields ``keys``).
 
     ``old`` is the old sequence's full chunks and tail, ``encoded`` its version 2
-    encoding (each chunk's text, then the tail's items); ``new_chunks`` and ``new`` are
-    the new sequence's chunks and the sequence. The chunks both share (the very same
+    encoding (each chunk's text, then the tail's items); ``new_parts`` and ``new`` are
+    the new sequence's chunks and tail, and the sequence. The chunks both share (the very same
     objects, from the first on) are kept; what follows them is appended when the old
     items after them are still there, else spliced in from the first that differs; and
     each chunk that filled since is packed into its text, as :func:`_apply` packs it.
     """
     chunks, tail = old
+    new_chunks, new_tail = new_parts
     kept = len(chunks)
     if len(new_chunks) < kept or not _kept(chunks, new_chunks, 0, kept):
         kept = 0
         while kept < min(len(chunks), len(new_chunks)) and new_chunks[kept] is chunks[kept]:
             kept += 1
         tail = ()  # the old chunks after the shared ones are replaced whole
-    rest = new[kept * CHUNK :]
+    # What follows the chunks kept: the new tail itself when they are all its chunks.
+    rest = new_tail if len(new_chunks) == kept else new[kept * CHUNK :]
     same = 0
     if kept == len(chunks):
         if type(rest) is tuple and _kept(tail, rest, 0, len(tail)):  # the tail is there
@@ -413,7 +401,7 @@ def _transcript_change(
     messages without comparing the others), and the ops from one to the other."""
     if type(old) is Transcript and type(new) is Transcript and not old._head and not new._head:
         return _chunked_change(
-            (old._chunks, old._tail), new._chunks, new, encoded, path, _MESSAGE_KEYS
+            (old._chunks, old._tail), (new._chunks, new._tail), new, encoded, path, _MESSAGE_KEYS
         )
     whole = _dump_transcript(new)
     return whole, [["set", path, whole]]
@@ -425,7 +413,7 @@ def _log_change(
     """As :func:`_transcript_change`, for the governor's action logs: only the records
     after the full chunks ``new`` shares with ``old`` are compared."""
     return _chunked_change(
-        (old._chunks, old._tail), new._chunks, new, encoded, path, _RECORD_FIELDS
+        (old._chunks, old._tail), (new._chunks, new._tail), new, encoded, path, _RECORD_FIELDS
     )
 
 
@@ -484,8 +472,9 @@ def _loop_change(
     """``new``'s encoding from ``old``'s, field by field; the ops go to ``ops``."""
     result: dict[str, Any] = {}
     merged: dict[str, Any] = {}  # the fields set whole
+    values, befores = new.__dict__, old.__dict__  # a LoopState's fields, as getattr reads them
     for name in _names(type(new)):
-        value, before = getattr(new, name), getattr(old, name)
+        value, before = values[name], befores[name]
         if value is before:
             result[name] = encoded[name]
             continue
@@ -637,8 +626,15 @@ def _fields_change(
             continue
         previous = getattr(old, name, _FAILED)
         encoded = before[name]
-        if value is previous and name in _SAME_BY_IDENTITY:
-            fields[name] = encoded
+        if value is previous and (
+            name in _SAME_BY_IDENTITY or value is None or (type(value) is tuple and not value)
+        ):
+            fields[name] = encoded  # the same object, which cannot have changed
+        elif name in _SCALARS and type(value) is _SCALARS[name]:  # text or an int: itself
+            if type(encoded) is type(value) and encoded == value:
+                fields[name] = encoded
+            else:
+                fields[name] = merged[name] = value
         elif name == "transcript" and isinstance(previous, Sequence):
             fields[name], changes = _transcript_change(previous, encoded, value, ["fields", name])
             ops.extend(changes)
