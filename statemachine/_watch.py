@@ -28,6 +28,7 @@ Anything else raises :class:`IllegalTransitionError` before the phase is saved o
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any, final
@@ -199,17 +200,37 @@ _same_terms = _same_fields(Agent)
 _same_run = _same_fields(Runtime, Agent)
 
 
-def _same_values(now: dict[str, Any], kept: dict[str, Any]) -> bool:
-    """Whether the dict ``now`` (the budget's fields) has ``kept``'s keys, holding the
-    very objects ``kept`` holds: identity, not ``==``, since a value put in place from
-    inside a phase (``object.__setattr__`` on the frozen budget) may answer ``==`` as it
-    likes and then compare as a larger limit. The values pair up in the dicts' order:
-    keys equal in another order fail too (a refusal, never a pass)."""
-    return (
-        len(now) == len(kept)
-        and now.keys() == kept.keys()
-        and all(map(operator.is_, now.values(), kept.values()))
+@functools.cache
+def _same_values(keys: tuple[str, ...]) -> Callable[[object, tuple[Any, ...]], bool]:
+    """A function telling whether ``now`` (the budget's ``__dict__``) is a dict with
+    exactly ``keys``, each holding the very object at its place in ``kept``: identity,
+    not ``==``, since a value put in place from inside a phase (``object.__setattr__``
+    on the frozen budget) may answer ``==`` as it likes and then compare as a larger
+    limit. Exactly a ``dict``: a subclass may answer its lookups otherwise than what
+    attribute access reads. Written out as ``now["tokens"] is kept[0] and ...`` (made
+    once per set of keys; keys that are not all ``str`` take the loop)."""
+    if not all(type(key) is str for key in keys):
+        return functools.partial(_same_values_plain, keys)
+    compared = "".join(f" and now[{key!r}] is kept[{at}]" for at, key in enumerate(keys))
+    source = (
+        "def same(now, kept):\n    try:\n"
+        f"        return type(now) is dict and len(now) == {len(keys)}{compared}\n"
+        "    except KeyError:\n        return False\n"
     )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<statemachine same budget>", "exec"), namespace)
+    same: Callable[[object, tuple[Any, ...]], bool] = namespace["same"]
+    return same
+
+
+def _same_values_plain(keys: tuple[object, ...], now: object, kept: tuple[Any, ...]) -> bool:
+    """``_same_values(keys)(now, kept)``, one key at a time."""
+    if type(now) is not dict or len(now) != len(keys):
+        return False
+    for key, value in zip(keys, kept, strict=True):
+        if key not in now or now[key] is not value:
+            return False
+    return True
 
 
 # The phases that run a call, and those that hold one, as tuples (``A | B`` in an
@@ -224,14 +245,25 @@ _HOLDS_A_CALL: tuple[
 class Watch:
     """The runner's own record of one drive, against which each advance is checked."""
 
-    __slots__ = ("_agent", "_budget", "_counters", "_pending", "_rt", "_runtime", "_terms")
+    __slots__ = (
+        "_agent",
+        "_budget",
+        "_counters",
+        "_pending",
+        "_rt",
+        "_runtime",
+        "_same_budget",
+        "_terms",
+    )
 
     def __init__(self, rt: Runtime, agent: Agent[Any], start: Phase[Any]) -> None:
         self._rt = rt
         self._runtime = _runtime_parts(rt)
         self._agent = agent
         self._terms = _agent_parts(agent)
-        self._budget = dict(agent.budget.__dict__)
+        budget = vars(agent.budget)
+        self._budget = tuple(budget.values())
+        self._same_budget = _same_values(tuple(budget))
         self._counters = _counters(start)
         self._pending: tuple[Any, ...] = getattr(start, "pending", ())
 
@@ -265,7 +297,7 @@ class Watch:
             # which is not (and a refusal stands even if it then finds nothing).
             None
             if _same_run(self._rt, self._runtime, agent, self._terms)
-            and _same_values(vars(agent.budget), self._budget)
+            and self._same_budget(vars(agent.budget), self._budget)
             and before.agent is agent
             else self._unchanged(before) or "the run's terms changed while they were checked"
         ) or (
@@ -301,7 +333,7 @@ class Watch:
             return "the run's runtime (its gate, ledger, clock or approvals) was changed"
         if not _same_terms(self._agent, self._terms):
             return "the agent's terms (budget, limits, tools, phases) were changed"
-        if not _same_values(vars(self._agent.budget), self._budget):
+        if not self._same_budget(vars(self._agent.budget), self._budget):
             return "the agent's budget was changed"
         if before.agent is not self._agent:
             return "the phase advanced belongs to another agent"

@@ -497,12 +497,14 @@ _VALUES = st.sampled_from(["k", 1, None, Decimal(1), Decimal("1.0"), 1.0, _Equal
         ),
         max_size=3,
     ),
+    subclass=st.booleans(),
 )
 def test_the_budget_is_the_very_values_kept(
-    kept: dict[str, Any], changes: list[tuple[str, str]]
+    kept: dict[str, Any], changes: list[tuple[str, str]], subclass: bool
 ) -> None:
-    """``_same_values`` holds exactly when the dict has the kept keys, in order, each
-    with the very object kept (an equal copy or an object equal to all is not it)."""
+    """``_same_values(keys)(now, values)`` holds exactly when ``now`` is a dict (not a
+    subclass) with the kept keys, each with the very object kept (an equal copy or an
+    object equal to all is not it), as the one-key-at-a-time version finds."""
     now = dict(kept)
     for key, how in changes:
         if how == "del":
@@ -511,10 +513,19 @@ def test_the_budget_is_the_very_values_kept(
             now[key] = copy.copy(now[key])
         else:
             now[key] = _EqualToAll()
-    expected = list(now) == list(kept) and all(now[key] is kept[key] for key in kept)
+    given: object = _Dict(now) if subclass else now
+    expected = (
+        not subclass and sorted(now) == sorted(kept) and all(now[key] is kept[key] for key in kept)
+    )
     asked = _EqualToAll.asked
-    assert _watch._same_values(now, kept) == expected
+    values = tuple(kept.values())
+    assert _watch._same_values(tuple(kept))(given, values) == expected
+    assert _watch._same_values_plain(tuple(kept), given, values) == expected
     assert _EqualToAll.asked == asked  # no value's __eq__ was asked
+
+
+class _Dict(dict[str, Any]):
+    pass
 
 
 @settings(max_examples=200, deadline=None)
