@@ -41,6 +41,7 @@ from typing_extensions import TypeVar as TypeVarWithDefault
 from . import _json
 from ._context import RunContext, _context_param
 from ._errors import BadArgumentsError, SetupError, UnknownToolError
+from ._fast._canonical import _plain_canonical
 from ._money import to_money
 from ._retry import RetryPolicy
 
@@ -265,7 +266,11 @@ _sorted_c_dict: Final = _sorted_chunks()
 
 
 def _canonical(args: BaseModel) -> str:
-    """``_json.canonical(args)``: written in C when ``_sorted_c_writes_it`` says it may be."""
+    """``_json.canonical(args)``: from the model's own values when ``_plain_canonical``
+    knows its class, else written in C when ``_sorted_c_writes_it`` says it may be."""
+    text = _plain_canonical(args)
+    if text is not None:
+        return text
     plain = args.model_dump(mode="python")
     if _sorted_c_writes_it(plain):
         return _sorted_c_dict(plain) if type(plain) is dict else _SORTED_C.encode(plain)

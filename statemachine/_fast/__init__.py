@@ -28,6 +28,10 @@ rule.
   ``anyio.CancelScope(deadline=...)`` in ``tests/test_fast_calls.py``, which also pins the
   call path's other shortcuts: a tool's call built by its slots, the governor's record
   made once, a reply queued in one copy, an answered call's spend in one step).
+- ``_canonical._plain_canonical``: a call's canonical arguments (what ``args_hash``
+  hashes) written from the validated model's own values when its class's pydantic schema
+  is on an allow-list and each value is of its field's exact type, instead of dumping it
+  (``tests/test_fast_canonical.py``: generated classes and values against the plain path).
 - ``_classes._per_class``: what a class answers once (a phase class's successors), kept
   by the class's id with a weak reference checked, instead of a ``WeakKeyDictionary``
   (``test_successors_are_read_once_per_class_and_not_kept_past_it`` in
