@@ -779,3 +779,30 @@ def test_the_ordinary_save_check_is_the_field_by_field_one(
         saved = saved.model_copy(update={name: getattr(before, name) for name in kept})
         saved = saved.model_copy(update={"retry_at": before.retry_at})
     assert store_module._same_but_saved(before, saved) == _plain_same_but_saved(before, saved)
+
+
+def test_the_system_clocks_time_is_the_checked_clocks() -> None:
+    """_Chain.now with the system clock reads datetime.now(UTC) directly (what _utc of it
+    returns: aware, in UTC); any other clock is still checked (naive refused, another
+    zone turned into UTC). A status given as a member is the member RunStatus() returns."""
+    from statemachine._errors import ConfigError
+    from statemachine.persist._chain import _Chain
+    from statemachine.persist._rows import _system_clock, _utc
+
+    chain = _Chain(snapshot_every=50, sealer=None, clock=_system_clock, where="here")
+    before = datetime.now(UTC)
+    now = chain.now()
+    assert before <= now <= datetime.now(UTC)
+    assert type(now) is datetime
+    assert now.tzinfo is UTC
+    assert now == _utc(now, "x")
+    moment = datetime(2026, 12, 2, 9, 30, tzinfo=timezone(timedelta(hours=2)))
+    chain.clock = lambda: moment
+    assert chain.now() == moment
+    assert chain.now().tzinfo is UTC
+    chain.clock = lambda: datetime(2026, 12, 2, 9, 30)
+    with pytest.raises(ConfigError, match="naive"):
+        chain.now()
+    for status in RunStatus:
+        assert RunStatus(status) is status
+        assert RunStatus(status.value) is status

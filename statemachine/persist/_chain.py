@@ -62,7 +62,7 @@ import json
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Final, NamedTuple
 
@@ -98,6 +98,7 @@ from ._rows import (
     _Row,
     _Since,
     _since_of,
+    _system_clock,
     _utc,
 )
 
@@ -326,6 +327,8 @@ class _Chain:
         return document
 
     def now(self) -> datetime:
+        if self.clock is _system_clock:  # aware and in UTC already: _utc would return it
+            return datetime.now(UTC)
         return _utc(self.clock(), "the checkpointer's clock")
 
     def stored(
