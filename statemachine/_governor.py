@@ -425,6 +425,41 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         branch = _Line.of(changed, failures)
         return {"actions": changed, "failures": failures, "_index": branch}
 
+    def _observed(
+        self, call_id: str, result: str, gain: float, evidence: tuple[str, ...], streak: int
+    ) -> LoopState | None:
+        """``settle(call_id, "ok", result, gain)`` with ``evidence`` and ``low_gain_streak``
+        set, made in one step, when the action is the latest (nearly always: a run settles
+        the call it just recorded) and this state a ``LoopState`` itself; ``None``
+        otherwise (the caller takes ``_settled`` and ``_evolve``, whose result this is)."""
+        actions = self.actions
+        tail = actions.tail
+        if type(self) is not LoopState or not tail or tail[-1].call_id != call_id:
+            return None
+        line = self._line()  # made here if it does not cover the actions (as _settled)
+        action = tail[-1]
+        position = len(actions) - 1
+        settled = _record(
+            action.call_id,
+            action.tool,
+            action.effect,
+            action.exact,
+            action.key,
+            action.text,
+            "ok",
+            result[:_RESULT_CHARS],
+            gain,
+        )
+        values = {
+            **self.__dict__,
+            "actions": actions.replaced(position, settled),
+            "evidence": evidence,
+            "low_gain_streak": streak,
+        }
+        line.settled(position, action)
+        kept = {"_index": line, "_grams": self._private().get("_grams")}
+        return _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept)
+
     def noted(self, step: int, hook: Hook, decision: Decision, **changes: Any) -> LoopState:
         """A state that remembers ``decision`` (a verdict other than continue)."""
         record = VerdictRecord(
@@ -819,8 +854,11 @@ class LoopGovernor:
             evidence = (*loop.evidence, result[:_RESULT_CHARS])[-self.evidence_window :]
         streak = loop.low_gain_streak + 1 if gain < self.plateau_gain else 0
         # settle(...) and then the evidence, in one new state.
-        settled = loop._settled(call_id, "ok", result, gain) or {}
-        loop = loop._evolve(**settled, evidence=evidence, low_gain_streak=streak)
+        observed = loop._observed(call_id, result, gain, evidence, streak)
+        if observed is None:  # not the latest action, or a subclass: the general path
+            settled = loop._settled(call_id, "ok", result, gain) or {}
+            observed = loop._evolve(**settled, evidence=evidence, low_gain_streak=streak)
+        loop = observed
         if streak >= self.plateau_steps:
             decision = Decision(
                 Verdict.FINALIZE,

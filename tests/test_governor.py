@@ -917,6 +917,47 @@ def test_an_action_is_keyed_by_the_canonical_folded_arguments(
     assert action.text == f"{tool_name}({canonical(folded)})"
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 12), st.text(alphabet="ab c:\n", min_size=1, max_size=12)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_after_action_makes_the_state_settle_then_evolve_makes(
+    steps: list[tuple[int, str]],
+) -> None:
+    """after_action's one-step state (the latest action settled, the evidence and streak
+    set) is the plain path's, ``settle`` then ``_evolve``: the same fields, the same set
+    of fields, the same index (and what it finds); an earlier call settled takes the plain
+    path itself."""
+    governor = LoopGovernor(evidence_window=4, plateau_steps=100)
+    loop = LoopState()
+    for n, (pick, result) in enumerate(steps):
+        action = governor.action(unit_call("search", f'{{"query":"q{n % 5}"}}'), "{}", f"c-{n}")
+        loop = loop.record(action)
+        call_id = f"c-{min(pick, n)}"  # the latest (nearly always) or an earlier call
+        gain = 1.0 - max(
+            (lexical_similarity(result, seen) for seen in loop.evidence[-4:]), default=0.0
+        )
+        evidence = (*loop.evidence, result)[-4:]
+        streak = loop.low_gain_streak + 1 if gain < governor.plateau_gain else 0
+        plain = loop.settle(call_id, "ok", result, gain)._evolve(
+            evidence=evidence, low_gain_streak=streak
+        )
+        fast = governor.after_action(
+            loop, call_id=call_id, effect="read", result=result, ctx=None, step=n
+        )
+        assert fast == plain
+        assert fast.model_fields_set == plain.model_fields_set
+        assert fast._private()["_index"] is plain._private()["_index"]
+        assert fast._private()["_grams"] is loop._private()["_grams"]
+        keys = [a.key for a in fast.actions]
+        assert [fast.earlier(k) for k in keys] == [plain.earlier(k) for k in keys]
+        loop = fast
+
+
 def test_evolved_states_and_settled_actions_are_the_models_pydantic_would_make() -> None:
     """A state made on the hot path dumps, compares and validates as one built by pydantic."""
     governor = LoopGovernor()
