@@ -279,6 +279,17 @@ def _holds_text(model: BaseModel) -> bool:
     return True
 
 
+def _plain_json(value: Any) -> bool:
+    """Whether ``value`` is JSON of the exact types ``_decode(_encode(value))`` gives back
+    equal without a look: dicts of text keys, lists, text, ints, bools and ``None``."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is dict:
+        return all(type(key) is str for key in value) and all(map(_plain_json, value.values()))
+    return kind is list and all(map(_plain_json, value))
+
+
 class _Plan(enum.Enum):
     """How a pydantic model class is encoded: see :func:`_plan`."""
 
@@ -562,7 +573,9 @@ def _dump_output(output: Any) -> dict[str, Any]:
         return {"type": "pydantic", "class": path, "data": _encode(output)}
     plain = _json.to_plain(output)
     encoded = _try_encode(_encode, plain)
-    if encoded is None or _try_rebuild(lambda: _decode(encoded)) != output:
+    if encoded is None or (
+        not _plain_json(plain) and _try_rebuild(lambda: _decode(encoded)) != output
+    ):
         raise SetupError(
             f"a tool output of type {type(output).__name__} cannot be checkpointed: it does "
             "not come back equal from JSON. Return JSON values (dicts, lists, text, numbers, "

@@ -340,6 +340,8 @@ def _chunked_change(
     if kept == len(chunks):
         if type(rest) is tuple and _kept(tail, rest, 0, len(tail)):  # the tail is there
             same = len(tail)
+        elif type(rest) is tuple and _kept(tail, rest, 0, len(tail) - 1):  # its last changed
+            same = len(tail) - 1
         while same < len(tail) and same < len(rest) and rest[same] is tail[same]:
             same += 1
         if same == len(tail) == len(rest):
