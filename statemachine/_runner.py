@@ -53,18 +53,14 @@ from ._phases import (
     AwaitApproval,
     Done,
     Failed,
-    Idle,
-    ModelRetrying,
-    Observing,
     Phase,
     Planning,
-    Responding,
     Retrying,
     Runtime,
     ToolCalling,
 )
 from ._saving import _Saver, _status, _stop_asked, _Went
-from ._watch import Watch, check_start
+from ._watch import _NEVER_WAITS, Watch, check_start
 from .persist._lifecycle import RunStatus
 
 if TYPE_CHECKING:
@@ -807,19 +803,6 @@ class Runner(Generic[C, D]):
 
 def _waits_for_a_person(state: Phase[Any]) -> bool:
     return isinstance(state, Active) and bool(state.waiting_for)
-
-
-# The library's own phase classes that never wait for a person and are no AwaitApproval:
-# the terminal ones, and the active ones whose waiting_for is Active's (always "").
-# Judged by the exact type (a subclass may answer otherwise: it is asked).
-_NEVER_WAITS: frozenset[type[Any]] = frozenset(
-    {Done, Failed}
-    | {
-        kind
-        for kind in (Idle, ToolCalling, Observing, Retrying, Responding, ModelRetrying)
-        if kind.waiting_for is Active.waiting_for
-    }
-)
 
 
 # The standard library's "statemachine" logger, bound by _load_deferred (a runner);

@@ -18,12 +18,12 @@ import anyio.lowlevel
 import pytest
 import structlog
 from deadline_support import raises, returns, within_plain
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
@@ -542,7 +542,7 @@ def test_another_logger_class_is_asked() -> None:
     cache is not read)."""
 
     class Listening(logging.Logger):
-        def isEnabledFor(self, level: int) -> bool:  # noqa: N802 - logging's name
+        def isEnabledFor(self, level: int) -> bool:
             return True
 
     logger = logging.getLogger("statemachine")
