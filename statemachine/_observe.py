@@ -245,7 +245,6 @@ class _Told:
     __slots__ = (
         "_capture",
         "_in",
-        "_levels",
         "_logger",
         "_out",
         "_processors",
@@ -262,14 +261,7 @@ class _Told:
         from opentelemetry import trace
 
         # The standard library's logger the runner's events end at.
-        self._logger = logger = logging.getLogger("statemachine")
-        # Whether its answer may be read from its level cache as Logger.isEnabledFor
-        # reads it (events_wanted): the standard library's own class and method.
-        self._levels = (
-            type(logger) is logging.Logger
-            and "isEnabledFor" not in vars(logger)
-            and _stdlib_is_enabled(logging.Logger.isEnabledFor)
-        )
+        self._logger = logging.getLogger("statemachine")
         quiet = type(tracer) is trace.NoOpTracer or (
             type(tracer) is trace.ProxyTracer
             and type(trace.get_tracer_provider()) is trace.ProxyTracerProvider
@@ -331,17 +323,7 @@ class _Told:
         ``statemachine.testing.capture``). Otherwise structlog's processors would render
         a line per transition only for the logger to drop it.
         """
-        logger: Any = self._logger
-        if self._levels and not logger.disabled:
-            # Logger.isEnabledFor's own read, without its frame: its answer for INFO as
-            # it last worked it out (logging empties that dict in place whenever a level
-            # or logging.disable changes); asked when it has none.
-            enabled = logger._cache.get(_INFO)
-            if enabled is None:
-                enabled = logger.isEnabledFor(_INFO)
-        else:
-            enabled = logger.isEnabledFor(_INFO)
-        if enabled:
+        if self._logger.isEnabledFor(_INFO):
             return True
         processors = self._processors
         return (
@@ -349,17 +331,6 @@ class _Told:
             and bool(processors)
             and (isinstance(processors[-1], self._capture))
         )
-
-
-def _stdlib_is_enabled(function: object) -> bool:
-    """Whether ``function`` is ``logging.Logger.isEnabledFor`` as the standard library
-    defines it (not one put in its place)."""
-    code = getattr(function, "__code__", None)
-    return (
-        code is not None
-        and code.co_name == "isEnabledFor"
-        and code.co_filename.replace("\\", "/").endswith("logging/__init__.py")
-    )
 
 
 def _current_context_reader() -> Callable[[], Context]:
