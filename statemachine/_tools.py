@@ -41,7 +41,7 @@ from typing_extensions import TypeVar as TypeVarWithDefault
 from . import _json
 from ._context import RunContext, _context_param
 from ._errors import BadArgumentsError, SetupError, UnknownToolError
-from ._fast._canonical import _plain_canonical
+from ._fast._canonical import _plain_canonical, _plain_json
 from ._money import to_money
 from ._retry import RetryPolicy
 
@@ -236,7 +236,6 @@ def _describe(tool: str, args: BaseModel) -> str:
 _SORTED_C = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
 )
-_INT_BOUND: int = 10**_json._PLAIN_DIGITS
 
 
 def _refuse(value: object) -> object:
@@ -246,7 +245,7 @@ def _refuse(value: object) -> object:
 def _sorted_chunks() -> Callable[[dict[str, Any]], str]:
     """What ``_SORTED_C.encode`` writes for a dict, with its C encoder made once
     (``encode`` makes a new one at every call, which costs more than writing a small
-    call's arguments). Without the check for circular containers: ``_sorted_c_writes_it``
+    call's arguments). Without the check for circular containers: ``_plain_json``
     has walked the value first (a cycle never gets here). Where CPython's ``_json`` is
     missing, ``_SORTED_C.encode`` itself."""
     make = getattr(json.encoder, "c_make_encoder", None)
@@ -267,52 +266,15 @@ _sorted_c_dict: Final = _sorted_chunks()
 
 def _canonical(args: BaseModel) -> str:
     """``_json.canonical(args)``: from the model's own values when ``_plain_canonical``
-    knows its class, else written in C when ``_sorted_c_writes_it`` says it may be."""
+    knows its class, else written in C when ``_plain_json`` says it may be."""
     text = _plain_canonical(args)
     if text is not None:
         return text
     plain = args.model_dump(mode="python")
-    if _sorted_c_writes_it(plain):
+    if _plain_json(plain):
         return _sorted_c_dict(plain) if type(plain) is dict else _SORTED_C.encode(plain)
     # canonical(args) writes args.model_dump(mode="python"): this.
     return _json.canonical(plain)
-
-
-def _sorted_c_writes_it(value: Any) -> bool:
-    """Whether ``value`` holds only what the sorted C encoder writes as ``canonical``.
-
-    A dict's scalar items are checked in its own loop (a call's arguments are mostly
-    those); anything else by ``_c_writes_item``, which says the same of every value.
-    """
-    if type(value) is not dict:
-        return _c_writes_item(value)
-    for key, item in value.items():
-        if type(key) is not str:
-            return False
-        kind = type(item)
-        if kind is str or kind is bool or item is None:
-            continue
-        if kind is int:
-            if not -_INT_BOUND < item < _INT_BOUND:
-                return False
-        elif not _c_writes_item(item):
-            return False
-    return True
-
-
-def _c_writes_item(value: Any) -> bool:
-    """Whether ``value`` holds only what the sorted C encoder writes as ``canonical``."""
-    kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return True
-    if kind is int:
-        number: int = value
-        return -_INT_BOUND < number < _INT_BOUND
-    if kind is dict:
-        return all(type(key) is str and _c_writes_item(item) for key, item in value.items())
-    if kind is list or kind is tuple:
-        return all(_c_writes_item(item) for item in value)
-    return False
 
 
 def _effect(kind: type[Any]) -> Callable[[Any, Any, Any], None]:

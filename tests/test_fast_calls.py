@@ -7,7 +7,7 @@
 - ``_calling._counted``: an answered call's spend in one step, against the two adds.
 - ``_batch._action``: the governor's record of a call made once for the governor's check
   and the transition, against ``Planning._action``.
-- ``_tools._sorted_c_writes_it`` (a dict's items checked in its own loop) and a tool's
+- ``_canonical._plain_json`` (a dict's items checked in its own loop) and a tool's
   ``call`` made by setting the call's slots, against the recursive check and the
   call's attrs ``__init__``.
 - ``_planning._plan``: a reply's usage and its calls queued in one copy of the phase,
@@ -57,7 +57,7 @@ from statemachine._batch import _action, _queued, _take
 from statemachine._budget import Spend
 from statemachine._calling import _counted
 from statemachine._errors import BadArgumentsError
-from statemachine._fast import _deadline, _messages
+from statemachine._fast import _canonical, _deadline, _messages
 from statemachine._fast._classes import _per_class
 from statemachine._graph import _successors_of
 from statemachine._model import Message, ToolRequest, Transcript
@@ -313,12 +313,12 @@ def test_a_queued_call_records_the_action_the_governor_checked(
 
 
 def _writes_it_plain(value: Any) -> bool:
-    """``_tools._sorted_c_writes_it`` as it was: one recursive check for every value."""
+    """``_canonical._plain_json`` as it was: one recursive check for every value."""
     kind = type(value)
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
-        return -_tools._INT_BOUND < value < _tools._INT_BOUND
+        return -_canonical._INT_BOUND < value < _canonical._INT_BOUND
     if kind is dict:
         return all(type(key) is str and _writes_it_plain(item) for key, item in value.items())
     if kind is list or kind is tuple:
@@ -351,7 +351,7 @@ _values = st.recursive(
 @given(value=_values)
 def test_the_sorted_c_check_says_what_it_said(value: Any) -> None:
     """The dict's own loop in ``_sorted_c_writes_it`` answers as the recursive check."""
-    assert _tools._sorted_c_writes_it(value) is _writes_it_plain(value)
+    assert _canonical._plain_json(value) is _writes_it_plain(value)
 
 
 class _Many(BaseModel):

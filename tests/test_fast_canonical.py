@@ -27,7 +27,8 @@ from pydantic import (
 
 from statemachine import _json, _tools
 from statemachine._errors import BadArgumentsError
-from statemachine._fast._canonical import _plain_canonical, _plain_fields, _writer
+from statemachine._fast import _messages
+from statemachine._fast._canonical import _plain_canonical, _plain_fields, _plain_json, _writer
 
 
 def _plain_hashed(args: BaseModel) -> tuple[str, str] | tuple[str, tuple[str, ...]]:
@@ -298,3 +299,77 @@ def test_a_routed_call_takes_it() -> None:
     assert _plain_canonical(call.args) == '{"key":"ké\\"0"}'
     assert call.args_hash == _json.canonical_hash({"key": 'ké"0'})
     assert call._canonical == _json.canonical(call.args)
+
+
+# --- a tool's result, written by the plain C encoder -----------------------------------------
+
+
+class Text(str):
+    pass
+
+
+class Number(int):
+    def __repr__(self) -> str:
+        return "forged"
+
+
+# No floats: dumps_fast spells a small one with an exponent (read back as the same number),
+# which is the C writer's way, not this shortcut's (it takes no float).
+_LEAF_VALUES = (
+    texts
+    | ints
+    | st.booleans()
+    | st.none()
+    | decimals
+    | st.sampled_from([Text("t"), Number(3), b"b", {1, 2}])
+)
+_RESULTS = st.recursive(
+    _LEAF_VALUES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(texts | st.sampled_from([1, None, Text("k")]), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+def _result_or_error(write: Any, value: Any) -> tuple[str, str]:
+    try:
+        return "text", write(value)
+    except Exception as error:  # the same error, whichever way it is written
+        return type(error).__name__, str(error)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_RESULTS)
+def test_a_result_is_written_as_dumps_writes_it(value: Any) -> None:
+    assert _result_or_error(_messages._result_text, value) == _result_or_error(_json.dumps, value)
+
+
+def test_a_plain_result_takes_the_plain_encoder_and_a_cycle_still_raises() -> None:
+    value = {"key": "k", "value": 42, "unit": "widgets", "more": [True, None, {"a": ("x",)}]}
+    assert _plain_json(value)
+    assert _messages._result_text(value) == _json.dumps(value)
+    looped: dict[str, Any] = {"a": 1}
+    looped["self"] = looped
+    with pytest.raises(RecursionError):
+        _messages._result_text(looped)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": Number(3)},
+        {"a": [Number(3)]},
+        {"a": Text("t")},
+        {Text("k"): 1},
+        {"a": 10**400},
+        {"a": [10**400]},
+        {"a": True, "b": None, "c": ("x", [1, {"d": False}])},
+        {1: "a"},
+        {"a": Decimal("1.50")},
+    ],
+)
+def test_a_result_of_odd_types_is_written_as_dumps_writes_it(value: Any) -> None:
+    assert _result_or_error(_messages._result_text, value) == _result_or_error(_json.dumps, value)

@@ -22,7 +22,9 @@ rule.
   ``test_a_transcript_reads_as_the_tuple_of_its_messages`` and the branch and thread
   cases beside them).
 - ``_messages._result_text``: a tool's result written by the C JSON encoder when that is
-  provably the same text as ``_json.dumps`` (the ``written(...)`` cases).
+  provably the same text as ``_json.dumps`` (the ``written(...)`` cases); a dict of plain
+  JSON (``_canonical._plain_json``: exact text, bools, None, bounded ints) by the encoder
+  itself, without ``dumps_fast``'s checks (``tests/test_fast_canonical.py``).
 - ``_deadline._within`` / ``_until``: a call under a deadline within the asyncio backend's
   own cancel scope, its deadline served by one timer per event loop (pinned against
   ``anyio.CancelScope(deadline=...)`` in ``tests/test_fast_calls.py``, which also pins the

@@ -25,7 +25,7 @@ from pydantic_core import SchemaSerializer
 from .. import _json
 from ._classes import _per_class, _PerClass
 
-__all__ = ["_plain_canonical", "_plain_fields", "_value_text", "_writer"]
+__all__ = ["_plain_canonical", "_plain_fields", "_plain_json", "_value_text", "_writer"]
 
 # A field as the writer reads it: its name, what goes before its value (``,"name":``,
 # without the comma for the first), and the exact types its value may have.
@@ -34,7 +34,7 @@ _Field = tuple[str, str, frozenset[type[Any]]]
 # sorted by name as the canonical text sorts them.
 _Plain = tuple[object, tuple[_Field, ...]]
 
-_INT_BOUND: Final = 10**_json._PLAIN_DIGITS
+_INT_BOUND: Final[int] = 10**_json._PLAIN_DIGITS
 _LEAVES: Final = {"str": str, "int": int, "bool": bool, "decimal": Decimal}
 # Keys a schema may hold without changing what ``model_dump(mode="python")`` returns for a
 # value of its exact type (constraints and defaults act when validating only).
@@ -220,3 +220,45 @@ def _plain_canonical(args: BaseModel) -> str | None:
         known[1] if known is not None and known[0]() is cls else _per_class(_WRITERS, cls, _writer)
     )
     return None if write is None else write(args)
+
+
+def _plain_json(value: Any) -> bool:
+    """Whether ``value`` holds only text, bools, ``None``, ints of up to ``_PLAIN_DIGITS``
+    digits, and dicts with text keys, lists and tuples of them (exact types): what the C
+    encoder writes as ``_json`` writes it (``canonical`` with its keys sorted, ``dumps``
+    in their order).
+
+    A dict's scalar items are checked in its own loop (a call's arguments and a tool's
+    result are mostly those); anything else by ``_plain_item``, which says the same of
+    every value. A container holding itself raises ``RecursionError``.
+    """
+    if type(value) is not dict:
+        return _plain_item(value)
+    for key, item in value.items():
+        if type(key) is not str:
+            return False
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int:
+            number: int = item
+            if not -_INT_BOUND < number < _INT_BOUND:
+                return False
+        elif not _plain_item(item):
+            return False
+    return True
+
+
+def _plain_item(value: Any) -> bool:
+    """``_plain_json(value)``, by one recursive check for every value."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        number: int = value
+        return -_INT_BOUND < number < _INT_BOUND
+    if kind is dict:
+        return all(type(key) is str and _plain_item(item) for key, item in value.items())
+    if kind is list or kind is tuple:
+        return all(_plain_item(item) for item in value)
+    return False

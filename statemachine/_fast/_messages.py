@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from .. import _json
 from .._model import Message, ModelRequest, ToolRequest, Transcript
+from ._canonical import _plain_json
 from ._pydantic import _trusted
 
 __all__ = [
@@ -95,8 +97,35 @@ def _appended(transcript: Sequence[Message], *new: Message) -> Transcript:
     return Transcript((*transcript, *new))
 
 
+def _plain_chunks() -> Callable[[Any, int], Any] | None:
+    """The C encoder's function writing a value as ``JSONEncoder(ensure_ascii=False,
+    separators=(",", ":"))`` does, keys in their order, made once; ``None`` where CPython's
+    ``_json`` is missing. Without the check for circular containers and without a
+    ``default``: only for values ``_plain_json`` has walked."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    # markers, default, encoder, indent, key separator, item separator, sort_keys,
+    # skipkeys, allow_nan: the order of json.encoder's own call.
+    chunks: Callable[[Any, int], Any] = make(
+        None, _refuse, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+    return chunks
+
+
+def _refuse(value: object) -> object:
+    raise TypeError(f"{type(value).__name__} is not written by the plain C encoder")
+
+
+_plain_c: Final = _plain_chunks()
+
+
 def _result_text(value: Any) -> str:
-    """``_json.dumps(value)``: in C (``dumps_fast``) when ``_c_writes_as_dumps(value)``."""
+    """``_json.dumps(value)``: a dict of plain JSON (``_plain_json``) by the C encoder
+    itself, which writes it as ``dumps`` does; else in C (``dumps_fast``) when
+    ``_c_writes_as_dumps(value)``."""
+    if type(value) is dict and _plain_c is not None and _plain_json(value):
+        return "".join(_plain_c(value, 0))
     if _c_writes_as_dumps(value):
         return _json.dumps_fast(value)
     return _json.dumps(value)
