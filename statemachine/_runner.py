@@ -60,7 +60,7 @@ from ._phases import (
     ToolCalling,
 )
 from ._saving import _Saver, _status, _stop_asked, _Went
-from ._watch import _NEVER_WAITS, Watch, check_start
+from ._watch import Watch, check_start
 from .persist._lifecycle import RunStatus
 
 if TYPE_CHECKING:
@@ -492,47 +492,30 @@ class Runner(Generic[C, D]):
         driving: _Driving,
         run_span: Any,
     ) -> RunResult[C]:
-        """Step the run, saving each phase, until it ends, waits for a person or stops.
-
-        Each transition is in one span named after it (``_traced``), and has one log event
-        with the same keys (``_heard``). With the no-op tracer the span of every
-        transition is the run's own (``_Told``), made current as ``use_span`` would make
-        it, here, without a coroutine of its own: nothing of it is recorded.
-        """
+        """Step the run, saving each phase, until it ends, waits for a person or stops."""
         watch = Watch(rt, self._agent, state)
         in_run = trace.set_span_in_context(run_span)
         log = _log().bind(run_id=rt.run_id, agent=self._agent.name)
         told = _Told(self._tracer, run_span, self._metrics)  # after the bind: its processors
-        saving, untraced = self._checkpointer is not None, told.untraced is not None
+        saving = self._checkpointer is not None
         on_transition, events = self._on_transition, rt.events
         if isinstance(state, Active):
-            state = await self._entered(state, rt, saver, went, watch)
+            # A phase validates its input before it starts: entering from outside (a new
+            # run, a resumed one) is where a context can arrive unchecked.
+            problems = state.input_problems()
+            if problems:
+                entered, state = state, watch.accept(state, state.reject_input(problems), (Failed,))
+                went.add(state)
+                await saver.save(state)
+                if rt.events is not None:
+                    await rt.events.transition(entered, state)
         with driving.scope as scope:
             while isinstance(state, Active):
                 if driving.hand_back is not None and driving.hand_back.is_set():
                     # A worker shutting down: the run stays running, for another.
                     return _result(rt.run_id, went, state)
                 before = state
-                entered = rt.clock()
-                if untraced:
-                    current = told.current()
-                    if current is not told.seen:
-                        told.see(current)
-                    # The no-op tracer gives back the span that is current already:
-                    # nothing to attach then.
-                    attaching = told.attaching
-                    token = None if attaching is None else otel_context.attach(attaching)
-                    try:
-                        state = watch.accept(before, await before.advance(rt))
-                    except BaseException:
-                        self._metrics.failed(before, rt.clock() - entered)
-                        raise
-                    finally:
-                        if token is not None:
-                            otel_context.detach(token)
-                    self._heard(rt, before, state, rt.clock() - entered, None, log, told)
-                else:
-                    state = await self._traced(rt, before, in_run, watch, entered, log, told)
+                state = await self._step(rt, before, in_run, log, watch, told)
                 went.add(state)
                 # Without a checkpointer there is nothing to save: no coroutine to await.
                 record = await saver.save(state) if saving else None
@@ -543,7 +526,7 @@ class Runner(Generic[C, D]):
                 if record is not None and _stop_asked(record) and isinstance(state, Active):
                     # Stopped from elsewhere (the store): as stop(), at this checkpoint.
                     return await self._stopped(saver, went, driving, state, mark=True)
-                if type(state) not in _NEVER_WAITS and _waits_for_a_person(state):
+                if _waits_for_a_person(state):
                     return _result(rt.run_id, went, state)
         if scope.cancelled_caught:  # stop(): the last phase saved is where it stopped
             # A lost lease: another worker holds the run now, its status is not ours.
@@ -551,22 +534,6 @@ class Runner(Generic[C, D]):
         if not isinstance(state, Done | Failed):  # pragma: no cover - Phase has no third kind
             raise TypeError(f"{type(state).__name__} is neither active nor terminal")
         return _result(rt.run_id, went, state)
-
-    async def _entered(
-        self, state: Active[C], rt: Runtime, saver: _Saver, went: _Went[C], watch: Watch
-    ) -> Phase[C]:
-        """``state``, or ``Failed`` when its input fails its schema: a phase validates its
-        input before it starts, and entering from outside (a new run, a resumed one) is
-        where a context can arrive unchecked."""
-        problems = state.input_problems()
-        if not problems:
-            return state
-        failed = watch.accept(state, state.reject_input(problems), (Failed,))
-        went.add(failed)
-        await saver.save(failed)
-        if rt.events is not None:
-            await rt.events.transition(state, failed)
-        return failed
 
     @staticmethod
     async def _stopped(
@@ -580,45 +547,54 @@ class Runner(Generic[C, D]):
         driving.result = stopped
         return stopped
 
-    def _heard(
-        self,
-        rt: Runtime,
-        before: Active[C],
-        after: Phase[C],
-        took: float,
-        keys: dict[str, Any] | None,
-        log: Any,
-        told: _Told,
-    ) -> None:
-        """Tell the instruments and the log of one transition that took ``took`` seconds
-        (``keys``: what its span says, when it said it). The event's keys are built only
-        when a logger listens; the instruments are told only when they record, but for
-        the approvals waiting that the gauge reads."""
+    async def _step(
+        self, rt: Runtime, before: Active[C], in_run: Context, log: Any, watch: Watch, told: _Told
+    ) -> Phase[C]:
+        """One transition, in one span named after it, and one log event with the same keys.
+
+        The span is started and made current as ``start_as_current_span`` does it. Its
+        name and attributes, and the event's keys, are built only when someone takes
+        them: a span that records, a logger that listens. With the no-op tracer the span
+        of every transition is the run's own (``_Told``), made current as it would be.
+        """
+        entered = rt.clock()
+        if told.untraced is None:
+            after, took, keys = await self._traced(rt, before, in_run, watch, entered)
+        else:
+            # Current all the same (spans that others start inside the phase see it), but
+            # without use_span's generator: nothing of it is recorded. The no-op tracer
+            # gives back the span that is current already: nothing to attach then.
+            current = told.current()
+            if current is not told.seen:
+                told.see(current)
+            attaching = told.attaching
+            token = None if attaching is None else otel_context.attach(attaching)
+            try:
+                after = watch.accept(before, await before.advance(rt))
+            except BaseException:
+                self._metrics.failed(before, rt.clock() - entered)
+                raise
+            finally:
+                if token is not None:
+                    otel_context.detach(token)
+            took = rt.clock() - entered
+            keys = None
         if told.metered:
             self._metrics.transition(before, after, took, count_waits=self._checkpointer is None)
         elif self._checkpointer is None and (
-            # The library's classes that are no AwaitApproval, the only phases
-            # Instruments.waits counts, answered without isinstance.
-            (type(before) not in _NEVER_WAITS and isinstance(before, AwaitApproval))
-            or (type(after) not in _NEVER_WAITS and isinstance(after, AwaitApproval))
-        ):
+            isinstance(before, AwaitApproval) or isinstance(after, AwaitApproval)
+        ):  # the only phases Instruments.waits counts
             self._metrics.waits(before, after)
         if told.events_wanted():
             log.info(
                 "transition", **(_transition_keys(rt, before, after) if keys is None else keys)
             )
+        return after
 
     async def _traced(
-        self,
-        rt: Runtime,
-        before: Active[C],
-        in_run: Context,
-        watch: Watch,
-        entered: float,
-        log: Any,
-        told: _Told,
-    ) -> Phase[C]:
-        """One transition in a span of the tracer's own, with its attributes when it
+        self, rt: Runtime, before: Active[C], in_run: Context, watch: Watch, entered: float
+    ) -> tuple[Phase[C], float, dict[str, Any] | None]:
+        """``_step``'s transition in a span of the tracer's own; the span's keys when it
         records them."""
         span = self._tracer.start_span(f"{before.kind} -> ?", context=in_run)
         if span.is_recording():
@@ -634,9 +610,8 @@ class Runner(Generic[C, D]):
                 keys = _transition_keys(rt, before, after)
                 span.update_name(f"{before.kind} -> {after.kind}")
                 span.set_attributes({f"statemachine.{key}": value for key, value in keys.items()})
-            self._heard(rt, before, after, took, keys, log, told)  # the span ended
-            return after
-        # As _steps' untraced transition, with the span the tracer gave.
+            return after, took, keys
+        # As _step's no-op branch, with the span the tracer gave.
         token = None
         if span is not trace.get_current_span():
             token = otel_context.attach(trace.set_span_in_context(span))
@@ -649,8 +624,7 @@ class Runner(Generic[C, D]):
             if token is not None:
                 otel_context.detach(token)
             span.end()
-        self._heard(rt, before, after, rt.clock() - entered, None, log, told)
-        return after
+        return after, rt.clock() - entered, None
 
     async def resume(
         self,

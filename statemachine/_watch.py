@@ -44,7 +44,6 @@ from ._phases import (
     Active,
     Agent,
     AwaitApproval,
-    Done,
     Failed,
     Idle,
     ModelRetrying,
@@ -232,19 +231,6 @@ def _same_values_plain(keys: tuple[object, ...], now: object, kept: tuple[Any, .
         if key not in now or now[key] is not value:
             return False
     return True
-
-
-# The library's own phase classes that never wait for a person and are no AwaitApproval:
-# the terminal ones, and the active ones whose waiting_for is Active's (always "").
-# Judged by the exact type (a subclass may answer otherwise: it is asked).
-_NEVER_WAITS: frozenset[type[Any]] = frozenset(
-    {Done, Failed}
-    | {
-        kind
-        for kind in (Idle, ToolCalling, Observing, Retrying, Responding, ModelRetrying)
-        if kind.waiting_for is Active.waiting_for
-    }
-)
 
 
 # The phases that run a call, and those that hold one, as tuples (``A | B`` in an

@@ -558,26 +558,3 @@ def test_another_logger_class_is_asked() -> None:
         assert told.events_wanted()
     finally:
         del logger.isEnabledFor
-
-
-def test_the_phases_that_never_wait_are_the_library_classes_that_do_not() -> None:
-    """``_NEVER_WAITS`` (the exact types whose ``waiting_for`` and ``AwaitApproval``
-    checks the runner skips) holds only library classes that are no ``AwaitApproval``
-    and whose ``waiting_for`` is ``""`` whatever their fields (or that are not active);
-    ``Planning`` and ``AwaitApproval`` are not in it, nor is any subclass."""
-    never = _runner._NEVER_WAITS
-    assert _phases.Planning not in never
-    assert _phases.AwaitApproval not in never
-    for kind in never:
-        assert kind.__module__ == _phases.__name__
-        assert not issubclass(kind, _phases.AwaitApproval)
-        phase = object.__new__(kind)
-        assert not _runner._waits_for_a_person(phase)
-
-    class Waits(_phases.ToolCalling[Any]):
-        @property
-        def waiting_for(self) -> str:
-            return "a person"
-
-    assert Waits not in never
-    assert _runner._waits_for_a_person(object.__new__(Waits))
