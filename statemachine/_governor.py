@@ -399,19 +399,7 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
             if found is None:
                 return None
             position, action = found, actions[found]
-        # As action.model_copy(update=...) makes it (outcome, result and gain checked by
-        # the signature: the runner's words, text and the gain it computed).
-        settled = _record(
-            action.call_id,
-            action.tool,
-            action.effect,
-            action.exact,
-            action.key,
-            action.text,
-            outcome,
-            result[:_RESULT_CHARS],
-            gain,
-        )
+        settled = _settled_record(action, outcome, result, gain)
         changed = actions.replaced(position, settled)
         line.settled(position, action)
         if outcome == "ok":
@@ -439,17 +427,7 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         line = self._line()  # made here if it does not cover the actions (as _settled)
         action = tail[-1]
         position = len(actions) - 1
-        settled = _record(
-            action.call_id,
-            action.tool,
-            action.effect,
-            action.exact,
-            action.key,
-            action.text,
-            "ok",
-            result[:_RESULT_CHARS],
-            gain,
-        )
+        settled = _settled_record(action, "ok", result, gain)
         values = {
             **self.__dict__,
             "actions": actions.replaced(position, settled),
@@ -876,3 +854,21 @@ class LoopGovernor:
             return loop
         decision = Decision(Verdict.FINALIZE, f"complete: {done}", check="complete")
         return loop.noted(step, "after_action", decision, finalize=decision.reason)
+
+
+def _settled_record(
+    action: ActionRecord, outcome: str, result: str, gain: float | None
+) -> ActionRecord:
+    """``action`` settled: as ``action.model_copy(update=...)`` makes it (outcome, result and
+    gain checked by the signature: the runner's words, text and the gain it computed)."""
+    return _record(
+        action.call_id,
+        action.tool,
+        action.effect,
+        action.exact,
+        action.key,
+        action.text,
+        outcome,
+        result[:_RESULT_CHARS],
+        gain,
+    )
