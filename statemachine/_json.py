@@ -240,7 +240,10 @@ def dumps_fast(value: Any) -> str:
     For a document of dicts with text keys, lists, text, ints, floats, bools, ``None``
     and ``Decimal`` (a checkpoint's); anything else, and the few numbers the C writer
     spells differently (see ``_disagrees``), go through ``dumps``. Keys that are not
-    text are the caller's to refuse: the C writer turns an int key into text.
+    text are the caller's to refuse: the C writer turns an int key into text. The one
+    spelling left to the C writer: a float with a negative exponent as ``repr`` writes
+    it (``1e-07``; ``dumps`` writes ``0.0000001``), which ``loads`` reads back as the
+    same float (a checkpoint's own floats are tagged text, never written as numbers).
     """
     _marks.count = 0
     try:

@@ -123,7 +123,10 @@ _plain_c: Final = _plain_chunks()
 def _result_text(value: Any) -> str:
     """``_json.dumps(value)``: a dict of plain JSON (``_plain_json``) by the C encoder
     itself, which writes it as ``dumps`` does; else in C (``dumps_fast``) when
-    ``_c_writes_as_dumps(value)``."""
+    ``_c_writes_as_dumps(value)``. One spelling differs, as in ``dumps_fast``: a float
+    with a negative exponent is written as ``repr`` writes it (``1e-07``, where ``dumps``
+    writes ``0.0000001``), the same number when read back; the same value always takes
+    the same path, so its text does not change from one transition or run to the next."""
     if type(value) is dict and _plain_c is not None and _plain_json(value):
         return "".join(_plain_c(value, 0))
     if _c_writes_as_dumps(value):
