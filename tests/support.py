@@ -73,3 +73,12 @@ class RecordingSleep:
 
     async def __call__(self, seconds: float) -> None:
         self.delays.append(seconds)
+
+
+def written_or_error(write: Any, value: Any) -> tuple[str, str]:
+    """``("text", write(value))``, or the error's type name and message: two writers are
+    compared on what they write and on how they refuse, whichever way a value goes."""
+    try:
+        return "text", write(value)
+    except Exception as error:
+        return type(error).__name__, str(error)

@@ -24,6 +24,7 @@ from pydantic import (
     field_serializer,
     model_serializer,
 )
+from support import written_or_error
 
 from statemachine import _json, _tools
 from statemachine._errors import BadArgumentsError
@@ -334,17 +335,10 @@ _RESULTS = st.recursive(
 )
 
 
-def _result_or_error(write: Any, value: Any) -> tuple[str, str]:
-    try:
-        return "text", write(value)
-    except Exception as error:  # the same error, whichever way it is written
-        return type(error).__name__, str(error)
-
-
 @settings(max_examples=500, deadline=None)
 @given(_RESULTS)
 def test_a_result_is_written_as_dumps_writes_it(value: Any) -> None:
-    assert _result_or_error(_messages._result_text, value) == _result_or_error(_json.dumps, value)
+    assert written_or_error(_messages._result_text, value) == written_or_error(_json.dumps, value)
 
 
 def test_a_plain_result_takes_the_plain_encoder_and_a_cycle_still_raises() -> None:
@@ -372,4 +366,4 @@ def test_a_plain_result_takes_the_plain_encoder_and_a_cycle_still_raises() -> No
     ],
 )
 def test_a_result_of_odd_types_is_written_as_dumps_writes_it(value: Any) -> None:
-    assert _result_or_error(_messages._result_text, value) == _result_or_error(_json.dumps, value)
+    assert written_or_error(_messages._result_text, value) == written_or_error(_json.dumps, value)

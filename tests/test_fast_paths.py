@@ -29,6 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 from structlog.testing import LogCapture
+from support import written_or_error
 
 from statemachine import (
     Agent,
@@ -771,18 +772,11 @@ _VALUES = st.recursive(
 )
 
 
-def _written(write: Any, value: Any) -> tuple[str, str]:
-    try:
-        return "text", write(value)
-    except Exception as error:  # the same error, whichever way it is written
-        return type(error).__name__, str(error)
-
-
 @settings(max_examples=400, deadline=None)
 @given(data=_VALUES, more=_VALUES)
 def test_canonical_arguments_are_what_json_canonical_writes(data: Any, more: Any) -> None:
     args = Anything(data=data, more=more)
-    assert _written(_tools._canonical, args) == _written(_json.canonical, args)
+    assert written_or_error(_tools._canonical, args) == written_or_error(_json.canonical, args)
 
 
 CANONICAL_CASES: list[Any] = [
@@ -803,7 +797,7 @@ CANONICAL_CASES: list[Any] = [
 @pytest.mark.parametrize("data", CANONICAL_CASES, ids=range(len(CANONICAL_CASES)))
 def test_canonical_arguments_of_the_edge_cases(data: Any) -> None:
     args = Anything(data=data)
-    assert _written(_tools._canonical, args) == _written(_json.canonical, args)
+    assert written_or_error(_tools._canonical, args) == written_or_error(_json.canonical, args)
 
 
 def test_a_calls_hash_is_the_canonical_hash_of_its_arguments() -> None:
