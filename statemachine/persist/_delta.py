@@ -45,7 +45,8 @@ from typing import Any, Final
 import attrs
 
 from .. import _json
-from .._actions import _RECORD_FIELDS, CHUNK, ActionLog
+from .._actions import _RECORD_FIELDS, CHUNK, ActionLog, ActionRecord
+from .._budget import Spend
 from .._governor import LoopState
 from .._json import fingerprint
 from .._model import Transcript
@@ -291,12 +292,14 @@ def _tuple_change(
 ) -> tuple[list[Any], list[Any] | None]:
     """``new``'s encoding from ``old``'s, and the op from one to the other (``None``: same)."""
     size = len(old)
-    if len(new) >= size and _kept(old, new, 0, size):  # grew at the end
+    if size > 1 and len(new) == size and new[0] is not old[0]:
+        pass  # not grown, nor its last replaced (both keep the first): a window, or whole
+    elif len(new) >= size and _kept(old, new, 0, size):  # grew at the end
         if len(new) == size:
             return encoded, None
         added = [_encode(item) for item in new[size:]]
         return encoded + added, ["append", path, added]
-    if size and len(new) >= size and _kept(old, new, 0, size - 1):  # the last replaced
+    elif size and len(new) >= size and _kept(old, new, 0, size - 1):  # the last replaced
         added = [_encode(item) for item in new[size - 1 :]]
         return encoded[: size - 1] + added, ["splice", path, size - 1, added]
     for dropped in range(1, min(_SHIFT, size) + 1):  # a sliding window moved on
@@ -326,6 +329,48 @@ def _chunked_change(
     items after them are still there, else spliced in from the first that differs; and
     each chunk that filled since is packed into its text, as :func:`_apply` packs it.
     """
+    chunks, tail = old
+    new_chunks, new_tail = new_parts
+    size = len(tail)
+    if (  # one item appended to the tail (a message, a record): its encoding appended
+        new_chunks is chunks
+        and type(new_tail) is tuple
+        and len(new_tail) == size + 1
+        and len(encoded) == len(chunks) + size
+        and _kept(tail, new_tail, 0, size)
+    ):
+        added = [_encode(new_tail[size])]
+        return encoded + added, [["append", path, added]]
+    if (  # the tail's last record replaced by one settled: its fields that changed set
+        new_chunks is chunks
+        and size
+        and type(new_tail) is tuple
+        and len(new_tail) == size
+        and type(new_tail[-1]) is ActionRecord
+        and type(tail[-1]) is ActionRecord
+        and len(encoded) == len(chunks) + size
+        and new_tail[-1] is not tail[-1]
+        and _kept(tail, new_tail, 0, size - 1)
+    ):
+        made = _by_fields(new_tail[-1], tail[-1], encoded[-1], _RECORD_FIELDS, _RECORD_VALUES)
+        if made is not None:
+            settled, changed = made
+            set_ops: list[list[Any]] = []
+            _merge(set_ops, [*path, len(encoded) - 1], changed)
+            return [*encoded[:-1], settled], set_ops
+    return _chunked_plain(old, new_parts, new, encoded, path, keys)
+
+
+def _chunked_plain(
+    old: tuple[tuple[Any, ...], tuple[Any, ...]],
+    new_parts: tuple[tuple[Any, ...], tuple[Any, ...]],
+    new: Sequence[Any],
+    encoded: list[Any],
+    path: list[str],
+    keys: tuple[str, ...],
+) -> tuple[list[Any], list[list[Any]]]:
+    """:func:`_chunked_change` without its two shortcuts (one item appended, the last
+    record settled), which give what this gives (tests/test_delta_fast.py)."""
     chunks, tail = old
     new_chunks, new_tail = new_parts
     kept = len(chunks)
@@ -385,15 +430,58 @@ def _fields_changed(
     items = list(encoded)
     ops: list[list[Any]] = []
     for at in range(start, len(tail)):
-        if rest[at] is tail[at]:
+        record, before = rest[at], tail[at]
+        if record is before:
             continue
-        new, old = _encode(rest[at]), items[at]
-        changed = _parts(new, old)
-        if changed is None:
-            return None
+        old = items[at]
+        made = None
+        if type(record) is ActionRecord and type(before) is ActionRecord:  # a record settled
+            made = _by_fields(record, before, old, _RECORD_FIELDS, _RECORD_VALUES)
+        if made is None:
+            new = _encode(record)
+            changed = _parts(new, old)
+            if changed is None:
+                return None
+        else:
+            new, changed = made
         _merge(ops, [*path, offset + at], changed)
         items[at] = new
     return items, ops
+
+
+# Library classes whose fields are immutable values (text, numbers, ``None``) and whose
+# encoding is the object of those fields, each encoded (``_encode`` of the model_dump):
+# their fields, in order, and a reader of them all at once. By exact type only.
+_RECORD_VALUES: Final = operator.attrgetter(*_RECORD_FIELDS)
+_SPEND_FIELDS: Final = ("tokens", "cost", "tool_calls", "model_calls")
+_SPEND_VALUES: Final = operator.attrgetter(*_SPEND_FIELDS)
+
+
+def _by_fields(
+    value: Any,
+    previous: Any,
+    encoded: Any,
+    names: tuple[str, ...],
+    read: operator.attrgetter[Any],
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """``_encode(value)`` and the entries of it that differ from ``encoded`` (``previous``'s
+    encoding), as ``_parts`` finds them, for a value of a class of immutable fields
+    (``names``, read by ``read``) whose encoding is the object of its fields encoded: a
+    field holding the very object ``previous`` held keeps its encoding, only the others
+    are encoded and compared. ``None`` when ``encoded`` is not an object of those fields
+    in that order (then ``_parts`` finds no parts either: the caller's plain path)."""
+    if type(encoded) is not dict or len(encoded) != len(names) or tuple(encoded) != names:
+        return None
+    new: dict[str, Any] = {}
+    parts: dict[str, Any] = {}
+    for name, item, before in zip(names, read(value), read(previous), strict=True):
+        if item is before:
+            new[name] = encoded[name]
+            continue
+        new[name] = now = _encode(item)
+        if not _same(now, encoded[name]):
+            parts[name] = now
+    return new, parts
 
 
 def _transcript_change(
@@ -645,8 +733,15 @@ def _fields_change(
         else:
             # Compared, also when not the same object (a value changed in place, an
             # object of which only some entries changed: the spend, a context).
-            fields[name] = new = _dump_field(cls, field, value)
-            parts = _parts(new, encoded)
+            made = None
+            if name == "spent" and type(value) is Spend and type(previous) is Spend:
+                made = _by_fields(value, previous, encoded, _SPEND_FIELDS, _SPEND_VALUES)
+            if made is None:
+                new = _dump_field(cls, field, value)
+                parts = _parts(new, encoded)
+            else:  # a spend: only its counts that changed are encoded and compared
+                new, parts = made
+            fields[name] = new
             if parts is None:
                 if _same(new, encoded):
                     fields[name] = encoded
