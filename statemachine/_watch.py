@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import types
 from collections.abc import Callable, Sequence
 from typing import Any, final
 
@@ -44,6 +45,7 @@ from ._phases import (
     Active,
     Agent,
     AwaitApproval,
+    Done,
     Failed,
     Idle,
     ModelRetrying,
@@ -223,6 +225,55 @@ def _same_values(keys: tuple[str, ...]) -> Callable[[object, tuple[Any, ...]], b
     return same
 
 
+@functools.cache
+def _same_all_code(keys: tuple[str, ...]) -> types.CodeType:
+    """The code of ``accept``'s whole terms check in one function, for a budget whose
+    ``__dict__`` has ``keys`` (all ``str``): ``same(rt, agent, before, after)`` answers
+    ``_same_run(rt, kept, agent, terms) and _same_values(keys)(vars(agent.budget),
+    values) and before.agent is agent and after.agent is agent``, the same checks in the
+    same order, with the kept objects as the function's defaults (one per field and
+    budget value: read as locals, with no tuple to index). Made once per set of keys;
+    each ``Watch`` makes its function from it with its own kept objects
+    (``_same_all``)."""
+    checks: list[str] = []
+    params = ["rt", "agent", "before", "after"]
+    for obj, cls in (("rt", Runtime), ("agent", Agent)):
+        for field in attrs.fields(cls):
+            params.append(f"{obj}_{field.name}=None")
+            checks.append(f"{obj}.{field.name} is {obj}_{field.name}")
+    checks.append("type(budget := agent.budget.__dict__) is dict")
+    checks.append(f"len(budget) == {len(keys)}")
+    for at, key in enumerate(keys):
+        params.append(f"budget_{at}=None")
+        checks.append(f"budget[{key!r}] is budget_{at}")
+    checks += ["before.agent is agent", "after.agent is agent"]
+    body = "\n            and ".join(checks)
+    source = (
+        f"def same({', '.join(params)}):\n    try:\n        return (\n            {body}\n"
+        "        )\n    except KeyError:\n        return False\n"
+    )
+    module = compile(source, "<statemachine same terms>", "exec")
+    (code,) = (const for const in module.co_consts if isinstance(const, types.CodeType))
+    return code
+
+
+def _same_all(
+    rt: Runtime, agent: Agent[Any]
+) -> Callable[[Runtime, Agent[Any], Any, Any], bool] | None:
+    """``_same_all_code``'s function for this run's runtime and agent, holding what they
+    are now; ``None`` for a budget whose ``__dict__`` is not a dict of ``str`` keys
+    (``accept``'s whole check judges those runs)."""
+    budget = vars(agent.budget)
+    if type(budget) is not dict or not all(type(key) is str for key in budget):
+        return None
+    code = _same_all_code(tuple(budget))
+    kept = (*_runtime_parts(rt), *_agent_parts(agent), *budget.values())
+    same: Callable[[Runtime, Agent[Any], Any, Any], bool] = types.FunctionType(
+        code, {"type": type, "len": len, "KeyError": KeyError}, "same", kept
+    )
+    return same
+
+
 def _same_values_plain(keys: tuple[object, ...], now: object, kept: tuple[Any, ...]) -> bool:
     """``_same_values(keys)(now, kept)``, one key at a time."""
     if type(now) is not dict or len(now) != len(keys):
@@ -252,6 +303,7 @@ class Watch:
         "_pending",
         "_rt",
         "_runtime",
+        "_same_all",
         "_same_budget",
         "_terms",
     )
@@ -264,8 +316,11 @@ class Watch:
         budget = vars(agent.budget)
         self._budget = tuple(budget.values())
         self._same_budget = _same_values(tuple(budget))
+        self._same_all = _same_all(rt, agent)
         self._counters = _counters(start)
         self._pending: tuple[Any, ...] = getattr(start, "pending", ())
+        if not _FAST:
+            _fast_pairs()
 
     def accept(
         self,
@@ -277,7 +332,101 @@ class Watch:
 
         ``kinds``: the classes it may be, when not those ``before.advance`` names (a
         phase that refuses its input goes to ``Failed``).
+
+        A transition between two of the library's own classes (exactly those types,
+        ``_FAST``) is judged first by :meth:`_quick`, which only ever accepts what
+        :meth:`_checked` accepts; anything it does not show acceptable is judged again by
+        :meth:`_checked`, which says why it refuses.
         """
+        if kinds is None:
+            pair = _FAST.get(type(before))
+            # The classes themselves, by identity: a dict may match a class by its
+            # metaclass's __eq__.
+            if pair is not None and pair[0] is type(before):
+                entry = pair[1].get(type(after))
+                if entry is not None and entry[0] is type(after):
+                    accepted = self._quick(before, after, entry[1])
+                    if accepted is not None:
+                        return accepted
+        return self._checked(before, after, kinds)
+
+    def _quick(self, before: Active[Any], after: Any, flags: _Flags) -> Phase[Any] | None:
+        """Whether ``after`` is accepted, judged as :meth:`_checked` judges it, for
+        ``before`` and ``after`` of the library's own classes (``_FAST``: the caller
+        checked their exact types), with what those classes are known to be worked out
+        once per pair (``flags``): the graph's edge, which of them hold or run a call or
+        have pending calls. ``True``: accepted, recorded as ``_checked`` records it.
+        ``False``: not shown acceptable here (nothing changed); ``_checked`` judges.
+        Writes (an ``ApprovedCall`` to run), ``Failed``, model retries and retries of a
+        call (``Retrying -> ToolCalling``) always go to ``_checked``."""
+        holds, runs, queued, counted = flags
+        try:
+            link = after._ticket
+            holder = link.holder
+            origin = before._ticket
+        except AttributeError:
+            return None
+        # _one_transition's usual chain (the cut comes once all else is shown).
+        if not (
+            holder is not None
+            and type(link) is _Ticket
+            and holder() is after
+            and link is not origin
+            and link.via is _VIA_TRANSITION
+            and link.parent is origin
+        ):
+            return None
+        now = counted(after, self._counters)
+        if now is None:
+            return None
+        same = self._same_all
+        if same is None or not same(self._rt, self._agent, before, after):
+            return None
+        if runs and type(after.call) is ApprovedCall:
+            return None
+        pending: Any = after.pending if queued else ()
+        if type(pending) is not tuple:
+            return None
+        kept = self._pending
+        if (pending or kept) and (
+            pending is not kept and _order_problem(before, after, pending, kept) is not None
+        ):
+            return None
+        # _asked_problem, with _last_reply's reading of a Transcript's last messages.
+        transcript = after.transcript
+        if type(transcript) is not Transcript:
+            return None
+        last: Any = transcript._tail
+        if type(last) is not tuple:
+            return None
+        start = len(last)
+        while start and last[start - 1].role == "tool":
+            start -= 1
+        if start:
+            asking: Message | None = last[start - 1]
+            answered: Sequence[Message] = last[start:]
+        else:  # the reply is further back (or none)
+            asking, answered = _last_reply_plain(transcript)
+        if (
+            asking is not None
+            and asking.role == "assistant"
+            and asking.tool_calls
+            and not _all_accounted(asking, answered, after if holds else None, pending)
+        ):
+            return None
+        after._ticket.parent = None
+        self._counters = now
+        self._pending = pending
+        phase: Phase[Any] = after
+        return phase
+
+    def _checked(
+        self,
+        before: Active[Any],
+        after: object,
+        kinds: tuple[type[Phase[Any]], ...] | None,
+    ) -> Phase[Any]:
+        """``accept``'s whole check: ``after``, or ``IllegalTransitionError`` saying why."""
         if not isinstance(after, Phase):
             raise IllegalTransitionError(before.kind, type(after).__name__, "it is not a phase")
         try:  # isinstance may have asked a __class__ it answers: _claimed's check
@@ -400,6 +549,110 @@ def _successors(before: Active[Any]) -> tuple[type[Phase[Any]], ...]:
     if cls in _LIBRARY_ACTIVE:
         _LIBRARY_SUCCESSORS[cls] = answer
     return answer
+
+
+# What _quick knows of a pair of the library's classes: whether the later one holds a call
+# (_HOLDS_A_CALL), runs one (_RUNS_A_CALL), has pending calls; and its _counted function.
+_Flags = tuple[bool, bool, bool, Callable[[Any, _Counters], _Counters | None]]
+
+
+@functools.cache
+def _counted(call_id: bool, attempt: bool) -> Callable[[Any, _Counters], _Counters | None]:
+    """A function ``counted(phase, was)`` for a library class with a ``call_id`` field
+    or none, an ``attempt`` field or none (and no such attribute otherwise): the phase's
+    counters, ``_counters(phase)`` (read in its order, from the slots themselves), when
+    ``_rules`` finds nothing wrong with them after ``was`` (its step is one more, nothing
+    it counts is less, the attempt of the same call is not lower); ``None`` otherwise."""
+    source = f"""\
+def counted(phase, was):
+    spent = phase.spent
+    loop = phase.loop
+    call_id = {"phase.call_id" if call_id else '""'}
+    attempt = {"phase.attempt" if attempt else "-1"}
+    actions = loop.actions
+    step = phase.step
+    tokens = spent.tokens
+    cost = spent.cost
+    tool_calls = spent.tool_calls
+    model_calls = spent.model_calls
+    count = (
+        len(actions._chunks) * CHUNK + len(actions._tail)
+        if type(actions) is ActionLog
+        else len(actions)
+    )
+    iterations = loop.tool_iterations
+    if not isinstance(call_id, str):
+        call_id = ""
+    if not isinstance(attempt, int):
+        attempt = -1
+    if step != was[0] + 1:  # the very operators _rules uses (!= is not "not ==")
+        return None
+    if not (
+        tokens >= was[1]
+        and cost >= was[2]
+        and tool_calls >= was[3]
+        and model_calls >= was[4]
+        and count >= was[5]
+        and iterations >= was[6]
+    ):
+        return None
+    if call_id and call_id == was[7] and -1 < attempt < was[8]:
+        return None
+    return (
+        step, tokens, cost, tool_calls, model_calls, count, iterations, call_id, attempt
+    )
+"""
+    namespace: dict[str, Any] = {"CHUNK": CHUNK, "ActionLog": ActionLog}
+    exec(compile(source, "<statemachine counted>", "exec"), namespace)
+    counted: Callable[[Any, _Counters], _Counters | None] = namespace["counted"]
+    return counted
+
+
+# The pairs _quick judges: for each library active class, the class itself and, for each
+# library class that its advance may return (by its annotation), that class and its flags.
+_FAST: dict[type[Any], tuple[type[Any], dict[type[Any], tuple[type[Any], _Flags]]]] = {}
+
+
+def _fast_pairs() -> None:
+    """Fill ``_FAST`` (once: the classes' annotations are read then, as ``successors``
+    reads them). Left out: ``Failed`` (exempt from some checks), ``ModelRetrying`` on
+    either side and ``Retrying -> ToolCalling`` (rules of their own), which ``_checked``
+    judges. A class whose fields are not as ``_quick`` reads them is left out too."""
+    if _FAST:
+        return
+    after_classes = (Planning, AwaitApproval, ToolCalling, Observing, Retrying, Responding, Done)
+    for before_cls in (Idle, Planning, AwaitApproval, ToolCalling, Observing, Retrying, Responding):
+        kinds = _successors_of(before_cls)
+        pairs: dict[type[Any], tuple[type[Any], _Flags]] = {}
+        for after_cls in after_classes:
+            if not issubclass(after_cls, kinds):
+                continue
+            if before_cls is Retrying and after_cls is ToolCalling:
+                continue
+            names = {field.name for field in attrs.fields(after_cls)}
+            holds = issubclass(after_cls, _HOLDS_A_CALL)
+            runs = issubclass(after_cls, _RUNS_A_CALL)
+            if not {"agent", "transcript", "_ticket"} <= names or (
+                (holds or runs) and "call" not in names
+            ):  # pragma: no cover - the library's classes have these
+                continue
+            call_id, attempt = "call_id" in names, "attempt" in names
+            if after_cls.__dictoffset__ or any(
+                hasattr(after_cls, name)
+                for name, has in (("call_id", call_id), ("attempt", attempt))
+                if not has
+            ):  # pragma: no cover - the library's classes are slotted, without these
+                continue
+            counted = _counted(call_id, attempt)
+            pairs[after_cls] = (after_cls, (holds, runs, "pending" in names, counted))
+        _FAST[before_cls] = (before_cls, pairs)
+
+
+def _successors_of(cls: type[Any]) -> tuple[type[Phase[Any]], ...]:
+    kept = _LIBRARY_SUCCESSORS.get(cls)
+    if kept is None:
+        kept = _LIBRARY_SUCCESSORS[cls] = cls.successors()
+    return kept
 
 
 def _model_retry_problem(before: Active[Any], after: Phase[Any], fallbacks: int) -> str | None:
