@@ -24,6 +24,12 @@ the counters of the phase it accepted last. It goes on with a phase only when
   and each id of the model's last reply is answered, held by the phase, or pending.
 
 Anything else raises :class:`IllegalTransitionError` before the phase is saved or run.
+
+A transition between two of the library's own classes (exactly those types) is judged
+first the short way (``Watch._quick``: what those classes are, worked out once per pair;
+the counters and the run's terms read by functions generated once), which only accepts
+what the whole check accepts; whatever it cannot show acceptable, the whole check judges
+(``Watch._checked``), and it alone refuses (tests/test_watch_quick.py).
 """
 
 from __future__ import annotations
