@@ -90,7 +90,36 @@ def _with_ids(
     model's own id is kept; an empty one, a repeat within the reply, or an id an earlier
     call of the run had is replaced by ``call-<step>`` (the first call of the reply) or
     ``call-<step>-<n>`` (the n-th), made unique if the model took that too.
+
+    A reply of one call (a tuple of one exact ``ToolRequest`` of text, as a validated
+    reply holds) is done here, as ``_each_with_id`` does it: its set of ids seen is empty
+    and its ids given are the call's own. Anything else goes through ``_each_with_id``.
     """
+    if type(requests) is tuple and len(requests) == 1:
+        request = requests[0]
+        given_id = request.id
+        if (
+            type(request) is ToolRequest
+            and type(given_id) is str
+            and type(request.name) is str
+            and type(request.arguments) is str
+        ):
+            line = loop._line()
+            size = len(loop.actions)
+            if given_id and line.call(given_id, size) is None:
+                return requests  # the model's id, kept (a tuple: nothing can change it)
+            call_id, more = f"call-{step}", 1
+            while call_id == given_id or line.call(call_id, size) is not None:
+                more += 1
+                call_id = f"call-{step}.{more}"
+            return (_request(request.name, request.arguments, call_id),)
+    return _each_with_id(loop, step, requests)
+
+
+def _each_with_id(
+    loop: LoopState, step: int, requests: tuple[ToolRequest, ...]
+) -> tuple[ToolRequest, ...]:
+    """What ``_with_ids`` makes, call by call (any number of calls, of any kind)."""
     line, size = loop._line(), len(loop.actions)
     given: set[str] | None = None  # the reply's own ids, read when one is replaced
     seen: set[str] = set()
@@ -383,7 +412,10 @@ def _take_reply(
     else goes on from the copy, with what was already asked (route, record, decision).
     """
     ticket = _own_ticket(planning, "copy")
-    if ticket.left_by != "advance" or ticket.copied or not _unseen(type(planning)):
+    cls = type(planning)
+    known = _UNSEEN.get(id(cls))  # _unseen(cls), its memo read here when it has the class
+    unseen = known[1] if known is not None and known[0]() is cls else _unseen(cls)
+    if ticket.left_by != "advance" or ticket.copied or not unseen:
         return _take(_queued(planning, requests, spent=spent, loop=loop), rt)
     calls = _with_ids(loop, planning.step, requests)
     head = calls[0]
@@ -410,7 +442,12 @@ def _take_reply(
     # (the last of the transcript, so it starts a tool iteration) and recorded.
     ticket.copied = True  # as the copy would have
     _last_action[0] = None  # as _asked_for leaves it
-    transcript = _appended(planning.transcript, _message("assistant", "", calls, "", ""))
+    asking = _message("assistant", "", calls, "", "")
+    held: object = planning.transcript  # a phase built by hand may hold a tuple
+    if type(held) is Transcript:  # _appended's own check, one frame fewer
+        transcript = planning.transcript.appended(asking)
+    else:
+        transcript = _appended(planning.transcript, asking)
     return planning._next(
         agent.phases.tool_calling,
         call=routed,

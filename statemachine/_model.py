@@ -247,8 +247,10 @@ class Transcript(TupleLike[Message]):
     def appended(self, *messages: Message) -> Transcript:
         """This transcript with ``messages`` after it (this one is unchanged)."""
         tail = self._tail + messages
-        if len(tail) <= _CHUNK:
-            return Transcript._of(self._head, self._chunks, tail)
+        if len(tail) <= _CHUNK:  # Transcript._of(self._head, self._chunks, tail), inline
+            made = _new_transcript(Transcript)
+            made._head, made._chunks, made._tail = self._head, self._chunks, tail
+            return made
         cut = (len(tail) - 1) // _CHUNK * _CHUNK
         full = tuple(tail[at : at + _CHUNK] for at in range(0, cut, _CHUNK))
         return Transcript._of(self._head, self._chunks + full, tail[cut:])
@@ -318,6 +320,9 @@ class Transcript(TupleLike[Message]):
             and other._head == self._head
         )
 
+
+# Transcript.__new__ (object's: the class defines none), for appended.
+_new_transcript: Final = object.__new__
 
 EMPTY_TRANSCRIPT: Final = Transcript()
 """The transcript with no message (shared: appending to it copies nothing that is there)."""

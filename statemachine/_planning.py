@@ -31,7 +31,7 @@ from ._errors import (
 from ._events import _streamed
 from ._fast._deadline import _until
 from ._fast._messages import _REQUEST_FIELDS
-from ._fast._pydantic import _trusted
+from ._fast._pydantic import _set_dict, _set_extra, _set_fields_set, _set_private
 from ._governor import LoopState, Verdict
 from ._guard import (
     CustomerResponse,
@@ -69,6 +69,8 @@ if TYPE_CHECKING:
 __all__ = ["_answer", "_ask", "_finalize", "_plan", "_route", "_text_answer"]
 
 C = TypeVar("C")
+
+_new = object.__new__
 
 _TEXT_ANSWER = OutputGuard(CustomerResponse)
 _TEXT_FALLBACK = {"statemachine.schema": "CustomerResponse"}
@@ -194,9 +196,11 @@ async def _heard(
     if answering and guard is not None and guard.mode is GuardMode.CONSTRAINED:
         schema = guard.output_schema
     # The messages are validated already; constructing skips validating them again
-    # (as ModelRequest.model_construct(...) with these five fields would).
-    request = _trusted(
-        ModelRequest,
+    # (as ModelRequest.model_construct(...) with these five fields would): what
+    # _trusted(ModelRequest, values, set(_REQUEST_FIELDS)) makes, in this frame.
+    request: ModelRequest = _new(ModelRequest)  # ModelRequest.__new__ is object's
+    _set_dict(
+        request,
         {
             "messages": messages,
             "tools": tools,
@@ -204,9 +208,15 @@ async def _heard(
             "output_schema": schema,
             "settings": planning.agent.model_settings,
         },
-        set(_REQUEST_FIELDS),
     )
+    _set_fields_set(request, set(_REQUEST_FIELDS))
+    _set_extra(request, None)
+    _set_private(request, None)
     loop = planning.agent.governor.flag(planning.loop, planning.step)
+    if planning.agent.breaker is None:  # what _call does without a breaker, one frame fewer
+        model = rt.model_of(planning.model_choice)
+        reply, spent, _ = await _reply(planning, rt, model, request, remaining)
+        return reply, spent, loop
     reply, spent = await _call(planning, rt, request, remaining)
     return reply, spent, loop
 
@@ -251,8 +261,14 @@ async def _reply(
     answered), the error of a failure that may pass, or ``_DEADLINE`` (the run's time)."""
     policy, spent = planning.agent.model_retry, planning.spent
     try:
-        answered = await _answered(_asked(model, request, rt, planning.step), remaining)
-        reply = None if answered is _DEADLINE else _checked_reply(model, answered)
+        if remaining is None and rt.events is None:  # _answered(_asked(...)), unwrapped
+            answered: object = await model.complete(request)
+        else:
+            answered = await _answered(_asked(model, request, rt, planning.step), remaining)
+        if type(answered) is ModelReply:  # _checked_reply's isinstance, for the class itself
+            reply: ModelReply | None = answered
+        else:
+            reply = None if answered is _DEADLINE else _checked_reply(model, answered)
     except TimeoutError as error:
         reason = _timed_out(error, remaining, rt.remaining(planning.agent.budget))
         if reason.startswith("wall-clock"):  # the run's deadline: no time to ask again

@@ -10,7 +10,7 @@ from typing import Any, Final
 from .. import _json
 from .._model import Message, ModelRequest, ToolRequest, Transcript
 from ._canonical import _plain_json
-from ._pydantic import _trusted
+from ._pydantic import _set_dict, _set_extra, _set_fields_set, _set_private
 
 __all__ = [
     "_REQUEST_FIELDS",
@@ -52,9 +52,14 @@ def _message(
 
 
 def _request(name: str, arguments: str, call_id: str) -> ToolRequest:
-    """``ToolRequest(name=..., arguments=..., id=...)`` for text known to be text."""
-    values = {"name": name, "arguments": arguments, "id": call_id}
-    return _trusted(ToolRequest, values, _REQUEST_ID_FIELDS)
+    """``ToolRequest(name=..., arguments=..., id=...)`` for text known to be text: what
+    ``_trusted(ToolRequest, values, _REQUEST_ID_FIELDS)`` makes, in this one frame."""
+    made: ToolRequest = _new(ToolRequest)  # ToolRequest.__new__ is object's
+    _set_dict(made, {"name": name, "arguments": arguments, "id": call_id})
+    _set_fields_set(made, _REQUEST_ID_FIELDS)
+    _set_extra(made, None)
+    _set_private(made, None)
+    return made
 
 
 def _asking(name: str, arguments: str, call_id: str) -> Message:
