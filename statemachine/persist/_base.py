@@ -18,6 +18,8 @@ from .._errors import (
     ConfigError,
     UnknownRunError,
 )
+from .._fast._pydantic import _trusted
+from .._json import dumps_bytes
 from .._ledger import EffectRecord
 from ._chain import _Chain
 from ._lifecycle import ATTENTION, RunLifecycle, RunStatus, held_record, retry_fields
@@ -30,11 +32,16 @@ from ._protocol import (
     Sealer,
 )
 from ._rows import (
+    _DIGEST,
+    _SAVED_FIELDS,
     _SETTLED,
+    _aad,
     _Change,
     _change_of,
     _EffectRow,
+    _Last,
     _Row,
+    _Since,
     _statuses,
     _system_clock,
     _utc,
@@ -528,25 +535,41 @@ class _Store:
     ) -> RunRecord:
         with self._transaction(write=True):
             record = self._get_record_to_save(run_id)
-            status, waiting_for = self._chain.saved_status(run_id, seq, record, status, waiting_for)
-            prepared = self._chain.prepare(run_id, seq, record, document, change, None)
-            if prepared is None:  # this store does not know what is stored: read it
-                assert record is not None
-                stored = self._chain.stored(run_id, self._chain_rows(run_id), record)
-                prepared = self._chain.prepare(run_id, seq, record, document, change, stored)
-                assert prepared is not None
-            previous = self._chain.previous_head(run_id, record)
-            if previous is None and record is not None:  # saved last by another store
-                previous = self._get_head(run_id)
-            snapshot, blob, last = self._chain.checkpoint(
-                run_id, seq, document, prepared, change, previous
-            )
-            now = self._chain.now()
-            saved = self._chain.saved_record(
-                record, run_id, seq, agent, status, phase, waiting_for, now
-            )
-            # The retry state, which saved_record leaves out: a checkpoint saved is progress.
-            vars(saved).update(retry_fields(record, status, now, saved=True))
+            chain = self._chain
+            next_delta = self._next_delta(run_id, seq, document, record, status, change)
+            if next_delta is None:
+                snapshot, blob, last, status, waiting_for = self._checkpoint(
+                    run_id, seq, document, record, status, waiting_for, change
+                )
+            else:
+                snapshot, (blob, last) = False, next_delta
+            now = chain.now()
+            if next_delta is not None and status is not RunStatus.FAILED_RESUMABLE:
+                assert record is not None  # a next delta: the run has a row
+                # What saved_record and retry_fields give then (the status the run has,
+                # not failed: the retry state cleared), in their order, in one dict.
+                values = {
+                    "run_id": run_id,
+                    "agent": agent,
+                    "status": status,
+                    "phase": phase,
+                    "waiting_for": waiting_for,
+                    "updated_at": now,
+                    "seq": seq,
+                    "stop_requested": record.stop_requested and status not in _SETTLED,
+                    "decision_pending": False,
+                    "reason": "",
+                    "failures": 0,
+                    "retry_at": None,
+                }
+                saved = _trusted(RunRecord, values, set(_SAVED_FIELDS))
+            else:
+                saved = chain.saved_record(
+                    record, run_id, seq, agent, status, phase, waiting_for, now
+                )
+                # The retry state, which saved_record leaves out: a checkpoint saved is
+                # progress.
+                vars(saved).update(retry_fields(record, status, now, saved=True))
             # Everything that can fail is done: the memory store has no rollback.
             self._put_row(run_id, _Row(seq, snapshot, phase, blob, now))
             self._put_saved(record, saved, last.head)
@@ -554,6 +577,65 @@ class _Store:
                 self._put_decision(run_id, None)
         self._chain.remember(run_id, last)
         return saved
+
+    def _next_delta(
+        self,
+        run_id: str,
+        seq: int,
+        document: Mapping[str, Any],
+        record: RunRecord | None,
+        status: RunStatus,
+        change: _Change | None,
+    ) -> tuple[bytes, _Last] | None:
+        """The blob of checkpoint ``seq`` and what to remember of it, when it is the run's
+        next delta, given as ops on the document this store saved last, in the status the
+        run has: what ``_checkpoint`` gives then, without the frames of its steps (the
+        same blob, head and memory: tests/test_save_fast.py). ``None`` otherwise."""
+        chain = self._chain
+        known = None if change is None else chain.recent.get(run_id)
+        if (
+            known is None
+            or record is None
+            or change is None
+            or change.base is not known.document
+            or known.seq != record.seq
+            or seq != known.seq + 1
+            or status is not record.status
+            or chain.snapshot_due(seq, known.since)
+        ):
+            return None
+        plain = dumps_bytes({"kind": "delta", "ops": change.ops}, finite=change.finite)
+        blob = chain.seal_plain(plain, _aad(run_id, seq))
+        head = chain.head(run_id, seq, False, blob[:_DIGEST], known.head)
+        since = known.since
+        since = _Since(since.seq, since.size, since.deltas + len(blob))
+        return blob, _Last(seq, document, None, known.texts, since, head)
+
+    def _checkpoint(
+        self,
+        run_id: str,
+        seq: int,
+        document: Mapping[str, Any],
+        record: RunRecord | None,
+        status: RunStatus,
+        waiting_for: str,
+        change: _Change | None,
+    ) -> tuple[bool, bytes, _Last, RunStatus, str]:
+        """Checkpoint ``seq``'s kind, blob and what to remember of it, and the status and
+        wait it is saved with (inside the save's transaction): every save's plain path."""
+        chain = self._chain
+        status, waiting_for = chain.saved_status(run_id, seq, record, status, waiting_for)
+        prepared = chain.prepare(run_id, seq, record, document, change, None)
+        if prepared is None:  # this store does not know what is stored: read it
+            assert record is not None
+            stored = chain.stored(run_id, self._chain_rows(run_id), record)
+            prepared = chain.prepare(run_id, seq, record, document, change, stored)
+            assert prepared is not None
+        previous = chain.previous_head(run_id, record)
+        if previous is None and record is not None:  # saved last by another store
+            previous = self._get_head(run_id)
+        snapshot, blob, last = chain.checkpoint(run_id, seq, document, prepared, change, previous)
+        return snapshot, blob, last, status, waiting_for
 
     def _known(self, run_id: str) -> RunRecord:
         record = self._get_record(run_id)

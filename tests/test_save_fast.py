@@ -1,0 +1,188 @@
+"""A save's shortcut for a run's next delta stores what the plain path stores (issue 23).
+
+``_Store._next_delta`` writes checkpoint ``seq`` when it is the run's next delta, given as
+ops on the document the store saved last, in the status the run has, without the frames
+of ``saved_status``, ``prepare``, ``previous_head`` and ``checkpoint``. Here the same
+chains of phases are saved twice, once with the shortcut and once with it turned off,
+and the stores must hold the same rows byte for byte (blobs, heads, stamps) and remember
+the same of the run; with snapshots between, a sealer, a store that forgot the run, and
+a change of status.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from statemachine import (
+    Agent,
+    Budget,
+    MemoryCheckpointer,
+    Runner,
+    SQLiteCheckpointer,
+    read_tool,
+)
+from statemachine._saving import _Saver
+from statemachine.persist._base import _Store
+from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
+
+pytestmark = pytest.mark.anyio
+
+
+class Args(BaseModel):
+    key: str
+
+
+@read_tool
+async def lookup(args: Args) -> dict[str, object]:
+    """Look a key up."""
+    return {"key": args.key, "value": 42}
+
+
+class Clock:
+    """A fixed clock that moves one second a reading."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 12, 2, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=1)
+        return self.now
+
+
+class Runtime:
+    """What a saver reads of the run's runtime: its id and a clock that moves evenly."""
+
+    run_id = "r"
+
+    def __init__(self) -> None:
+        self.ticks = 0
+
+    def elapsed(self) -> float:
+        self.ticks += 1
+        return self.ticks / 8
+
+
+class Sealer:
+    """A deterministic stand-in for a cipher: the same bytes each time, bound to the aad."""
+
+    def seal(self, plaintext: bytes, *, aad: bytes) -> bytes:
+        return b"S" + hashlib.sha256(aad).digest()[:4] + plaintext
+
+    def open(self, blob: bytes, *, aad: bytes, run_id: str | None = None) -> bytes:
+        assert blob[:5] == b"S" + hashlib.sha256(aad).digest()[:4]
+        return blob[5:]
+
+
+async def phases(calls: int) -> list[Any]:
+    agent = Agent[None](name="a", tools=[lookup], budget=Budget(), max_steps=10**9)
+    turns = [tool_call("lookup", {"key": f"k{n}"}) for n in range(calls)] + [reply("done")]
+    runner = Runner(agent, model=ScriptedModel(turns), gate=AutoDenyGate(), keep_states=True)
+    return list((await runner.run(None, "go")).states)
+
+
+async def save_all(
+    store: _Store, states: list[Any], forget_at: int | None, hold_at: int | None
+) -> list[Any]:
+    """Save the phases as one run; the rows each save returned, field by field in their
+    order, and the fields each says were set."""
+    saver = _Saver(store, Runtime(), "a", None)  # type: ignore[arg-type]
+    rows = [await saver.save(states[0], first=True)]
+    for at, state in enumerate(states[1:], 1):
+        if at == forget_at:
+            store._chain.forget("r")  # another process, or a store that forgot the run
+        if at == hold_at:  # held for a person between two saves: the row's status moves
+            await store.hold("r", reason="look")
+            await store.set_status("r", "running")
+        rows.append(await saver.save(state))
+    return [(list(vars(row).items()), sorted(row.model_fields_set)) for row in rows if row]
+
+
+def sqlite_rows(path: Path) -> list[Any]:
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT * FROM checkpoints ORDER BY run_id, seq").fetchall()
+        runs = db.execute("SELECT * FROM runs ORDER BY run_id").fetchall()
+    return [rows, runs]
+
+
+def memory_of(store: _Store) -> Any:
+    last = store._chain.recent["r"]
+    # The texts a snapshot reuses are keyed by their items' ids: compared by value.
+    return (last.seq, sorted(map(repr, last.texts.values())), last.since, last.head, last.seen)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+@pytest.mark.parametrize("sealed", [False, True])
+@pytest.mark.parametrize(("forget_at", "hold_at"), [(None, None), (7, 12)])
+async def test_the_next_delta_s_shortcut_stores_what_the_plain_path_stores(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    sealed: bool,
+    forget_at: int | None,
+    hold_at: int | None,
+) -> None:
+    states = await phases(14)
+    results: list[tuple[Any, ...]] = []
+    taken: list[bool] = []
+    plain_next: Callable[..., Any] = _Store._next_delta
+
+    def counted(self: _Store, *args: Any) -> Any:
+        made = plain_next(self, *args)
+        taken.append(made is not None)
+        return made
+
+    for shortcut in (True, False):
+        if shortcut:
+            monkeypatch.setattr(_Store, "_next_delta", counted)
+        else:
+            monkeypatch.setattr(_Store, "_next_delta", lambda *args: None)
+        options: dict[str, Any] = {"snapshot_every": 5, "clock": Clock()}
+        if sealed:
+            options["sealer"] = Sealer()
+        path = tmp_path / f"{shortcut}.db"
+        store: _Store
+        if kind == "sqlite":
+            store = SQLiteCheckpointer(path, **options)
+        else:
+            store = MemoryCheckpointer(**options)
+        returned = await save_all(store, states, forget_at, hold_at)
+        remembered = memory_of(store)
+        loaded = await store.load("r")
+        await store.verify("r")
+        history = [(entry.seq, entry.snapshot, entry.size) for entry in await store.history("r")]
+        results.append((loaded, history, remembered, returned))
+        if kind == "sqlite":
+            assert isinstance(store, SQLiteCheckpointer)
+            await store.aclose()
+            results[-1] += (sqlite_rows(path),)
+        else:
+            results[-1] += ((await store.record("r")),)
+    assert results[0] == results[1]
+    assert any(taken)  # deltas took it; snapshots and the rest did not
+    assert not all(taken)
+    assert sum(taken) > len(states) // 2
+
+
+async def test_a_run_cancelled_meanwhile_is_saved_as_the_plain_path_saves_it(
+    tmp_path: Path,
+) -> None:
+    """A stop from elsewhere between two saves: the next save keeps the run cancelled
+    (the shortcut sees another status and leaves it to the plain path)."""
+    states = await phases(3)
+    async with SQLiteCheckpointer(tmp_path / "s.db", clock=Clock()) as store:
+        saver = _Saver(store, Runtime(), "a", None)  # type: ignore[arg-type]
+        await saver.save(states[0], first=True)
+        await saver.save(states[1])
+        await store.set_status("r", "cancelled")
+        record = await saver.save(states[2])
+        assert record is not None
+        assert record.status.value == "cancelled"
+        assert (await store.load("r"))[0] == 2
