@@ -505,7 +505,7 @@ class Watch:
         if after.agent is not self._agent:
             return "it belongs to another agent"
         if kinds is None:  # _successors(before), without its frame for a library class
-            kinds = _LIBRARY_SUCCESSORS.get(type(before)) or _successors(before)
+            kinds = _LIBRARY_SUCCESSORS.get(id(type(before))) or _successors(before)
         if not isinstance(after, kinds):
             return f"{type(before).__name__}.advance's annotation does not name it"
         if now[0] != was[0] + 1:
@@ -538,22 +538,25 @@ class Watch:
 # The library's own active phase classes, whose ``successors`` (read once per class from
 # the annotation, by Active.successors) the Watch keeps: a dict look-up instead of the
 # classmethod's call at each transition. A subclass, which may answer otherwise (it may
-# override ``successors``), is asked each time, as before.
+# override ``successors``), is asked each time, as before. Both are keyed by the classes'
+# ids (the library's classes live as long as the process): a class as a key would be
+# matched by another class whose metaclass hashes and compares as it.
 _LIBRARY_ACTIVE: frozenset[type[Any]] = frozenset(
     (Idle, Planning, AwaitApproval, ToolCalling, Observing, Retrying, Responding, ModelRetrying)
 )
-_LIBRARY_SUCCESSORS: dict[type[Any], tuple[type[Phase[Any]], ...]] = {}
+_LIBRARY_ACTIVE_IDS: frozenset[int] = frozenset(map(id, _LIBRARY_ACTIVE))
+_LIBRARY_SUCCESSORS: dict[int, tuple[type[Phase[Any]], ...]] = {}
 
 
 def _successors(before: Active[Any]) -> tuple[type[Phase[Any]], ...]:
     """``type(before).successors()``; kept for the library's own classes."""
     cls = type(before)
-    kept = _LIBRARY_SUCCESSORS.get(cls)
+    kept = _LIBRARY_SUCCESSORS.get(id(cls))
     if kept is not None:
         return kept
     answer = cls.successors()
-    if cls in _LIBRARY_ACTIVE:
-        _LIBRARY_SUCCESSORS[cls] = answer
+    if id(cls) in _LIBRARY_ACTIVE_IDS:
+        _LIBRARY_SUCCESSORS[id(cls)] = answer
     return answer
 
 
@@ -655,9 +658,9 @@ def _fast_pairs() -> None:
 
 
 def _successors_of(cls: type[Any]) -> tuple[type[Phase[Any]], ...]:
-    kept = _LIBRARY_SUCCESSORS.get(cls)
+    kept = _LIBRARY_SUCCESSORS.get(id(cls))
     if kept is None:
-        kept = _LIBRARY_SUCCESSORS[cls] = cls.successors()
+        kept = _LIBRARY_SUCCESSORS[id(cls)] = cls.successors()
     return kept
 
 
