@@ -15,6 +15,7 @@ This module imports the phases for the type checkers only: ``_phases`` imports i
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from decimal import Decimal
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never
 
@@ -51,6 +52,7 @@ from ._model import (
     ModelRequest,
     StreamingModel,
     Transcript,
+    Usage,
     _checked_reply,
 )
 from ._retry import _transient_words, _Unanswered
@@ -285,9 +287,39 @@ async def _reply(
         return f"the model's reply could not be used: {error}", spent, None
     if reply is None:
         return _out_of_time(remaining), spent, _DEADLINE
-    # The model's usage belongs to this step whatever it chose.
+    # The model's usage belongs to this step whatever it chose. The model is not trusted
+    # with the spend: a reply made without validation (``model_construct``) could carry
+    # a usage that would give budget back.
     usage = reply.usage
+    problem = _usage_problem(usage)
+    if problem is not None:
+        return f"the model's reply could not be used: {problem}", spent, None
     return reply, spent.add(tokens=usage.tokens, cost=usage.cost, model_calls=1), None
+
+
+def _usage_problem(usage: object) -> str | None:
+    """Why a reply's ``usage`` may not be added to the run's spend, or ``None``: it must
+    be a ``Usage`` (that class) of ``int`` token counts >= 0 and a finite ``Decimal``
+    cost >= 0, as validating it makes it."""
+    if type(usage) is not Usage:
+        return f"its usage is a {type(usage).__name__}, not a Usage"
+    fields = usage.__dict__
+    inputs, outputs, cost = (
+        fields.get("input_tokens"),
+        fields.get("output_tokens"),
+        fields.get("cost"),
+    )
+    if type(inputs) is not int or type(outputs) is not int or inputs < 0 or outputs < 0:
+        return (
+            f"its usage counts {inputs!r} input and {outputs!r} output tokens; each must be "
+            "an int >= 0 (validate the reply: ModelReply(...), not model_construct)"
+        )
+    if type(cost) is not Decimal or not cost.is_finite() or cost < 0:
+        return (
+            f"its usage costs {cost!r}; a cost must be a finite Decimal >= 0 (validate the "
+            "reply: ModelReply(...), not model_construct)"
+        )
+    return None
 
 
 # What _answered returns when the run's deadline cancelled the model call.
