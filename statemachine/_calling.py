@@ -13,7 +13,7 @@ This module imports the phases for the type checkers only: ``_phases`` imports i
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Decimal, DecimalException
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
@@ -21,10 +21,10 @@ from pydantic import BaseModel
 from . import _json
 from ._approval import ApprovedCall
 from ._breaker import _settle_tool, _tool_refused
-from ._budget import Spend
+from ._budget import Budget, Spend, _spend
 from ._context import _run_context
 from ._errors import EffectUncertainError, ToolError, UnapprovedWriteError
-from ._money import money_sum
+from ._money import EXACT, money_sum
 from ._runtime import Runtime, _within
 from ._seal import _own_ticket
 from ._tools import _FREE, _IDEMPOTENCY_KEY, ReadCall, ReadTool, Tool, WriteTool, idempotency_key
@@ -65,14 +65,24 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
             return _replayed(calling, recorded.result, price)
         if recorded is not None and not (isinstance(tool, WriteTool) and tool.idempotent):
             raise EffectUncertainError(rt.run_id, tool=tool.name, key=key)
-    refusal = agent.budget.refuse(
-        calling.spent,
-        elapsed=rt.elapsed(),
-        action=f"calling {tool.name}",
-        tool_calls=1,
-        cost=price,
+    budget = agent.budget
+    breaker = agent.breaker
+    # A budget of exactly this class with no limit refuses nothing: its check (and the
+    # clock reading and the text it would be given) is skipped; any other is asked.
+    unlimited = _unlimited(budget)
+    refusal = (
+        None
+        if unlimited
+        else budget.refuse(
+            calling.spent,
+            elapsed=rt.elapsed(),
+            action=f"calling {tool.name}",
+            tool_calls=1,
+            cost=price,
+        )
     )
-    refusal = refusal or _tool_refused(agent.breaker, tool.name, rt.clock())
+    if not refusal:  # no breaker: no circuit to be open (_tool_refused answers None)
+        refusal = None if breaker is None else _tool_refused(breaker, tool.name, rt.clock())
     if refusal is not None:
         return calling._fail_call(refusal)
     if ledger is not None and key is not None:
@@ -80,7 +90,8 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
     # The call is counted (one tool call) where the count is read. An answered call's
     # spend adds the call and its price at once (``_counted``).
     spent = calling.spent
-    remaining = rt.remaining(agent.budget)
+    # No wall-clock limit: nothing remains to read (Runtime.remaining answers None).
+    remaining = None if unlimited and type(rt) is Runtime else rt.remaining(budget)
     timeout = tool.timeout if remaining is None else min(tool.timeout, remaining)
     context = (
         _run_context(
@@ -100,7 +111,8 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
         return _failed(calling, tool, error, spent.add(tool_calls=1), price)
     finally:
         _IDEMPOTENCY_KEY.reset(token)
-    _settle_tool(agent.breaker, tool.name, rt.clock(), None)
+    if breaker is not None:
+        _settle_tool(breaker, tool.name, rt.clock(), None)
     if ledger is not None and key is not None:
         await ledger.record_result(key, _json.to_plain(output))
     return calling._next(
@@ -113,16 +125,36 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
     )
 
 
+def _unlimited(budget: object) -> bool:
+    """Whether ``budget`` is a ``Budget`` (exactly) with no limit: ``Budget.refuse``
+    answers ``None`` for any spend and ``remaining_seconds`` ``None`` for any time."""
+    return (
+        type(budget) is Budget
+        and budget.wall_clock is None
+        and budget.tool_calls is None
+        and budget.tokens is None
+        and budget.cost is None
+    )
+
+
 def _counted(spent: Spend, price: Decimal) -> Spend:
     """``spent.add(tool_calls=1).add(cost=price)`` in one step: the first step adds
     ``Decimal(0)`` to the cost, which can change its exponent (``1E+2`` becomes ``100``),
     so it is added to the price first (exact sums: the same value and spelling)."""
     # A free tool's price is _FREE itself: its sum with _ZERO is made once.
     cost = _FREE_COST if price is _FREE else money_sum(_ZERO, price)
+    if type(spent) is Spend and type(spent.cost) is Decimal:
+        # What add makes, without its keywords: the exact sum (an error in the plain way).
+        try:
+            total = _exact_add(spent.cost, cost)
+        except DecimalException:
+            return spent.add(tool_calls=1, cost=cost)
+        return _spend(spent.tokens + 0, total, spent.tool_calls + 1, spent.model_calls + 0)
     return spent.add(tool_calls=1, cost=cost)
 
 
 _ZERO = Decimal(0)
+_exact_add = EXACT.add
 _FREE_COST = money_sum(_ZERO, _FREE)
 
 

@@ -154,11 +154,16 @@ class Phase(Generic[C]):
     _ticket: _Ticket = attrs.field(alias="ticket", eq=False, repr=False, validator=_bind)
 
     def _leave(self, transition: str) -> None:
-        ticket = _own_ticket(self, transition)
-        left_by = ticket.left_by
+        # _own_ticket's check without its frame when the slot holds a bound _Ticket.
+        ticket: object = getattr(self, "_ticket", None)
+        if type(ticket) is _Ticket and ticket.holder is not None and ticket.holder() is self:
+            owned = ticket
+        else:
+            owned = _own_ticket(self, transition)
+        left_by = owned.left_by
         if left_by is not None:
             raise PhaseReusedError(self.kind, transition, left_by)
-        ticket.left_by = transition
+        owned.left_by = transition
 
     @property
     def left(self) -> bool:
@@ -586,7 +591,8 @@ class Observing(Active[C]):
     def observe(self) -> Planning[C]:
         """Show the result to the model and plan again."""
         self._leave("observe")
-        content = _result_text(_json.to_plain(self.output))
+        output = self.output
+        content = _result_text(output if type(output) is dict else _json.to_plain(output))
         told = _told(content, self.call_id, self.call.name)
         loop = self.agent.governor.after_action(
             self.loop,
