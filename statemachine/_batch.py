@@ -29,7 +29,7 @@ from . import _json
 from ._actions import ActionRecord
 from ._budget import Spend
 from ._errors import SetupError
-from ._fast._attrs import _COPIERS, _builder, _by_init
+from ._fast._attrs import _COPIERS, _by_init, _kept
 from ._fast._classes import _per_class, _PerClass
 from ._fast._messages import _appended, _asking, _message, _request, _told
 from ._governor import Decision, LoopState, Verdict
@@ -487,9 +487,7 @@ def _unseen_copy(cls: type[Any]) -> bool:
     has no ``__attrs_post_init__`` or ``__del__``, and overrides none of the methods that
     way calls (``_COPY_METHODS``)."""
     (planning,) = _PLANNING
-    copier = _COPIERS.get(cls)
-    if copier is None:
-        copier = _COPIERS[cls] = _builder(cls, copy=True)
+    copier = _kept(_COPIERS, cls, copy=True)
     return (
         copier is not _by_init
         and type(cls) is type(planning)

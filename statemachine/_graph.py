@@ -16,11 +16,11 @@ from __future__ import annotations
 import inspect
 import types
 import typing
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._errors import SetupError
+from ._fast._classes import _per_class, _PerClass
 
 if TYPE_CHECKING:
     from ._phases import Active, Phase, Phases
@@ -28,11 +28,12 @@ if TYPE_CHECKING:
 __all__ = ["_check_phase_class", "_edges", "_successors_of", "_where"]
 
 
-# The phase classes each class's ``advance`` names, read once per class. Weak keys:
-# an agent factory that makes a phase subclass per call does not keep them all alive.
-_TARGETS: weakref.WeakKeyDictionary[type[Any], tuple[type[Phase[Any]], ...]] = (
-    weakref.WeakKeyDictionary()
-)
+# The phase classes each class's ``advance`` names, read once per class, kept by the
+# class's id with a weak reference checked (``_per_class``): an agent factory that makes a
+# phase subclass per call does not keep them all alive, and a class whose metaclass makes
+# it equal to (and hash as) a library class is read from its own annotation, never given
+# that class's answer, which a dict keyed by the class itself would do.
+_TARGETS: _PerClass[tuple[type[Phase[Any]], ...]] = {}
 
 
 def _base_of(cls: type[Any], order: tuple[type[Phase[Any]], ...]) -> type[Phase[Any]] | None:
@@ -53,10 +54,7 @@ def _successors_of(
 
     ``order`` is the base phases (see ``_phases._ORDER``); every target must be one of them.
     """
-    cached = _TARGETS.get(cls)
-    if cached is None:
-        cached = _TARGETS[cls] = _read_targets(cls, order)
-    return cached
+    return _per_class(_TARGETS, cls, lambda klass: _read_targets(klass, order))
 
 
 def _read_targets(

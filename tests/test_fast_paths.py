@@ -145,7 +145,7 @@ def test_next_builds_every_library_phase_as_its_init_does() -> None:
         assert not made.left
         assert made.step == planning.step + 1
         # Built by a builder of its own, not by falling back to __init__.
-        assert _attrs._BUILDERS[cls] is not _attrs._by_init
+        assert _attrs._BUILDERS[id(cls)][1] is not _attrs._by_init
 
 
 def test_copy_is_attrs_evolve() -> None:
@@ -163,7 +163,7 @@ def test_copy_is_attrs_evolve() -> None:
         evolved = attrs.evolve(phase, ticket=_seal._Ticket(None, "hand"), **changes)
         assert _fields(copied) == _fields(evolved)
         assert not copied.left
-    assert _attrs._COPIERS[Planning] is not _attrs._by_init
+    assert _attrs._COPIERS[id(Planning)][1] is not _attrs._by_init
 
 
 def test_next_and_copy_refuse_what_init_refuses_with_its_error() -> None:
@@ -252,7 +252,7 @@ def test_a_user_subclass_with_extra_fields_and_a_post_init_transitions_as_init_m
     # Every field carried (the same list), and the hook run again, as attrs.evolve does.
     assert (copied.note, copied.seen, copied.hooked) == ("kept", ["a"], [2, 2])
     assert copied.hooked is again.hooked
-    assert _attrs._BUILDERS[NotedPlanning] is not _attrs._by_init
+    assert _attrs._BUILDERS[id(NotedPlanning)][1] is not _attrs._by_init
 
 
 async def test_a_user_subclass_with_extra_fields_runs_through_the_runner() -> None:
@@ -282,18 +282,18 @@ def test_a_user_subclass_with_a_converter_and_a_validator_is_built_by_its_init()
     with pytest.raises(ValueError, match="too long: 'TOOLONG'"):
         planning._next(CheckedPlanning, label="toolong")
     assert planning._copy(label="x").label == "X"
-    assert _attrs._BUILDERS[CheckedPlanning] is _attrs._by_init
-    assert _attrs._COPIERS[CheckedPlanning] is _attrs._by_init
+    assert _attrs._BUILDERS[id(CheckedPlanning)][1] is _attrs._by_init
+    assert _attrs._COPIERS[id(CheckedPlanning)][1] is _attrs._by_init
 
 
 def test_a_takes_self_factory_and_a_slot_that_is_no_field_go_through_init() -> None:
     planning = _planning()
     selfish = planning._next(SelfishPlanning)
     assert selfish.label == "step 2"
-    assert _attrs._BUILDERS[SelfishPlanning] is _attrs._by_init
+    assert _attrs._BUILDERS[id(SelfishPlanning)][1] is _attrs._by_init
     extra = planning._next(SlottedExtra)
     assert _fields(extra) == _fields(_long_way(planning, SlottedExtra))
-    assert _attrs._BUILDERS[SlottedExtra] is _attrs._by_init
+    assert _attrs._BUILDERS[id(SlottedExtra)][1] is _attrs._by_init
 
 
 def test_a_generic_alias_is_built_by_calling_it() -> None:
@@ -301,7 +301,7 @@ def test_a_generic_alias_is_built_by_calling_it() -> None:
     made = planning._next(Planning[None], invalid_streak=1)
     assert type(made) is Planning
     assert _fields(made) == _fields(_long_way(planning, Planning, invalid_streak=1))
-    assert _attrs._BUILDERS[Planning[None]] is _attrs._by_init
+    assert _attrs._BUILDERS[id(Planning[None])][1] is _attrs._by_init
 
 
 def test_a_plain_subclass_is_built_with_the_fields_its_parent_declares() -> None:
@@ -311,7 +311,7 @@ def test_a_plain_subclass_is_built_with_the_fields_its_parent_declares() -> None
     assert plain.instructions() == "plain"
     assert _fields(plain) == _fields(_long_way(planning, PlainPlanning, invalid_streak=1))
     assert vars(plain) == {}  # nothing else was set on it
-    assert _attrs._BUILDERS[PlainPlanning] is not _attrs._by_init
+    assert _attrs._BUILDERS[id(PlainPlanning)][1] is not _attrs._by_init
 
 
 # --- the observed result as JSON ----------------------------------------------------------

@@ -456,11 +456,6 @@ def test_the_kept_successors_are_found_by_the_class_itself() -> None:
     assert _watch._successors(object.__new__(Planning)) == planning
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_graph._TARGETS (a WeakKeyDictionary keyed by the class, not in the Watch's "
-    "files) gives a class equal to Planning by its metaclass Planning's successors",
-)
 @pytest.mark.anyio
 async def test_a_class_equal_to_planning_is_judged_by_its_own_annotation() -> None:
     """The successors the Watch keeps for the library's classes are found by the class

@@ -11,7 +11,7 @@ import attrs
 
 from .._seal import _Ticket
 
-__all__ = ["_BUILDERS", "_COPIERS", "_builder", "_built", "_by_init"]
+__all__ = ["_BUILDERS", "_COPIERS", "_builder", "_built", "_by_init", "_kept"]
 
 # --- building the next phase ------------------------------------------------------------
 
@@ -20,9 +20,12 @@ __all__ = ["_BUILDERS", "_COPIERS", "_builder", "_built", "_by_init"]
 # what the builder takes as they are).
 _Builder = Callable[[Any, dict[str, Any]], Any]
 # Every phase class _next (and _copy) has built, and how: a builder of its own, or
-# ``_by_init``. Kept for the life of the process, as attrs keeps a class's methods.
-_BUILDERS: dict[type[Any], _Builder] = {}
-_COPIERS: dict[type[Any], _Builder] = {}
+# ``_by_init``. Kept for the life of the process, as attrs keeps a class's methods. Keyed
+# by the class's id, the class held beside its builder (so that its id is no other's): a
+# dict keyed by the class itself finds an entry by ``==``, which a class's metaclass may
+# answer, and would build one agent's phase as another's class.
+_BUILDERS: dict[int, tuple[Any, _Builder]] = {}
+_COPIERS: dict[int, tuple[Any, _Builder]] = {}
 # The fields _next carries from the phase it leaves (``step`` + 1).
 _CARRIED = ("agent", "ctx", "transcript", "spent", "step", "loop")
 # What an ``__init__`` that attrs wrote refers to when it only sets fields (the defaults
@@ -55,8 +58,18 @@ def _by_init(leaving: Any, changes: dict[str, Any]) -> Any:
     raise AssertionError("_by_init is a marker")  # pragma: no cover
 
 
+def _kept(builders: dict[int, tuple[Any, _Builder]], cls: Any, *, copy: bool) -> _Builder:
+    """``cls``'s builder in ``builders`` (made on first use), found by the class itself."""
+    known = builders.get(id(cls))
+    if known is not None and known[0] is cls:
+        return known[1]
+    build = _builder(cls, copy=copy)
+    builders[id(cls)] = (cls, build)
+    return build
+
+
 def _built(
-    builders: dict[type[Any], _Builder],
+    builders: dict[int, tuple[Any, _Builder]],
     cls: type[Any],
     leaving: Any,
     changes: dict[str, Any],
@@ -65,9 +78,8 @@ def _built(
 ) -> Any:
     """``cls`` built by its builder in ``builders`` (made on first use), or ``None``: the
     class, or these changes, are for its ``__init__`` (see :func:`_builder`)."""
-    build = builders.get(cls)
-    if build is None:
-        build = builders[cls] = _builder(cls, copy=copy)
+    known = builders.get(id(cls))
+    build = known[1] if known is not None and known[0] is cls else _kept(builders, cls, copy=copy)
     return None if build is _by_init else build(leaving, changes)
 
 
@@ -210,7 +222,8 @@ def _value_of(
 
 
 # Classes whose own ``__init_subclass__`` may stand in a class _unfrozen derives.
-_TWINS: dict[type[Any], type[Any] | None] = {}
+# By the class's id, the class held beside its twin (see _BUILDERS).
+_TWINS: dict[int, tuple[type[Any], type[Any] | None]] = {}
 _QUIET_INIT_SUBCLASS = (Generic, object)
 
 
@@ -227,9 +240,11 @@ def _unfrozen(cls: type[Any]) -> type[Any] | None:
     run when the probe made here is dropped (no ``__del__``). One per class (the
     builder and the copier share it), kept for the life of the process as the builders.
     """
-    if cls in _TWINS:
-        return _TWINS[cls]
-    twin = _TWINS[cls] = _twin(cls)
+    known = _TWINS.get(id(cls))
+    if known is not None and known[0] is cls:
+        return known[1]
+    twin = _twin(cls)
+    _TWINS[id(cls)] = (cls, twin)
     return twin
 
 

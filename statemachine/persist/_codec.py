@@ -64,6 +64,7 @@ from .._errors import (
     SetupError,
     UnknownToolError,
 )
+from .._fast._by_class import by_class
 from .._governor import LoopState
 from .._guard import Parsed, Repair
 from .._model import Message, ToolRequest, Transcript
@@ -302,7 +303,7 @@ _PLAIN: Final = frozenset({str, int, bool, type(None)})
 _SCALAR_TYPES: Final = frozenset({str, int, bool, float, Decimal, type(None)})
 
 
-@functools.lru_cache(maxsize=256)
+@by_class
 def _plan(cls: type[BaseModel]) -> _Plan:
     """How to encode instances of ``cls`` exactly as ``_encode(model_dump())`` does, fast.
 
@@ -454,15 +455,28 @@ def dump_phase(phase: Phase[Any]) -> dict[str, Any]:
     }
 
 
-@functools.lru_cache(maxsize=64)
+# _phase_table's answers by the id of the very ``Phases`` asked (held here, so that its id
+# is not another's while kept): ``Phases`` compare by their classes with ``==``, which a
+# class's metaclass may answer, so an ``lru_cache`` could give one agent's table to
+# another's phases. Emptied when it holds 64 (an agent's phases are asked at every save).
+_TABLES: dict[int, tuple[Phases[Any], dict[str, list[Any]]]] = {}
+
+
 def _phase_table(phases: Phases[Any]) -> dict[str, list[Any]]:
     """The ``phases`` of a version 3 document: for each kind an agent's phases may be in,
     the class and the fields :func:`dump_phase` writes, in its order. A delta changes the
     phase with ``["phase", kind]`` (see ``_delta._apply``). Never changed: copy it."""
+    known = _TABLES.get(id(phases))
+    if known is not None and known[0] is phases:
+        return known[1]
     classes = [getattr(phases, role) for role in _ROLES.values()]
-    return {
+    table = {
         cls.kind: [_class_path(cls), list(_field_names(cls))] for cls in (*classes, Failed, Done)
     }
+    if len(_TABLES) >= 64:
+        _TABLES.clear()
+    _TABLES[id(phases)] = (phases, table)
+    return table
 
 
 def _copied(table: dict[str, list[Any]]) -> dict[str, list[Any]]:
@@ -470,7 +484,7 @@ def _copied(table: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {kind: [path, list(names)] for kind, (path, names) in table.items()}
 
 
-@functools.lru_cache(maxsize=256)
+@by_class
 def _field_names(cls: type[Phase[Any]]) -> tuple[str, ...]:
     """The fields :func:`dump_phase` writes for ``cls``, in its order."""
     return tuple(f.name for f in attrs.fields(cls) if f.init and f.name not in _UNSAVED)

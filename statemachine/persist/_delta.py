@@ -36,7 +36,6 @@ a snapshot writes again only the list items no earlier snapshot of the run wrote
 
 from __future__ import annotations
 
-import functools
 import itertools
 import operator
 from collections.abc import Mapping, Sequence
@@ -47,6 +46,7 @@ import attrs
 from .. import _json
 from .._actions import _RECORD_FIELDS, CHUNK, ActionLog, ActionRecord
 from .._budget import Spend
+from .._fast._by_class import by_class
 from .._governor import LoopState
 from .._json import fingerprint
 from .._model import Transcript
@@ -550,7 +550,7 @@ def _merge(ops: list[list[Any]], path: list[Any], changed: dict[str, Any]) -> No
         ops.append(["merge", path, changed])
 
 
-@functools.cache
+@by_class
 def _names(cls: type[LoopState]) -> tuple[str, ...]:
     """The fields of a loop memory class, in order (``model_fields`` builds a dict)."""
     return tuple(cls.model_fields)
@@ -587,17 +587,10 @@ def _loop_change(
     return result
 
 
-_DUMPED: dict[type[Any], tuple[attrs.Attribute[Any], ...]] = {}
-
-
+@by_class
 def _dumped_fields(cls: type[Phase[Any]]) -> tuple[attrs.Attribute[Any], ...]:
     """The fields :func:`dump_phase` writes, in its order."""
-    found = _DUMPED.get(cls)
-    if found is None:
-        found = _DUMPED[cls] = tuple(
-            f for f in attrs.fields(cls) if f.init and f.name not in _UNSAVED
-        )
-    return found
+    return tuple(f for f in attrs.fields(cls) if f.init and f.name not in _UNSAVED)
 
 
 class PhaseDumper:
