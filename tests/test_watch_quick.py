@@ -304,10 +304,11 @@ def _change(seen: _Seen, change: str) -> _Seen:
                 put(fake, name, getattr(ticket, name))
         put(after, "_ticket", fake)
     elif change == "class subclass":
+        # Past the frozen class's __setattr__, as a phase could do it to the next one.
         if type(after) is Planning:
-            after.__class__ = _SubPlanning
+            put(after, "__class__", _SubPlanning)
         elif type(after) is ToolCalling:
-            after.__class__ = _SubCalling
+            put(after, "__class__", _SubCalling)
     return seen
 
 
@@ -370,8 +371,8 @@ def test_each_change_on_each_pair_is_judged_as_the_whole_check(
     seen = next(s for s in run if (type(s[3]).__name__, type(s[4]).__name__) == pair)
     try:
         seen = _change(seen, change)
-    except (TypeError, AttributeError, ValueError):
-        pytest.skip("a change this phase's class does not allow")
+    except (TypeError, AttributeError, ValueError) as error:  # a change that tests nothing
+        pytest.fail(f"the change {change!r} could not be made on {pair}: {error!r}")
     quick = _quick_accepts(seen)
     whole = _outcome(seen, "checked")
     if whole[0] != ("accepted", True):
