@@ -11,6 +11,7 @@ a change of status.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sqlite3
 from collections.abc import Callable
@@ -106,7 +107,9 @@ async def save_all(
 
 
 def sqlite_rows(path: Path) -> list[Any]:
-    with sqlite3.connect(path) as db:
+    # closing(): a connection's own ``with`` ends a transaction, never the connection
+    # (Python 3.13 warns of one left open).
+    with contextlib.closing(sqlite3.connect(path)) as db:
         rows = db.execute("SELECT * FROM checkpoints ORDER BY run_id, seq").fetchall()
         runs = db.execute("SELECT * FROM runs ORDER BY run_id").fetchall()
     return [rows, runs]
