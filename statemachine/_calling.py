@@ -24,6 +24,7 @@ from ._breaker import _settle_tool, _tool_refused
 from ._budget import Budget, Spend, _spend
 from ._context import _run_context
 from ._errors import EffectUncertainError, ToolError, UnapprovedWriteError
+from ._fast._attrs import _site
 from ._money import EXACT, money_sum
 from ._runtime import Runtime, _within
 from ._seal import _own_ticket
@@ -115,14 +116,21 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
         _settle_tool(breaker, tool.name, rt.clock(), None)
     if ledger is not None and key is not None:
         await ledger.record_result(key, _json.to_plain(output))
-    return calling._next(
+    observing: Observing[C] = _TO_OBSERVING(
         agent.phases.observing,
-        call=calling.call,
-        call_id=calling.call_id,
-        output=output,
-        spent=_counted(spent, price),
-        pending=calling.pending,
+        calling,
+        calling.call,
+        calling.call_id,
+        output,
+        _counted(spent, price),
+        calling.pending,
     )
+    return observing
+
+
+# What ``calling._next(observing, call=..., call_id=..., output=..., spent=..., pending=...)``
+# makes, the values passed as they are (no dict of them).
+_TO_OBSERVING = _site("call", "call_id", "output", "spent", "pending")
 
 
 def _unlimited(budget: object) -> bool:

@@ -90,7 +90,7 @@ from ._errors import (
     SetupError,
     UnapprovedWriteError,
 )
-from ._fast._attrs import _BUILDERS, _COPIERS, _built
+from ._fast._attrs import _BUILDERS, _COPIERS, _built, _site
 from ._fast._classes import _per_class, _PerClass
 from ._fast._messages import _appended, _result_text, _system, _told
 from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState
@@ -602,16 +602,19 @@ class Observing(Active[C]):
             ctx=self.ctx,
             step=self.step,
         )
-        return self._next(
-            self.agent.phases.planning,
-            transcript=_appended(self.transcript, told),
-            loop=loop,
-            pending=self.pending,
+        planning: Planning[C] = _OBSERVED(
+            self.agent.phases.planning, self, _appended(self.transcript, told), loop, self.pending
         )
+        return planning
 
     async def advance(self, rt: Runtime) -> Planning[C]:
         """Observe the result."""
         return self.observe()
+
+
+# What ``observing._next(planning, transcript=..., loop=..., pending=...)`` makes, the
+# values passed as they are (no dict of them).
+_OBSERVED = _site("transcript", "loop", "pending")
 
 
 @attrs.frozen(kw_only=True)

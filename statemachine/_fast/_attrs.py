@@ -11,7 +11,7 @@ import attrs
 
 from .._seal import _Ticket
 
-__all__ = ["_BUILDERS", "_COPIERS", "_builder", "_built", "_by_init", "_kept"]
+__all__ = ["_BUILDERS", "_COPIERS", "_builder", "_built", "_by_init", "_kept", "_site"]
 
 # --- building the next phase ------------------------------------------------------------
 
@@ -83,10 +83,48 @@ def _built(
     return None if build is _by_init else build(leaving, changes)
 
 
+def _site(*names: str) -> Callable[..., Any]:
+    """A function ``at(cls, leaving, *values)`` for one call site of ``_next`` that always
+    passes the changes ``names``: it makes what ``leaving._next(cls, **dict(zip(names,
+    values)))`` makes, with no dict of the changes.
+
+    Each class is built by a builder made for it and this site (``_builder`` with
+    ``site``), found by the class itself (its id, the class held beside it, as
+    ``_BUILDERS``); a class that builder refuses goes through ``leaving._next`` and
+    ``cls(...)``, with their checks and errors.
+    """
+    if len(set(names)) != len(names) or not all(name.isidentifier() for name in names):
+        raise ValueError(f"a site's changes are distinct names, got {names!r}")
+    builders: dict[int, tuple[Any, Callable[..., Any]]] = {}
+
+    def first(cls: Any, leaving: Any, values: tuple[Any, ...]) -> Any:
+        def by_next(leaving: Any, *values: Any) -> Any:
+            return leaving._next(cls, **dict(zip(names, values, strict=True)))
+
+        made: Callable[..., Any] = _builder(cls, copy=False, site=names)
+        build = by_next if made is _by_init else made
+        builders[id(cls)] = (cls, build)
+        return build(leaving, *values)
+
+    params = "".join(f", _a{k}" for k in range(len(names)))
+    source = "\n".join(
+        (
+            f"def at(cls, leaving{params}):",
+            "    known = _get(id(cls))",
+            "    if known is not None and known[0] is cls:",
+            f"        return known[1](leaving{params})",
+            f"    return _first(cls, leaving, ({params[2:]}{',' if names else ''}))",
+        )
+    )
+    namespace: dict[str, Any] = {"_get": builders.get, "_first": first}
+    exec(compile(source, f"<statemachine site {names}>", "exec"), namespace)
+    return cast("Callable[..., Any]", namespace["at"])
+
+
 # One piece on purpose (about 100 lines): it writes one function's source line by line,
 # checking each field as it goes; split, the lines, the namespace and the refusals
 # (``_by_init``) would travel between the parts.
-def _builder(cls: type[Any], *, copy: bool) -> _Builder:
+def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None) -> _Builder:
     """A function that builds ``cls`` as its attrs ``__init__`` does, slot by slot.
 
     It reads each field's value, in the order ``__init__`` sets them: the value in the
@@ -98,6 +136,11 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
     ``__init__`` calls it. ``_by_init`` for a class whose ``__init__`` does more (see
     ``_PLAIN_INIT_NAMES``), is not attrs's, or has a slot that is not a field (its
     ``__init__`` may set it).
+
+    With ``site`` (for ``_next`` only, see :func:`_site`): a function
+    ``build(leaving, *values)`` that takes the changes' values positionally, in the
+    order of ``site``; ``_by_init`` as well when ``cls.__init__`` would not take those
+    names as they are (a name it does not take, an argument it requires missing).
     """
     if not isinstance(cls, type):  # a generic alias such as Planning[Trip]: called as is
         return _by_init
@@ -118,6 +161,8 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
     takes = frozenset(field.alias for field in fields if field.init)
     if not takes >= set(_CARRIED):  # _next would pass an argument __init__ does not take
         return _by_init
+    if site is not None and (copy or not set(site) <= takes - {"ticket"}):
+        return _by_init
     allowed = set(_PLAIN_INIT_NAMES)
     if "__attrs_post_init__" in code.co_names:
         allowed.add("__attrs_post_init__")
@@ -136,7 +181,8 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
         "_ref": weakref.ref,
         "_Ticket": _Ticket,
     }
-    lines = ["def build(leaving, changes):"]
+    given = "changes" if site is None else ", ".join(f"_a{k}" for k in range(len(site)))
+    lines = [f"def build(leaving, {given}):"]
     required: list[str] = []
     reads: list[str] = []
     sets: list[str] = []
@@ -155,7 +201,7 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
         ):
             return _by_init
         else:
-            value = _value_of(field, index, copy, namespace, allowed, required)
+            value = _value_of(field, index, copy, site, namespace, allowed, required)
             if value is None:
                 return _by_init
         reads.append(f"    _v{index} = {value}")
@@ -167,8 +213,9 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
     if not set(code.co_names) <= allowed:
         return _by_init
     namespace["_takes"] = takes - {"ticket"}
-    lines.append("    if not changes.keys() <= _takes:")
-    lines.append("        return None")
+    if site is None:
+        lines.append("    if not changes.keys() <= _takes:")
+        lines.append("        return None")
     for alias in required:
         lines.append(f"    if {alias!r} not in changes:")
         lines.append("        return None")
@@ -182,7 +229,7 @@ def _builder(cls: type[Any], *, copy: bool) -> _Builder:
         lines.append("    new.__attrs_post_init__()")
     lines.append("    return new")
     source = "\n".join(lines)
-    kind = "copier" if copy else "builder"
+    kind = "copier" if copy else "builder" if site is None else f"builder at {site}"
     exec(compile(source, f"<statemachine {kind} {cls.__qualname__}>", "exec"), namespace)
     return cast("_Builder", namespace["build"])
 
@@ -191,12 +238,14 @@ def _value_of(
     field: Any,
     index: int,
     copy: bool,
+    site: tuple[str, ...] | None,
     namespace: dict[str, Any],
     allowed: set[str],
     required: list[str],
 ) -> str | None:
     """The expression a builder reads ``field``'s value with (see :func:`_builder`);
-    ``None`` for a factory that takes the object being built."""
+    ``None`` for a factory that takes the object being built, or (at a ``site``) for an
+    argument ``__init__`` requires that the site does not pass."""
     default: Any = field.default
     if isinstance(default, _FACTORY):
         if default.takes_self:
@@ -212,6 +261,12 @@ def _value_of(
         return fallback
     if copy:
         return f"changes[{alias!r}] if {alias!r} in changes else leaving.{field.name}"
+    if site is not None:
+        if alias in site:
+            return f"_a{site.index(alias)}"
+        if alias in _CARRIED:
+            return "leaving.step + 1" if alias == "step" else f"leaving.{alias}"
+        return None if default is attrs.NOTHING else fallback
     if alias in _CARRIED:  # the arguments _next passes, read as it reads them
         carried = "leaving.step + 1" if alias == "step" else f"leaving.{alias}"
         return f"changes[{alias!r}] if {alias!r} in changes else {carried}"
