@@ -143,6 +143,11 @@ def _below(found: _Positions, size: int) -> Sequence[int]:
     return found[: bisect.bisect_left(found, size)]
 
 
+# How many overlays a line may stand on (see _Line.branch): past this, a branch indexes
+# its own actions once, flat, so that a look-up reads at most this many lines' dicts.
+_DEPTH = 8
+
+
 @final
 class _Line:
     """Where each key (exact and canonical) and each call id sits in a line of states.
@@ -154,9 +159,17 @@ class _Line:
     positions below its own length. A state that records while the index covers more
     than its own actions starts a line of its own (a branch), so positions ascend.
 
+    A branch is an overlay (:meth:`branch`): it holds only what is recorded, settled and
+    failed in it from the branch point on, and reads the rest from the line it branched
+    from (``parent``), capped at the branch point: the first ``base`` positions and the
+    first ``base_rank`` failures, which the branch shares with every state of that line.
+    So a branch costs the same at any length of the run: nothing is walked or made again.
+
     ``keys`` holds the positions of settled actions only (settled in some state of the
     line), so that a look-up from the end stops at the latest settled action after
-    passing over the pending ones alone, never over a run's suppressed calls.
+    passing over the pending ones alone, never over a run's suppressed calls. A position
+    below ``base`` settled in a branch is noted in the parent's (settled in some state of
+    that line too): each line's own keys and calls are at ``base`` and above.
 
     ``alike`` is the semantic tier's index: the failed and refused calls by tool and
     anchors (:func:`call_anchors`), each as its rank among the failures and its position.
@@ -164,10 +177,23 @@ class _Line:
     fails a call with fewer failures than the line has starts a line of its own), so a
     state's own are those of rank below its count. ``signed`` keeps each failed call's
     signature, by the similarity that made it, made when it is first compared; the
-    lexical similarity signs with the line's own trigram vocabulary (``lexical``).
+    lexical similarity signs with the trigram vocabulary of the line's root (``lexical``).
     """
 
-    __slots__ = ("alike", "calls", "failing", "failures", "keys", "lexical", "signed", "size")
+    __slots__ = (
+        "alike",
+        "base",
+        "base_rank",
+        "calls",
+        "depth",
+        "failing",
+        "failures",
+        "keys",
+        "lexical",
+        "parent",
+        "signed",
+        "size",
+    )
 
     def __init__(self) -> None:
         self.size = 0
@@ -179,10 +205,15 @@ class _Line:
         self.failing: set[str] = set()
         self.signed: dict[object, dict[int, object]] = {}
         self.lexical: MaskSigned | None = None
+        # The line this one branched from (None: a line of its own), what of it is shared.
+        self.parent: _Line | None = None
+        self.base = 0
+        self.base_rank = 0
+        self.depth = 0
 
     @classmethod
     def of(cls, actions: Sequence[ActionRecord], failures: tuple[int, ...]) -> _Line:
-        """The index of ``actions`` and ``failures`` (a restored state's, or a branch's)."""
+        """The index of ``actions`` and ``failures`` (a restored state's), made from them."""
         line = cls()
         for position, action in enumerate(actions):
             line.add(position, action)
@@ -192,6 +223,36 @@ class _Line:
             line.failed(rank, position, actions[position])
         return line
 
+    @classmethod
+    def branch(
+        cls, parent: _Line, actions: Sequence[ActionRecord], failures: tuple[int, ...]
+    ) -> _Line:
+        """The index of a state of ``parent``'s line (``actions`` and ``failures``, a
+        prefix of what ``parent`` covers) for a branch of its own: an overlay on
+        ``parent`` capped at the state's length and failures, made without reading them."""
+        size, rank = len(actions), len(failures)
+        if not size:  # nothing shared (a run from a shared ``LoopState()``): a line of its own
+            return cls()
+        # A line whose own part the branch does not reach is passed over.
+        while parent.parent is not None and size <= parent.base and rank <= parent.base_rank:
+            parent = parent.parent
+        if parent.depth >= _DEPTH:
+            return cls.of(actions, failures)
+        line = cls()
+        line.parent, line.base, line.base_rank = parent, size, rank
+        line.size, line.failures, line.depth = size, rank, parent.depth + 1
+        line.failing = set(parent.failing)  # a superset of what it reads: only a filter
+        return line
+
+    def _below(self, position: int) -> _Line:
+        """The line below this one whose own part holds ``position`` (below ``base``)."""
+        line = self
+        while position < line.base:
+            parent = line.parent
+            assert parent is not None  # base > 0: a branch, which has one
+            line = parent
+        return line
+
     def add(self, position: int, action: ActionRecord) -> None:
         """Take in the action recorded at ``position`` (the next one)."""
         self.size = position + 1
@@ -199,9 +260,10 @@ class _Line:
 
     def settled(self, position: int, action: ActionRecord) -> None:
         """Note that the action at ``position`` is settled, under its keys."""
-        _insert(self.keys, action.exact, position)
+        line = self if position >= self.base else self._below(position)
+        _insert(line.keys, action.exact, position)
         if action.key != action.exact:
-            _insert(self.keys, action.key, position)
+            _insert(line.keys, action.key, position)
 
     def failed(self, rank: int, position: int, action: ActionRecord) -> None:
         """Note that the action at ``position`` failed (or was refused), the failure ``rank``."""
@@ -214,44 +276,89 @@ class _Line:
             found[0].append(rank)
             found[1].append(position)
 
+    def alike_positions(
+        self, key: tuple[str, tuple[str, ...]], count: int, oldest: int
+    ) -> list[int]:
+        """The positions of the failures with ``key`` (tool and anchors) whose rank is in
+        ``oldest .. count - 1``, latest first."""
+        found: list[int] = []
+        line: _Line | None = self
+        while line is not None and count > oldest:
+            entry = line.alike.get(key)
+            if entry is not None:
+                ranks, positions = entry
+                for at in range(bisect.bisect_left(ranks, count) - 1, -1, -1):
+                    if ranks[at] < oldest:
+                        return found
+                    found.append(positions[at])
+            if line.base_rank < count:
+                count = line.base_rank
+            line = line.parent
+        return found
+
     def signature(self, signer: SignedSimilarity[Any], position: int, text: str) -> object:
         """The signature of the failed call at ``position`` (whose text is ``text``)."""
-        signed = self.signed.get(signer)
+        # The same call in the line below, when it is shared: signed there.
+        line = self if position >= self.base else self._below(position)
+        signed = line.signed.get(signer)
         if signed is None:
-            signed = self.signed[signer] = {}
+            signed = line.signed[signer] = {}
         found = signed.get(position)
         if found is None:
             found = signed[position] = signer.signature(text)
         return found
 
     def lexical_signer(self) -> SignedSimilarity[Any]:
-        """The lexical similarity signing with this line's own trigram vocabulary."""
-        signer = self.lexical
+        """The lexical similarity signing with the trigram vocabulary of this line's root
+        (shared by its branches, whose signatures are compared with those made there)."""
+        line = self
+        while line.parent is not None:
+            line = line.parent
+        signer = line.lexical
         if signer is None:
-            signer = self.lexical = MaskSigned()
+            signer = line.lexical = MaskSigned()
         return signer
 
     def latest(self, key: str, actions: Sequence[ActionRecord]) -> ActionRecord | None:
         """The latest action of ``actions`` settled with this key."""
         found = self.keys.get(key)
-        if found is None:
+        if found is None and self.parent is None:  # nearly always, for a new call
             return None
-        positions = _below(found, len(actions))
-        # Each position was settled in some state of the line: the walk passes over only
-        # the actions settled in another state and not (or not yet) in this one.
-        for at in range(len(positions) - 1, -1, -1):
-            action = actions[positions[at]]
-            if action.outcome in _SETTLED:
-                return action
-        return None
+        size = len(actions)
+        line = self
+        while True:
+            if found is not None:
+                positions = _below(found, size)
+                # Each position was settled in some state of the line: the walk passes
+                # over only the actions settled in another state and not (or not yet) in
+                # this one.
+                for at in range(len(positions) - 1, -1, -1):
+                    action = actions[positions[at]]
+                    if action.outcome in _SETTLED:
+                        return action
+            parent = line.parent
+            if parent is None:
+                return None
+            if line.base < size:
+                size = line.base
+            line = parent
+            found = line.keys.get(key)
 
     def call(self, call_id: str, size: int) -> int | None:
         """The position of the latest action with ``call_id`` among the first ``size``."""
-        found = self.calls.get(call_id)
-        if found is None:
-            return None
-        positions = _below(found, size)
-        return positions[-1] if positions else None
+        line = self
+        while True:
+            found = line.calls.get(call_id)
+            if found is not None:
+                positions = _below(found, size)
+                if positions:
+                    return positions[-1]
+            parent = line.parent
+            if parent is None:
+                return None
+            if line.base < size:
+                size = line.base
+            line = parent
 
 
 class VerdictRecord(BaseModel, frozen=True, extra="forbid", defer_build=True):
@@ -316,13 +423,21 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         return _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        """A copy, as pydantic makes it; one with other ``actions`` indexes them anew (and
-        holds them as an :class:`ActionLog`, whatever sequence they came in)."""
+        """A copy, as pydantic makes it; one with other ``actions`` or ``failures`` indexes
+        them anew (and holds the actions as an :class:`ActionLog`, whatever sequence they
+        came in). The very log and failures this state holds are not other: the copy
+        shares this state's index (it branches from it when it records)."""
         if update and "actions" in update and not isinstance(update["actions"], ActionLog):
             update = {**update, "actions": ActionLog(update["actions"])}
         copied = super().model_copy(update=update, deep=deep)
         if update and ("actions" in update or "failures" in update):
-            copied._private()["_index"] = None
+            same = (
+                not deep
+                and update.get("actions", self.actions) is self.actions
+                and update.get("failures", self.failures) is self.failures
+            )
+            if not same:
+                copied._private()["_index"] = None
         return copied
 
     def __eq__(self, other: object) -> bool:
@@ -355,10 +470,13 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         """A state with ``action`` added (a tool iteration unless told otherwise)."""
         position = len(self.actions)
         line = self._private().get("_index")
-        if line is None or line.size != position:
-            # Not made yet, or a later state of this line recorded already: a branch (the
-            # default ``LoopState()``, shared by every run that starts from it, is one).
+        if line is None or line.size < position:  # not made yet (a restored state)
             line = _Line.of(self.actions, self.failures)
+        elif line.size != position:
+            # A later state of this line recorded already: a branch (the default
+            # ``LoopState()``, shared by every run that starts from it, makes one), which
+            # reads what it shares with this line from this line's index.
+            line = _Line.branch(line, self.actions, self.failures)
         actions = self.actions.appended(action)
         evolved = self._evolve(
             actions=actions,
@@ -409,8 +527,10 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         if rank == line.failures:
             line.failed(rank, position, settled)
             return {"actions": changed, "failures": failures}
-        # Another state of the line failed a call first: the failures part ways (a branch).
-        branch = _Line.of(changed, failures)
+        # Another state of the line failed a call first: the failures part ways (a branch,
+        # which shares this state's actions and its failures before this one).
+        branch = _Line.branch(line, changed, self.failures)
+        branch.failed(rank, position, settled)
         return {"actions": changed, "failures": failures, "_index": branch}
 
     def _observed(
@@ -724,20 +844,19 @@ class LoopGovernor:
         count = len(loop.failures)
         if not count or action.tool not in line.failing:
             return None
-        found = line.alike.get((action.tool, call_anchors(action.text)))
-        if found is None:
+        anchored = (action.tool, call_anchors(action.text))
+        if line.parent is None and anchored not in line.alike:  # nearly always
             return None
-        ranks, positions = found
         oldest = count - self.semantic_window
+        positions = line.alike_positions(anchored, count, oldest)
+        if not positions:
+            return None
         similarity, signer = self._semantic_similarity()
         if signer is LEXICAL:  # signatures as bitmasks, in the line's own vocabulary
             signer = line.lexical_signer()
         actions, threshold = loop.actions, self.semantic_threshold
         mine: object = None
-        for at in range(bisect.bisect_left(ranks, count) - 1, -1, -1):
-            if ranks[at] < oldest:
-                break
-            position = positions[at]
+        for position in positions:
             earlier = actions[position]
             if signer is None:
                 score = similarity(action.text, earlier.text)
