@@ -6,7 +6,9 @@ of ``saved_status``, ``prepare``, ``previous_head`` and ``checkpoint``. Here the
 chains of phases are saved twice, once with the shortcut and once with it turned off,
 and the stores must hold the same rows byte for byte (blobs, heads, stamps) and remember
 the same of the run; with snapshots between, a sealer, a store that forgot the run, and
-a change of status.
+a change of status. SQLite saves such a delta in one statement (``_save_next``, a view's
+trigger that writes only while the run's row is the one the store wrote last): the same
+rows again, and a row another connection changed refuses it and the plain path saves.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pydantic import BaseModel
 from statemachine import (
     Agent,
     Budget,
+    CheckpointOrderError,
     MemoryCheckpointer,
     Runner,
     SQLiteCheckpointer,
@@ -135,7 +138,14 @@ async def test_the_next_delta_s_shortcut_stores_what_the_plain_path_stores(
     states = await phases(14)
     results: list[tuple[Any, ...]] = []
     taken: list[bool] = []
+    one_statement: list[bool] = []
     plain_next: Callable[..., Any] = _Store._next_delta
+    plain_save_next: Callable[..., Any] = SQLiteCheckpointer._save_next
+
+    def counted_save_next(self: SQLiteCheckpointer, *args: Any) -> Any:
+        made = plain_save_next(self, *args)
+        one_statement.append(made is not None and type(made) is not datetime)
+        return made
 
     def counted(self: _Store, *args: Any) -> Any:
         made = plain_next(self, *args)
@@ -145,6 +155,7 @@ async def test_the_next_delta_s_shortcut_stores_what_the_plain_path_stores(
     for shortcut in (True, False):
         if shortcut:
             monkeypatch.setattr(_Store, "_next_delta", counted)
+            monkeypatch.setattr(SQLiteCheckpointer, "_save_next", counted_save_next)
         else:
             monkeypatch.setattr(_Store, "_next_delta", lambda *args: None)
         options: dict[str, Any] = {"snapshot_every": 5, "clock": Clock()}
@@ -172,6 +183,9 @@ async def test_the_next_delta_s_shortcut_stores_what_the_plain_path_stores(
     assert any(taken)  # deltas took it; snapshots and the rest did not
     assert not all(taken)
     assert sum(taken) > len(states) // 2
+    if kind == "sqlite":  # in one statement, but the save after the hold (its row moved)
+        assert sum(one_statement) > len(states) // 2
+        assert not all(one_statement)
 
 
 async def test_a_run_cancelled_meanwhile_is_saved_as_the_plain_path_saves_it(
@@ -189,3 +203,134 @@ async def test_a_run_cancelled_meanwhile_is_saved_as_the_plain_path_saves_it(
         assert record is not None
         assert record.status.value == "cancelled"
         assert (await store.load("r"))[0] == 2
+
+
+async def saved_with_a_change_between(
+    path: Path, states: list[Any], change: Callable[[Path], Any]
+) -> tuple[list[Any], list[Any]]:
+    """Save the phases as one run, ``change`` made to the file by another connection after
+    the fourth save: the rows each save returned, and the file's rows."""
+    async with SQLiteCheckpointer(path, clock=Clock()) as store:
+        saver = _Saver(store, Runtime(), "a", None)  # type: ignore[arg-type]
+        rows = [await saver.save(states[0], first=True)]
+        for at, state in enumerate(states[1:], 1):
+            if at == 4:
+                await change(path)
+            rows.append(await saver.save(state))
+    return [list(vars(row).items()) for row in rows if row], sqlite_rows(path)
+
+
+async def by_another_store(path: Path) -> None:
+    async with SQLiteCheckpointer(path, clock=Clock()) as other:
+        await other.set_status("r", "cancelled")
+
+
+def by_hand(assignment: str) -> Callable[[Path], Any]:
+    """A change of the run's row by another connection, in SQL (one column set)."""
+
+    async def change(path: Path) -> None:
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute(f"UPDATE runs SET {assignment} WHERE run_id = 'r'")
+
+    return change
+
+
+_BY_HAND = [
+    "reason = 'look'",
+    "failures = 2",
+    "retry_at = '2026-12-02T00:00:00.000000+00:00'",
+    "stop_requested = 1",
+    "waiting_for = 'kim'",
+    "agent = 'b'",
+    "status = 'interrupted'",
+    "decision = x'00'",
+    "head = zeroblob(32)",  # rolled back
+    "seq = 2",
+]
+
+
+@pytest.mark.parametrize(
+    "change", [by_another_store, *map(by_hand, _BY_HAND)], ids=["store", *_BY_HAND]
+)
+async def test_a_row_changed_by_another_connection_is_saved_as_the_plain_path_saves_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Callable[[Path], Any]
+) -> None:
+    """The one-statement save trusts the row this connection wrote last only as far as the
+    file still holds it: a row another connection changed (its status, its retry state,
+    its head) refuses it, nothing is written, and the plain path saves (or refuses) as it
+    does with the shortcut turned off."""
+    states = await phases(6)
+    refused: list[bool] = []
+    plain_save_next: Callable[..., Any] = SQLiteCheckpointer._save_next
+
+    def counted(self: SQLiteCheckpointer, *args: Any) -> Any:
+        made = plain_save_next(self, *args)
+        # Refused by the file (the statement ran: the moment it read is given on).
+        refused.append(type(made) is datetime)
+        return made
+
+    outcomes: list[Any] = []
+    for shortcut in (True, False):
+        if shortcut:
+            monkeypatch.setattr(SQLiteCheckpointer, "_save_next", counted)
+        else:
+            monkeypatch.setattr(SQLiteCheckpointer, "_save_next", lambda *args: None)
+        path = tmp_path / f"{shortcut}.db"
+        try:
+            outcomes.append(await saved_with_a_change_between(path, states, change))
+        except Exception as exc:  # the rolled back head: refused the same way
+            outcomes.append((type(exc), str(exc).replace(str(path), "<path>")))
+    assert outcomes[0] == outcomes[1]
+    assert refused.count(True) == 1
+
+
+async def test_two_stores_saving_one_run_refuse_the_second_seq(tmp_path: Path) -> None:
+    """Two stores that each saved the run last (two processes): the one behind is refused
+    its next seq (CheckpointOrderError) as the plain path refuses it, and the file keeps
+    the other's checkpoint."""
+    states = await phases(4)
+    path = tmp_path / "s.db"
+    async with (
+        SQLiteCheckpointer(path, clock=Clock()) as first,
+        SQLiteCheckpointer(path, clock=Clock()) as second,
+    ):
+        saver = _Saver(first, Runtime(), "a", None)  # type: ignore[arg-type]
+        for at, state in enumerate(states[:4]):
+            await saver.save(state, first=at == 0)
+        # The second store takes the run over from its load (a resume elsewhere)...
+        seq, _ = await second.load("r")
+        behind = _Saver(second, Runtime(), "a", seq)  # type: ignore[arg-type]
+        await behind.save(states[4])  # its first save reads the row: plain
+        await behind.save(states[5])  # then in one statement
+        # ...while the first still remembers the run at seq 3 and saves seq 4 again.
+        with pytest.raises(CheckpointOrderError):
+            await saver.save(states[4])
+        assert (await first.record("r")).seq == 5
+        assert (await first.load("r"))[0] == 5
+        assert await first.verify("r") == 5
+
+
+async def test_a_store_of_today_s_format_gets_the_one_statement_save(tmp_path: Path) -> None:
+    """A file written before the one-statement save (without its view and trigger) gets
+    them when it is opened, and its run's saves then take that path and load."""
+    states = await phases(4)
+    path = tmp_path / "s.db"
+    async with SQLiteCheckpointer(path, clock=Clock()) as store:
+        saver = _Saver(store, Runtime(), "a", None)  # type: ignore[arg-type]
+        for at, state in enumerate(states[:3]):
+            await saver.save(state, first=at == 0)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("DROP TRIGGER next_delta_saved")
+        db.execute("DROP VIEW next_delta")
+    async with SQLiteCheckpointer(path, clock=Clock()) as store:
+        seq, _ = await store.load("r")
+        saver = _Saver(store, Runtime(), "a", seq)  # type: ignore[arg-type]
+        await saver.save(states[3])
+        before = store._wal_pages
+        await saver.save(states[4])
+        assert store._wal_pages > before  # saved, in one statement (no BEGIN)
+        assert (await store.load("r"))[0] == seq + 2
+        assert await store.verify("r") == seq + 2
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        names = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+    assert {"next_delta", "next_delta_saved"} <= names

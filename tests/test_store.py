@@ -703,6 +703,44 @@ async def test_an_ordinary_save_is_five_statements(tmp_path: Path) -> None:
         ] * 3
 
 
+async def test_a_next_delta_given_as_ops_is_one_statement(tmp_path: Path) -> None:
+    """A save given as ops on the document saved last, the run's row the one this
+    connection wrote: one INSERT into the view whose trigger writes both rows (its own
+    transaction), and the run loads and verifies."""
+    async with SQLiteCheckpointer(tmp_path / "runs.db") as store:
+        documents = [document(seq) for seq in range(5)]
+        await save_run(store, "r", 1)
+        statements: list[str] = []
+        store._db.set_trace_callback(statements.append)
+        for seq in range(1, 5):
+            ops = [["set", ["fields"], documents[seq]["fields"]]]
+            await store.save(
+                "r",
+                seq,
+                documents[seq],
+                agent="travel",
+                status="running",
+                phase="Planning",
+                base=documents[seq - 1],
+                ops=ops,
+            )
+        # (The trace names the insert again for each step of its trigger.)
+        saves = [s.split(", '", 1)[0] for s in statements if s != "PRAGMA busy_timeout = 0"]
+        saves = [s for at, s in enumerate(saves) if not at or saves[at - 1] != s]
+        # The first is plain: its base is not the very document the store saved last.
+        assert [statement.split(" ", 2)[:2] for statement in saves[:5]] == [
+            ["BEGIN", "IMMEDIATE"],
+            ["PRAGMA", "data_version"],
+            ["INSERT", "INTO"],
+            ["UPDATE", "runs"],
+            ["COMMIT"],
+        ]
+        assert saves[5:] == [f"INSERT INTO next_delta VALUES ('r', {seq}" for seq in (2, 3, 4)]
+        store._db.set_trace_callback(None)
+        assert (await store.load("r"))[1] == documents[4]
+        assert await store.verify("r") == 4
+
+
 class _Moment(datetime):
     """A datetime subclass with an isoformat of its own, which a stamp must keep."""
 

@@ -532,7 +532,10 @@ class _Store:
         phase: str,
         waiting_for: str,
         change: _Change | None,
+        now: datetime | None = None,
     ) -> RunRecord:
+        """Save checkpoint ``seq`` (see :meth:`save`); ``now``, the moment to save it at
+        when one was read from the clock already (by a backend's shortcut that let it be)."""
         with self._transaction(write=True):
             record = self._get_record_to_save(run_id)
             chain = self._chain
@@ -543,7 +546,8 @@ class _Store:
                 )
             else:
                 snapshot, (blob, last) = False, next_delta
-            now = chain.now()
+            if now is None:
+                now = chain.now()
             if next_delta is not None and status is not RunStatus.FAILED_RESUMABLE:
                 assert record is not None  # a next delta: the run has a row
                 # What saved_record and retry_fields give then (the status the run has,
