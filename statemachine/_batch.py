@@ -97,13 +97,13 @@ def _with_ids(
     """
     if type(requests) is tuple and len(requests) == 1:
         request = requests[0]
-        given_id = request.id
-        if (
-            type(request) is ToolRequest
-            and type(given_id) is str
-            and type(request.name) is str
-            and type(request.arguments) is str
-        ):
+        # Its fields, read from its __dict__ (what reading them from a ToolRequest reads:
+        # the class has no attribute of their names; one missing reads as None here).
+        fields = request.__dict__ if type(request) is ToolRequest else _NO_FIELDS
+        if type(fields) is not dict:  # a dict subclass set behind pydantic's back
+            fields = _NO_FIELDS
+        given_id, name, arguments = fields.get("id"), fields.get("name"), fields.get("arguments")
+        if type(given_id) is str and type(name) is str and type(arguments) is str:
             line = loop._line()
             size = len(loop.actions)
             if given_id and line.call(given_id, size) is None:
@@ -112,8 +112,11 @@ def _with_ids(
             while call_id == given_id or line.call(call_id, size) is not None:
                 more += 1
                 call_id = f"call-{step}.{more}"
-            return (_request(request.name, request.arguments, call_id),)
+            return (_request(name, arguments, call_id),)
     return _each_with_id(loop, step, requests)
+
+
+_NO_FIELDS: dict[str, Any] = {}
 
 
 def _each_with_id(

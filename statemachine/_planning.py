@@ -291,6 +291,22 @@ async def _reply(
     # with the spend: a reply made without validation (``model_construct``) could carry
     # a usage that would give budget back.
     usage = reply.usage
+    if type(usage) is Usage:  # _usage_problem's checks, its fields read once, and the sum
+        fields: Any = usage.__dict__
+        if type(fields) is not dict:  # a dict subclass set behind pydantic's back
+            fields = {}
+        inputs, outputs = fields.get("input_tokens"), fields.get("output_tokens")
+        cost = fields.get("cost")
+        if (
+            type(inputs) is int
+            and type(outputs) is int
+            and inputs >= 0
+            and outputs >= 0
+            and type(cost) is Decimal
+            and cost.is_finite()
+            and cost >= 0
+        ):  # usage.tokens is their sum (the class's own property), usage.cost the cost
+            return reply, spent.add(tokens=inputs + outputs, cost=cost, model_calls=1), None
     problem = _usage_problem(usage)
     if problem is not None:
         return f"the model's reply could not be used: {problem}", spent, None

@@ -17,8 +17,10 @@ with an exhaustive ``match``.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
 import json
+import types
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from decimal import Decimal
@@ -323,7 +325,7 @@ def _hashed(name: str, args: BaseModel) -> tuple[str, str]:
     ``_json.canonical_hash(args)`` computes, with the text kept."""
     try:
         canonical = _canonical(args)
-        return canonical, hashlib.sha256(canonical.encode()).hexdigest()
+        return canonical, _sha256(canonical.encode()).hexdigest()
     except (ValueError, ArithmeticError) as error:
         raise BadArgumentsError(name, (f"not a JSON value: {error}",)) from None
 
@@ -600,6 +602,79 @@ class ToolRegistry(Generic[D]):
         JSON numbers are read as exact ``Decimal``. Nothing here raises for bad
         model output: the model is told what to fix instead.
         """
+        # The model's usual call, in this one frame: text naming a tool of the library's
+        # own classes, a JSON object the scanner reads whole (not nested deeply), and an
+        # arguments class that validates as BaseModel.model_validate does. What _route
+        # does with it, step for step (the same scan, validation, errors and call);
+        # anything else, and a text the scanner cannot read whole, goes through _route.
+        tool = self._tools.get(name) if type(name) is str else None
+        kind = type(tool)
+        if (
+            (kind is ReadTool or kind is WriteTool)
+            and type(arguments) is str
+            and arguments[:1] == "{"
+            and (
+                len(arguments) <= _SHALLOW
+                or arguments.count("{") + arguments.count("[") <= _SHALLOW
+            )
+        ):
+            try:
+                value, end = _scan(arguments, 0)
+            except (ValueError, ArithmeticError, RecursionError, StopIteration):
+                return self._route(name, arguments)  # its error, as _route reports it
+            if end != len(arguments) or type(value) is not dict:
+                return self._route(name, arguments)
+            known: Tool = tool  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
+            model: Any = known.args_model
+            validate: Any = model.model_validate
+            bound: Any = model  # compared below as itself (the checkers would narrow model)
+            if (
+                type(validate) is not _Method
+                or validate.__func__ is not _MODEL_VALIDATE
+                or validate.__self__ is not bound
+            ):
+                return self._called(known, name, arguments, value)
+            try:  # BaseModel.model_validate(model, value), without its frame
+                args = model.__pydantic_validator__.validate_python(value)
+            except ValidationError as error:
+                return _invalid_arguments(name, arguments, _problems(error))
+            except (ValueError, ArithmeticError, RecursionError) as error:
+                return _invalid_arguments(name, arguments, (f"{type(error).__name__}: {error}",))
+            made: Any = ReadCall if kind is ReadTool else WriteCall
+            try:  # what _hashed does when _plain_canonical knows the class
+                canonical = _plain_canonical(args)
+                args_hash = None if canonical is None else _sha256(canonical.encode()).hexdigest()
+            except (ValueError, ArithmeticError) as error:
+                return _invalid_arguments(name, arguments, (f"not a JSON value: {error}",))
+            if canonical is None:  # _made writes it the long way (and reports its errors)
+                try:
+                    routed: ReadCall | WriteCall = _made(made, known, args)
+                except BadArgumentsError as error:
+                    return _invalid_arguments(name, arguments, error.problems)
+                return routed
+            # What _made makes (the classes are final; the tool is of the call's kind).
+            call = _new(made)
+            _set_args(call, args)
+            _set_args_hash(call, args_hash)
+            _set_canonical(call, canonical)
+            _set_tool[made](call, known)
+            return call  # type: ignore[no-any-return]
+        return self._route(name, arguments)
+
+    def _called(
+        self, tool: Tool, name: str, arguments: str, value: dict[str, Any]
+    ) -> ReadCall | WriteCall | InvalidCall:
+        """``tool.call(value)`` for ``route`` (``value``: the parsed arguments), a bad
+        call an :class:`InvalidCall` as ``_route`` makes it."""
+        try:
+            return tool.call(value)
+        except BadArgumentsError as error:
+            return _invalid_arguments(name, arguments, error.problems)
+
+    def _route(
+        self, name: str, arguments: str | Mapping[str, Any]
+    ) -> ReadCall | WriteCall | InvalidCall:
+        """What ``route`` does, for any name and arguments (its plain path)."""
         try:
             raw = arguments if isinstance(arguments, str) else _json.dumps(arguments)
         except (ValueError, TypeError, ArithmeticError) as error:
@@ -630,16 +705,48 @@ class ToolRegistry(Generic[D]):
                 ),
             )
         except BadArgumentsError as error:
-            return InvalidCall(
-                name=name,
-                arguments=raw,
-                problems=error.problems,
-                feedback=(
-                    f"The arguments for {name} were not accepted: "
-                    + "; ".join(error.problems)
-                    + f". Call {name} again with arguments that match its schema."
-                ),
-            )
+            return _invalid_arguments(name, raw, error.problems)
+
+
+def _invalid_arguments(name: str, raw: str, problems: tuple[str, ...]) -> InvalidCall:
+    """The :class:`InvalidCall` of a known tool's call whose ``raw`` arguments were not
+    accepted, for ``problems``."""
+    return InvalidCall(
+        name=name,
+        arguments=raw,
+        problems=problems,
+        feedback=(
+            f"The arguments for {name} were not accepted: "
+            + "; ".join(problems)
+            + f". Call {name} again with arguments that match its schema."
+        ),
+    )
+
+
+# BaseModel.model_validate's function (a classmethod's), and the bound method's class.
+_MODEL_VALIDATE: Final = BaseModel.model_validate.__func__  # type: ignore[attr-defined]
+_Method: Final = types.MethodType
+
+
+def _builtin_sha256() -> Callable[[bytes], Any]:
+    """SHA-256 in CPython's own C code (the module ``hashlib`` falls back to: ``_sha2``,
+    ``_sha256`` before 3.12): the same digest as OpenSSL's, without OpenSSL's set-up and
+    context copy, which cost a small text's hash three times its compression. Where
+    neither is built, ``hashlib.sha256``."""
+    for module in ("_sha2", "_sha256"):
+        try:
+            made: Callable[[bytes], Any] = importlib.import_module(module).sha256
+        except (ImportError, AttributeError):
+            continue
+        return made
+    return hashlib.sha256
+
+
+_sha256: Final = _builtin_sha256()
+# Arguments route reads in its own frame hold at most this many characters or brackets
+# ("{" and "[", in strings too): deeper JSON goes through _route, whose frames the
+# scanner's depth is counted with (the recursion limit), so that both read it alike.
+_SHALLOW: Final = 64
 
 
 def _registry(

@@ -9,10 +9,15 @@
 - ``_planning._heard``: the model request made in its frame, against ``_trusted``; the
   reply taken without ``_call``, ``_answered``, ``_asked`` and ``_checked_reply`` (no
   breaker, no listener, no wall-clock budget), against them.
+- ``_batch._with_ids`` reading a request's fields from its ``__dict__`` (a dict itself
+  only), and ``_planning._reply`` checking and counting a reply's usage from its fields
+  read once, against the plain loop and ``_usage_problem`` with ``usage.tokens``: for
+  requests and usages made without validation or changed behind pydantic's back.
 """
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -26,7 +31,14 @@ from statemachine._batch import _each_with_id, _with_ids
 from statemachine._fast._messages import _REQUEST_FIELDS, _REQUEST_ID_FIELDS, _request
 from statemachine._fast._pydantic import _trusted
 from statemachine._governor import LoopState
-from statemachine._model import Message, ModelRequest, ToolRequest, Transcript, _checked_reply
+from statemachine._model import (
+    Message,
+    ModelRequest,
+    ToolRequest,
+    Transcript,
+    Usage,
+    _checked_reply,
+)
 from statemachine.testing import AutoDenyGate, ScriptedModel, tool_call
 
 
@@ -211,3 +223,116 @@ def test_an_appended_transcript_is_the_one_of_makes(size: int, more: int) -> Non
         plain = Transcript._of(start._head, start._chunks, start._tail + new)
         assert (fast._head, fast._tail) == (plain._head, plain._tail)
         assert fast._chunks is start._chunks is plain._chunks
+
+
+# --- a request's fields read from its __dict__; a reply's usage checked in _reply ----------
+
+
+class _Lying(dict[str, Any]):
+    """A ``__dict__`` set behind pydantic's back whose ``get`` says other values."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return f"lie-{key}"
+
+
+def _outcome(call: Any, *args: Any) -> Any:
+    try:
+        made = call(*args)
+    except Exception as error:  # the error itself is compared
+        return ("raised", type(error), str(error))
+    return _plain(made)
+
+
+@pytest.mark.parametrize("how", ["missing id", "missing name", "lying dict", "int id"])
+def test_a_request_changed_behind_pydantics_back_is_read_as_the_plain_loop_reads_it(
+    how: str,
+) -> None:
+    """A request made without validation, or whose ``__dict__`` was replaced, gives what
+    the plain loop gives (its values, or the same error): the fields are read from the
+    ``__dict__`` only when it is a dict itself."""
+    if how == "missing id":
+        request = ToolRequest.model_construct(name="t", arguments="{}")
+        del request.__dict__["id"]
+    elif how == "missing name":
+        request = ToolRequest.model_construct(arguments="{}", id="x")  # type: ignore[call-arg]
+    elif how == "lying dict":
+        request = ToolRequest(name="t", arguments="{}", id="")
+        object.__setattr__(request, "__dict__", _Lying(request.__dict__))
+    else:
+        request = ToolRequest.model_construct(name="t", arguments="{}", id=7)  # type: ignore[arg-type]
+    loop = _loop(["call-3"])
+    assert _outcome(_with_ids, loop, 3, (request,)) == _outcome(_each_with_id, loop, 3, (request,))
+
+
+def _usage_plain(spent: Any, usage: Any) -> Any:
+    """What ``_reply`` gave for a reply's usage before its own check: the reason, or the
+    spend with the call in it."""
+    problem = _planning._usage_problem(usage)
+    if problem is not None:
+        return f"the model's reply could not be used: {problem}"
+    return spent.add(tokens=usage.tokens, cost=usage.cost, model_calls=1)
+
+
+class _Int(int):
+    pass
+
+
+_COUNTS = st.one_of(
+    st.integers(-3, 10**12), st.sampled_from([True, 2.0, _Int(4), None, "3", Decimal(2)])
+)
+_COSTS = st.one_of(
+    st.decimals(allow_nan=True, allow_infinity=True, places=4),
+    st.sampled_from([Decimal("-0"), Decimal("sNaN"), 0, 1.5, None, "1"]),
+)
+
+
+@pytest.mark.anyio
+@given(
+    inputs=_COUNTS,
+    outputs=_COUNTS,
+    cost=_COSTS,
+    how=st.sampled_from(["construct", "validated", "lying dict", "missing", "subclass"]),
+)
+async def test_a_replys_usage_is_counted_or_refused_as_before(
+    inputs: Any, outputs: Any, cost: Any, how: str
+) -> None:
+    """``_reply`` counts a reply's usage (its tokens and cost read from the fields once)
+    or refuses it with the reason ``_usage_problem`` gives, as before: for usages made
+    without validation, a ``__dict__`` set behind pydantic's back, a missing field and a
+    subclass."""
+    if how == "validated":
+        try:
+            usage: Any = Usage(input_tokens=inputs, output_tokens=outputs, cost=cost)
+        except (ValueError, TypeError, ArithmeticError):
+            usage = Usage()
+    elif how == "subclass":
+        usage = _Usage.model_construct(input_tokens=inputs, output_tokens=outputs, cost=cost)
+    else:
+        usage = Usage.model_construct(input_tokens=inputs, output_tokens=outputs, cost=cost)
+    if how == "lying dict":
+        object.__setattr__(usage, "__dict__", _Lying(usage.__dict__))
+    elif how == "missing":
+        del usage.__dict__["output_tokens"]
+    reply = ModelReply.model_construct(**{**ModelReply(text="hi").__dict__, "usage": usage})
+    agent = Agent[None](name="t", tools=[_lookup], budget=Budget())
+    model = ScriptedModel([reply])
+    rt = Runtime(run_id="r", model=model, gate=AutoDenyGate(), clock=lambda: 0.0)
+    planning = agent.start(None, "go").receive("go")
+    request = ModelRequest(messages=planning.messages())
+    try:
+        expected: Any = _usage_plain(planning.spent, usage)
+    except Exception as error:  # the error itself is compared
+        expected = ("raised", type(error), str(error))
+    try:
+        said, spent, _ = await _planning._reply(planning, rt, model, request, None)
+        got: Any = said if isinstance(said, str) else spent
+    except Exception as error:  # the error itself is compared
+        got = ("raised", type(error), str(error))
+    assert got == expected
+    if not isinstance(got, tuple | str):
+        assert type(got.cost) is type(expected.cost)
+        assert str(got.cost) == str(expected.cost)
+
+
+class _Usage(Usage, frozen=True):
+    """A usage of a subclass: refused by ``_usage_problem`` (not the class itself)."""
