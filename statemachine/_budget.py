@@ -232,17 +232,26 @@ _SPEND_FIELDS = tuple(field.name for field in attrs.fields(Spend))
 _NO_COST = Decimal(0)
 _exact_add = EXACT.add
 _new = object.__new__
-# The slots' own setters: a frozen class refuses setattr, not its slots' descriptors.
-_set_tokens, _set_cost, _set_tool_calls, _set_model_calls = (
-    Spend.__dict__[name].__set__ for name in _SPEND_FIELDS
-)
+
+
+class _Making(Spend):
+    """A ``Spend`` being made: it sets its slots as ``object`` does (plain slot stores,
+    where a frozen class's slots are set through each descriptor's ``__set__``), then
+    becomes a ``Spend`` (``__class__`` assignment: the same layout). Never seen as this
+    class outside :func:`_spend`; ``Spend`` and this class run no code of a user's."""
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
 
 
 def _spend(tokens: int, cost: Decimal, tool_calls: int, model_calls: int) -> Spend:
     """A ``Spend`` of values that are valid already (sums of valid ones), unchecked."""
-    spend: Spend = _new(Spend)
-    _set_tokens(spend, tokens)
-    _set_cost(spend, cost)
-    _set_tool_calls(spend, tool_calls)
-    _set_model_calls(spend, model_calls)
-    return spend
+    spend: Any = _new(_Making)
+    spend.tokens = tokens
+    spend.cost = cost
+    spend.tool_calls = tool_calls
+    spend.model_calls = model_calls
+    spend.__class__ = Spend
+    made: Spend = spend
+    return made

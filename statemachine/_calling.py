@@ -27,7 +27,7 @@ from ._errors import EffectUncertainError, ToolError, UnapprovedWriteError
 from ._fast._attrs import _site
 from ._money import EXACT, money_sum
 from ._runtime import Runtime, _within
-from ._seal import _own_ticket
+from ._seal import _own_ticket, _Ticket
 from ._tools import _FREE, _IDEMPOTENCY_KEY, ReadCall, ReadTool, Tool, WriteTool, idempotency_key
 
 if TYPE_CHECKING:
@@ -56,7 +56,8 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
     """What ``ToolCalling.execute`` does once the phase is left (its docstring says what)."""
     agent = calling.agent
     tool, args, args_hash = _checked(calling, rt)
-    price = tool.price(args)
+    # A read tool (exactly the library's) with no cost function: Tool.price's first answer.
+    price = _FREE if type(tool) is ReadTool and tool.cost is None else tool.price(args)
     write = args_hash != ""
     key = idempotency_key(rt.run_id, tool.name, args_hash) if write else None
     ledger = rt.ledger if write else None
@@ -101,7 +102,9 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
         if tool.takes_context
         else None
     )
-    token = _IDEMPOTENCY_KEY.set(key)
+    # No key to give and none in place (a read call, nearly always): the tool reads None
+    # without a new context and its token; any other key is set, and reset after.
+    token = None if key is None and _key_now() is None else _IDEMPOTENCY_KEY.set(key)
     try:
         running = tool._fn(args) if context is None else tool._fn(args, context)
         output = await _within(running, timeout)
@@ -111,7 +114,10 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
             raise
         return _failed(calling, tool, error, spent.add(tool_calls=1), price)
     finally:
-        _IDEMPOTENCY_KEY.reset(token)
+        if token is not None:
+            _IDEMPOTENCY_KEY.reset(token)
+        elif _key_now() is not None:  # the tool set one itself: None again, as reset makes it
+            _IDEMPOTENCY_KEY.set(None)
     if breaker is not None:
         _settle_tool(breaker, tool.name, rt.clock(), None)
     if ledger is not None and key is not None:
@@ -161,6 +167,7 @@ def _counted(spent: Spend, price: Decimal) -> Spend:
     return spent.add(tool_calls=1, cost=cost)
 
 
+_key_now = _IDEMPOTENCY_KEY.get
 _ZERO = Decimal(0)
 _exact_add = EXACT.add
 _FREE_COST = money_sum(_ZERO, _FREE)
@@ -174,7 +181,12 @@ def _checked(calling: ToolCalling[C], rt: Runtime) -> tuple[Tool, BaseModel, str
     have let this attempt run already: else :class:`UnapprovedWriteError`, and the
     tool does not run.
     """
-    ticket = _own_ticket(calling, "execute")
+    # _own_ticket's check without its frame when the slot holds a bound _Ticket (as _leave).
+    held: object = getattr(calling, "_ticket", None)
+    if type(held) is _Ticket and held.holder is not None and held.holder() is calling:
+        ticket = held
+    else:
+        ticket = _own_ticket(calling, "execute")
     if ticket.runtime is not None and ticket.runtime is not rt:
         raise UnapprovedWriteError(
             calling.call.name, "it was given another runtime than the one its run has"

@@ -90,7 +90,7 @@ from ._errors import (
     SetupError,
     UnapprovedWriteError,
 )
-from ._fast._attrs import _BUILDERS, _COPIERS, _built, _site
+from ._fast._attrs import _BUILDERS, _COPIERS, _built, _checks_field, _site
 from ._fast._classes import _per_class, _PerClass
 from ._fast._messages import _appended, _result_text, _system, _told
 from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState
@@ -649,6 +649,15 @@ class Retrying(Active[C]):
     async def advance(self, rt: Runtime) -> ToolCalling[C] | Failed[C]:
         """Retry the call, or fail."""
         return await self.retry(rt)
+
+
+# Their hooks only check the call they hold (the exact types it passes, as it tests
+# them first): a builder runs the check on the value itself.
+for _holder in (ToolCalling, Observing, Retrying):
+    _checks_field(
+        _holder.__attrs_post_init__, "call", (ReadCall, ApprovedCall), _holds_no_unapproved_write
+    )
+del _holder
 
 
 @attrs.frozen(kw_only=True)

@@ -154,3 +154,136 @@ def test_leave_refuses_what_own_ticket_refuses() -> None:
     planning._leave("fail")
     with pytest.raises(PhaseReusedError):
         planning._leave("fail")
+
+
+# _spend: a Spend made through its _Making twin is the one the constructor makes.
+
+
+@given(counts, money, counts, counts)
+def test_spend_is_the_constructor_s_spend(
+    tokens: int, cost: Decimal, tool_calls: int, model_calls: int
+) -> None:
+    from attrs.exceptions import FrozenInstanceError
+
+    from statemachine._budget import _spend
+
+    made = _spend(tokens, cost, tool_calls, model_calls)
+    plain = Spend(tokens=tokens, cost=cost, tool_calls=tool_calls, model_calls=model_calls)
+    assert type(made) is Spend
+    assert made == plain
+    assert _spelled(made) == _spelled(plain)
+    assert hash(made) == hash(plain)
+    assert made.model_dump_json() == plain.model_dump_json()
+    with pytest.raises(FrozenInstanceError):
+        made.tokens = 1  # type: ignore[misc]
+
+
+# The builders run the hook of ToolCalling, Observing and Retrying (the check of the call
+# they hold) themselves: a write that was not approved is still refused, and a
+# subclass's hook of its own is still called.
+
+
+def test_a_builder_still_refuses_an_unapproved_write() -> None:
+    import attrs
+
+    from statemachine import UnapprovedWriteError, write_tool
+    from statemachine._phases import Retrying, ToolCalling
+
+    @write_tool
+    async def put(args: _Args) -> dict[str, object]:
+        """Put a key."""
+        return {"key": args.key}
+
+    agent = Agent[None](name="a", tools=[_look, put])
+    write = agent.tools.call("put", {"key": "k"})
+    read = agent.tools.call("_look", {"key": "k"})
+
+    class LooksRead(ReadCall):  # type: ignore[misc]  # a subclass is not the exact type
+        pass
+
+    sly = object.__new__(LooksRead)
+    for field in attrs.fields(ReadCall):
+        object.__setattr__(sly, field.name, getattr(read, field.name))
+    for cls, extra in (
+        (ToolCalling, {}),
+        (Observing, {"output": 1}),
+        (Retrying, {"attempt": 1, "error": "e"}),
+    ):
+        for call in (write, sly, "not a call"):
+            planning = agent.start(None, "go").receive("go")
+            with pytest.raises(UnapprovedWriteError):
+                planning._next(cls, call=call, call_id="c", **extra)
+        made = agent.start(None, "go").receive("go")._next(cls, call=read, call_id="c", **extra)
+        assert type(made) is cls
+
+
+def test_a_subclass_s_own_hook_is_called_by_its_builder() -> None:
+    import attrs
+
+    from statemachine import Phases
+    from statemachine._phases import ToolCalling
+
+    seen: list[object] = []
+
+    @attrs.frozen(kw_only=True)
+    class Watched(ToolCalling[None]):
+        def __attrs_post_init__(self) -> None:
+            seen.append(self.call_id)
+            super().__attrs_post_init__()
+
+    agent = Agent[None](name="a", tools=[_look], phases=Phases[None](tool_calling=Watched))
+    call = agent.tools.call("_look", {"key": "k"})
+    made = agent.start(None, "go").receive("go")._next(Watched, call=call, call_id="c9")
+    assert type(made) is Watched
+    assert seen == ["c9"]
+
+
+# The idempotency key a tool reads: a read call's is None, whatever its caller had set,
+# and the caller's is back after it, as the plain set and reset leave it.
+
+
+async def _key_seen(agent: Agent[None], name: str) -> tuple[Any, Any]:
+    from statemachine import current_idempotency_key
+
+    call = agent.tools.call(name, {"key": "k"})
+    planning = agent.start(None, "go").receive("go")
+    planning._leave("call_tool")
+    calling = planning._next(agent.phases.tool_calling, call=call, call_id="c1")
+    rt = Runtime(run_id="r", model=ScriptedModel([]), gate=AutoDenyGate())
+    observed = await calling.execute(rt)
+    assert isinstance(observed, Observing)
+    return observed.output, current_idempotency_key()
+
+
+def test_a_read_tool_reads_no_key_and_leaves_the_caller_s() -> None:
+    from statemachine import current_idempotency_key
+    from statemachine._tools import _IDEMPOTENCY_KEY
+
+    @read_tool
+    async def reads(args: _Args) -> dict[str, object]:
+        """What key the tool reads."""
+        return {"key": current_idempotency_key()}
+
+    @read_tool
+    async def sets(args: _Args) -> dict[str, object]:
+        """Sets the key itself and leaves it set."""
+        _IDEMPOTENCY_KEY.set("left by the tool")
+        return {"key": current_idempotency_key()}
+
+    agent = Agent[None](name="a", tools=[reads, sets])
+
+    async def runs() -> list[tuple[Any, Any]]:
+        seen = [await _key_seen(agent, "reads"), await _key_seen(agent, "sets")]
+        token = _IDEMPOTENCY_KEY.set("the caller's")
+        try:
+            seen += [await _key_seen(agent, "reads"), await _key_seen(agent, "sets")]
+        finally:
+            _IDEMPOTENCY_KEY.reset(token)
+        return seen
+
+    assert anyio.run(runs) == [
+        ({"key": None}, None),
+        ({"key": "left by the tool"}, None),
+        ({"key": None}, "the caller's"),
+        ({"key": "left by the tool"}, "the caller's"),
+    ]

@@ -11,7 +11,16 @@ import attrs
 
 from .._seal import _Ticket
 
-__all__ = ["_BUILDERS", "_COPIERS", "_builder", "_built", "_by_init", "_kept", "_site"]
+__all__ = [
+    "_BUILDERS",
+    "_COPIERS",
+    "_builder",
+    "_built",
+    "_by_init",
+    "_checks_field",
+    "_kept",
+    "_site",
+]
 
 # --- building the next phase ------------------------------------------------------------
 
@@ -226,12 +235,42 @@ def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None)
         lines.append("    new.__class__ = cls")
     lines.append("    _ticket.holder = _ref(new)")
     if "__attrs_post_init__" in code.co_names:
-        lines.append("    new.__attrs_post_init__()")
+        lines.extend(_hook_lines(cls, [field.name for field in fields], namespace))
     lines.append("    return new")
     source = "\n".join(lines)
     kind = "copier" if copy else "builder" if site is None else f"builder at {site}"
     exec(compile(source, f"<statemachine {kind} {cls.__qualname__}>", "exec"), namespace)
     return cast("_Builder", namespace["build"])
+
+
+# The library's ``__attrs_post_init__`` hooks that only check one field's value (the
+# function, the field, the exact types the check passes, the check): a builder of a class
+# whose hook is one of these (the very function) runs the check on the value itself,
+# only for a value of another type, instead of calling the hook.
+_FIELD_CHECKS: list[tuple[Any, str, tuple[type[Any], ...], Callable[[Any], None]]] = []
+
+
+def _checks_field(
+    hook: Any, field: str, passing: tuple[type[Any], ...], check: Callable[[Any], None]
+) -> None:
+    """Name ``hook`` as doing only ``check(self.<field>)``, which passes ``passing``."""
+    _FIELD_CHECKS.append((hook, field, passing, check))
+
+
+def _hook_lines(cls: type[Any], names: list[str], namespace: dict[str, Any]) -> list[str]:
+    """The lines that run ``cls``'s ``__attrs_post_init__`` on the object ``new``."""
+    hook = getattr(cls, "__attrs_post_init__", None)
+    known = next((entry for entry in _FIELD_CHECKS if entry[0] is hook), None)
+    if known is None or known[1] not in names:
+        return ["    new.__attrs_post_init__()"]
+    _, field, passing, check = known
+    value = f"_v{names.index(field)}"
+    namespace["_check"] = check
+    tests = []
+    for index, kind in enumerate(passing):
+        namespace[f"_pass{index}"] = kind
+        tests.append(f"type({value}) is not _pass{index}")
+    return [f"    if {' and '.join(tests) or 'True'}:", f"        _check({value})"]
 
 
 def _value_of(
