@@ -29,7 +29,7 @@ from . import _json
 from ._actions import ActionRecord
 from ._budget import Spend
 from ._errors import SetupError
-from ._fast._attrs import _COPIERS, _by_init, _kept
+from ._fast._attrs import _COPIERS, _by_init, _kept, _site
 from ._fast._classes import _per_class, _PerClass
 from ._fast._messages import _appended, _asking, _message, _request, _told
 from ._governor import Decision, LoopState, Verdict
@@ -451,15 +451,22 @@ def _take_reply(
         transcript = planning.transcript.appended(asking)
     else:
         transcript = _appended(planning.transcript, asking)
-    return planning._next(
+    calling: ToolCalling[C] = _TO_CALLING(
         agent.phases.tool_calling,
-        call=routed,
-        call_id=head.id,
-        transcript=transcript,
-        spent=spent,
-        loop=loop.record(action, iteration=True),
-        pending=calls[1:],
+        planning,
+        routed,
+        head.id,
+        transcript,
+        spent,
+        loop.record(action, iteration=True),
+        calls[1:],
     )
+    return calling
+
+
+# What ``planning._next(tool_calling, call=..., call_id=..., transcript=..., spent=...,
+# loop=..., pending=...)`` makes, the values passed as they are (no dict of them).
+_TO_CALLING = _site("call", "call_id", "transcript", "spent", "loop", "pending")
 
 
 # The library's own Planning class, named by _phases as it defines it (_phases imports

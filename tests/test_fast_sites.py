@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from statemachine import (
     Agent,
+    LoopState,
     Observing,
     Phase,
     Phases,
@@ -31,6 +32,7 @@ from statemachine import (
     read_tool,
     write_tool,
 )
+from statemachine._batch import _TO_CALLING
 from statemachine._calling import _TO_OBSERVING
 from statemachine._fast import _attrs
 from statemachine._fast._attrs import _site
@@ -164,13 +166,53 @@ def test_the_library_s_sites_build_what_next_builds(
     assert planned.step == calling.step + 2
 
 
+@settings(max_examples=40, deadline=None)
+@given(tokens=_COUNTS, pending=_PENDING, call_id=st.text(max_size=5))
+def test_planning_s_site_builds_the_tool_calling_next_builds(
+    tokens: int, pending: tuple[Any, ...], call_id: str
+) -> None:
+    """``_batch._take_reply``'s site: Planning -> ToolCalling."""
+    planning = _planning()
+    call = AGENT.tools.call("lookup", {"key": "k"})
+    transcript = planning.transcript.appended(Message(role="assistant", content="a"))
+    spent = planning.spent.add(tokens=tokens, model_calls=1)
+    loop = LoopState()
+    calling, calling_plain = _twins(
+        planning,
+        _TO_CALLING,
+        ToolCalling,
+        call=call,
+        call_id=call_id,
+        transcript=transcript,
+        spent=spent,
+        loop=loop,
+        pending=pending,
+    )
+    _same(calling, calling_plain)
+    assert type(calling) is ToolCalling
+    assert calling.step == planning.step + 1
+
+
 def test_a_site_still_refuses_a_write_that_was_not_approved() -> None:
-    """``Observing.__attrs_post_init__`` runs: an unapproved write call is refused."""
+    """``Observing.__attrs_post_init__`` runs: an unapproved write call is refused; so
+    does ToolCalling's."""
     calling = _calling()
+    planning = _planning()
     write = AGENT.tools.call("store", {"key": "k"})
     for build in (
         lambda: _TO_OBSERVING(Observing, calling, write, "c", 1, calling.spent, ()),
         lambda: calling._copy()._next(Observing, call=write, call_id="c", output=1),
+        lambda: _TO_CALLING(
+            ToolCalling,
+            planning,
+            write,
+            "c",
+            planning.transcript,
+            planning.spent,
+            planning.loop,
+            (),
+        ),
+        lambda: planning._copy()._next(ToolCalling, call=write, call_id="c"),
     ):
         with pytest.raises(UnapprovedWriteError):
             build()
