@@ -20,6 +20,7 @@ import asyncio
 import gc
 import json
 import math
+import weakref
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -547,11 +548,15 @@ def test_successors_are_read_once_per_class_and_not_kept_past_it() -> None:
 
     gone_id = id(Gone)
     assert Gone.successors() == Planning.successors()
+    assert _phases._SUCCESSORS[gone_id][0]() is Gone
+    dead = weakref.ref(Gone)
     del Gone
     gc.collect()
-    memo: Any = {}
-    dead = _phases._SUCCESSORS[gone_id][0]
     assert dead() is None
+    # Its entry went with it (or the id is a new class's now, with an entry of its own).
+    entry = _phases._SUCCESSORS.get(gone_id)
+    assert entry is None or entry[0]() is not None
+    memo: Any = {}
     memo[id(Observing)] = (dead, ("a lie",))  # as if Observing had taken the dead class's id
     assert _per_class(memo, Observing, _phases._read_successors) == _successors_of(
         Observing, _phases._ORDER

@@ -3,17 +3,18 @@
 ``functools.cache``, ``lru_cache`` and a dict keyed by the class find an entry by hash and
 ``==``: a class whose metaclass makes it hash as, and equal to, a library class
 (``Message``, ``Planning``) would be given that class's answer, or put its own answer in
-that class's place for everyone after it. ``by_class`` keys its answers by ``id(cls)``
-with a weak reference to the class checked at each look-up, and drops an answer when
-its class is gone (the class's id may then be another's), so an agent factory that makes
-classes per call does not keep them, nor their answers, alive.
+that class's place for everyone after it. ``by_class`` keeps its answers as
+``_classes._per_class`` does: by ``id(cls)`` with a weak reference to the class checked at
+each look-up, dropped when the class goes (its id may then be another's), so an agent
+factory that makes classes per call does not keep them, nor their answers, alive.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from ._classes import _per_class, _PerClass
 
 __all__ = ["by_class"]
 
@@ -26,21 +27,14 @@ def by_class(read: Callable[[Any], T]) -> Callable[[Any], T]:
     ``read`` must answer the same for the same class. An error of ``read`` is raised and
     nothing is kept.
     """
-    memo: dict[int, tuple[weakref.ref[Any], T]] = {}
-
-    def forget(ref: weakref.ref[Any], key: int) -> None:
-        known = memo.get(key)
-        if known is not None and known[0] is ref:
-            del memo[key]
+    memo: _PerClass[T] = {}
+    get = memo.get
 
     def cached(cls: Any) -> T:
-        known = memo.get(id(cls))
+        known = get(id(cls))
         if known is not None and known[0]() is cls:
             return known[1]
-        value = read(cls)
-        key = id(cls)
-        memo[key] = (weakref.ref(cls, lambda ref: forget(ref, key)), value)
-        return value
+        return _per_class(memo, cls, read)
 
     cached.__doc__ = read.__doc__
     return cached

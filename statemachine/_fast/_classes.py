@@ -20,12 +20,22 @@ def _per_class(memo: _PerClass[T], cls: type[Any], read: Callable[[type[Any]], T
 
     A ``weakref.WeakKeyDictionary`` look-up makes a weak reference of the key at each
     call (a Python method); this one is a dict look-up and a call of the kept reference.
-    ``read`` must answer the same for the same class (it is asked again only when the
-    class it answered for is gone). An error of ``read`` is raised and nothing is kept.
+    The entry goes when its class does (an agent factory that makes classes per call
+    keeps neither them nor their answers), and until then it is read only for the very
+    class it was made for (its id may be another's afterwards). ``read`` must answer
+    the same for the same class (it is asked again only when the class it answered for
+    is gone). An error of ``read`` is raised and nothing is kept.
     """
-    known = memo.get(id(cls))
+    key = id(cls)
+    known = memo.get(key)
     if known is not None and known[0]() is cls:
         return known[1]
     value = read(cls)
-    memo[id(cls)] = (weakref.ref(cls), value)
+
+    def forget(ref: weakref.ref[type[Any]]) -> None:
+        entry = memo.get(key)
+        if entry is not None and entry[0] is ref:
+            del memo[key]
+
+    memo[key] = (weakref.ref(cls, forget), value)
     return value
