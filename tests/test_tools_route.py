@@ -321,14 +321,20 @@ def test_validators_and_overrides_run_as_on_the_plain_path() -> None:
 
 def test_deep_json_is_read_by_the_plain_route() -> None:
     """JSON nested past the shortcut's bound goes the plain way: deeper than the
-    recursion limit, the same ``InvalidCall`` (nested too deeply)."""
+    recursion limit, the same ``InvalidCall`` (nested too deeply). Python 3.13's JSON
+    reader bounds its depth by the C stack instead, and reads 5,000 levels: then the
+    arguments are read, and refused for what they hold, on both ways alike."""
     for depth in (65, 100, 5000):
         text = '{"key": "k", "deep": ' + "[" * depth + "]" * depth + "}"
         assert _outcome(TOOLS, "key_tool", text) == _plain(TOOLS, "key_tool", text)
     deepest = '{"key": ' + "[" * 5000 + "]" * 5000 + "}"
+    assert _outcome(TOOLS, "key_tool", deepest) == _plain(TOOLS, "key_tool", deepest)
     invalid = TOOLS.route("key_tool", deepest)
     assert isinstance(invalid, InvalidCall)
-    assert invalid.problems == ("arguments are nested too deeply",)
+    assert invalid.problems in (
+        ("arguments are nested too deeply",),  # Python 3.11, 3.12
+        ("key: Input should be a valid string",),  # 3.13: read, and a list is not a str
+    )
 
 
 def test_a_tool_changed_behind_attrs_back_is_routed_as_before() -> None:
