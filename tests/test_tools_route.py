@@ -239,7 +239,7 @@ _TEXTS = st.one_of(
 )
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(st.sampled_from([*NAMES, "nope"]), _TEXTS, st.sampled_from(["str", "name", "text"]))
 def test_a_route_is_what_the_plain_route_makes(name: str, text: str, kind: str) -> None:
     """For any text and any tool, ``route`` gives what ``_route`` gives: the same call
@@ -360,6 +360,7 @@ def test_a_tool_changed_behind_attrs_back_is_routed_as_before() -> None:
         tools.route("changed", text)
 
 
+@settings(deadline=None)
 @given(
     st.binary(max_size=300) | st.text(max_size=80).map(lambda text: text.encode("utf-8", "replace"))
 )
