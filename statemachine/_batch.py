@@ -94,6 +94,9 @@ def _with_ids(
     A reply of one call (a tuple of one exact ``ToolRequest`` of text, as a validated
     reply holds) is done here, as ``_each_with_id`` does it: its set of ids seen is empty
     and its ids given are the call's own. Anything else goes through ``_each_with_id``.
+    A ``LoopState`` itself (not a subclass) is asked whether an id is free
+    (``LoopState._call_free``, one frame) for the model's id and for ``call-<step>``;
+    when neither is, the index is read as for any state.
     """
     if type(requests) is tuple and len(requests) == 1:
         request = requests[0]
@@ -104,6 +107,12 @@ def _with_ids(
             fields = _NO_FIELDS
         given_id, name, arguments = fields.get("id"), fields.get("name"), fields.get("arguments")
         if type(given_id) is str and type(name) is str and type(arguments) is str:
+            if type(loop) is LoopState:  # its one question, asked of it (a subclass: below)
+                if given_id and loop._call_free(given_id):
+                    return requests  # the model's id, kept
+                call_id = f"call-{step}"
+                if call_id != given_id and loop._call_free(call_id):
+                    return (_request(name, arguments, call_id),)
             line = loop._line()
             size = len(loop.actions)
             if given_id and line.call(given_id, size) is None:
