@@ -130,6 +130,36 @@ class Budget(BaseModel, frozen=True, extra="forbid", defer_build=True):
         return remaining
 
 
+def admits_call(budget: Budget, spent: Spend, elapsed: float, cost: Any) -> bool:
+    """True when ``budget.refuse(spent, elapsed=elapsed, action=..., tool_calls=1,
+    cost=cost)`` returns ``None`` (whatever the action's words), known without its frame or
+    texts; False when it may not: then ask ``refuse``, whose text says why. Only a
+    ``Budget`` itself with a ``Spend`` and a ``Decimal`` cost, by exact type (a subclass's
+    ``refuse`` may say otherwise); each test below is the negation of one of ``refuse``'s."""
+    if type(budget) is not Budget or type(spent) is not Spend or type(cost) is not Decimal:
+        return False
+    wall_clock, tool_calls, tokens, limit = (
+        budget.wall_clock,
+        budget.tool_calls,
+        budget.tokens,
+        budget.cost,
+    )
+    if wall_clock is not None and not elapsed < wall_clock:
+        return False
+    if tool_calls is not None and spent.tool_calls + 1 > tool_calls:
+        return False
+    if tokens is not None and spent.tokens > tokens:
+        return False
+    if limit is not None:
+        try:  # money_sum(spent.cost, cost), the same sum
+            total = _exact_add(spent.cost, cost)
+        except DecimalException:
+            return False  # refuse raises the ValueError that names the sum
+        if total > limit:
+            return False
+    return True
+
+
 def _whole(name: str, value: object) -> int:
     """A ``Spend`` count: a whole number (an ``int``, not a ``bool``)."""
     if isinstance(value, bool) or not isinstance(value, int):

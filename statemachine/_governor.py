@@ -28,7 +28,6 @@ trigram mask with the masks the evidence window's results keep. The actions are 
 from __future__ import annotations
 
 import bisect
-import hashlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
@@ -42,7 +41,7 @@ from pydantic import BaseModel, PrivateAttr
 
 from . import _json
 from ._actions import CHUNK, EMPTY_LOG, ActionLog, ActionRecord, _record
-from ._budget import Budget, Spend
+from ._budget import Budget, Spend, admits_call
 from ._errors import SetupError
 from ._fast._pydantic import _trusted
 from ._similarity import (
@@ -57,7 +56,7 @@ from ._similarity import (
     signer_of,
     trigram_similarity,
 )
-from ._tools import ReadCall, WriteCall, WriteTool
+from ._tools import ReadCall, WriteCall, WriteTool, _sha256
 
 __all__ = [
     "ActionRecord",
@@ -789,10 +788,11 @@ class LoopGovernor:
     def action(self, call: ReadCall | WriteCall, raw_arguments: str, call_id: str) -> ActionRecord:
         """The record of ``call`` as the model sent it (``raw_arguments``)."""
         name = call.name
-        exact = hashlib.sha256(f"{name}\x00{raw_arguments}".encode()).hexdigest()
+        # SHA-256 in CPython's own C code (as the route's hash): the same digest as hashlib's.
+        exact = _sha256(f"{name}\x00{raw_arguments}".encode()).hexdigest()
         if _case_insensitive(type(call.args)):
             canonical = _json.canonical(self._folded(call))
-            key = f"{name}:{hashlib.sha256(canonical.encode()).hexdigest()}"
+            key = f"{name}:{_sha256(canonical.encode()).hexdigest()}"
         else:  # nothing to fold: the call's own canonical text and hash are these
             canonical = call._canonical
             key = f"{name}:{call.args_hash}"
@@ -824,11 +824,13 @@ class LoopGovernor:
         price: Any,
     ) -> Decision:
         """Run ``action``, or suppress it (a duplicate), or abort (no budget for it)."""
-        refusal = budget.refuse(
-            spent, elapsed=elapsed, action=f"calling {action.tool}", tool_calls=1, cost=price
-        )
-        if refusal is not None:
-            return Decision(Verdict.ABORT, refusal, check="budget")
+        # A Budget itself that certainly admits the call needs no words for a refusal.
+        if not admits_call(budget, spent, elapsed, price):
+            refusal = budget.refuse(
+                spent, elapsed=elapsed, action=f"calling {action.tool}", tool_calls=1, cost=price
+            )
+            if refusal is not None:
+                return Decision(Verdict.ABORT, refusal, check="budget")
         line, actions = loop._line(), loop.actions
         earlier = line.latest(action.exact, actions)
         if earlier is not None:
@@ -908,6 +910,12 @@ class LoopGovernor:
         need = self.cycle_window - 1
         log = loop.actions
         tail = log.tail
+        if tail:
+            # Every repetition checked below ends with the latest settled action of the
+            # window: when that is the log's last and it gained enough, none is a cycle.
+            last = tail[-1]
+            if last.outcome != "pending" and not (last.gain or 0.0) < self.cycle_gain:
+                return CONTINUE
         window = tail[-need:] if len(tail) >= need else log[-need:]
         recent = list(compress(window, map(_NOT_PENDING, map(_OUTCOME, window))))
         tool = action.tool

@@ -20,7 +20,7 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from itertools import chain, filterfalse, repeat
@@ -285,6 +285,28 @@ def _arguments(text: str) -> Any:
     return text
 
 
+# JSON's own reader of one value at a position (the one json.loads uses, without the frames
+# of json.loads, decode and raw_decode and their white-space matches): (value, end), or
+# StopIteration when no value starts there.
+_SCAN_ONCE: Callable[[str, int], tuple[Any, int]] = vars(json.JSONDecoder())["scan_once"]
+
+
+def _call_arguments(text: str) -> Any:
+    """``_arguments(text)``, read with ``_SCAN_ONCE`` when the arguments are one JSON value
+    from the first character to the last (a call's canonical text: nearly always); any
+    other text goes the plain way, which reads it as before (or finds it is not JSON)."""
+    opening = text.find("(")
+    if opening > 0 and text.endswith(")"):
+        inner = text[opening + 1 : -1]
+        try:
+            value, end = _SCAN_ONCE(inner, 0)
+        except Exception:  # not JSON from its first character: the plain way
+            return _arguments(text)
+        if end == len(inner):
+            return value
+    return _arguments(text)
+
+
 # What separates tokens (``_TOKEN``'s separators); a run of other characters with a digit
 # or an @ in it is one token, found whole: the look-behind starts a match only where a run
 # starts, and the possessive repeats never step back.
@@ -348,7 +370,7 @@ def call_anchors(text: str) -> tuple[str, ...]:
     a call's is free text: its tokens with a digit or an ``@``.
     """
     found: set[str] = set()
-    _walk(_arguments(text), "", found)
+    _walk(_call_arguments(text), "", found)
     return tuple(sorted(found))
 
 
