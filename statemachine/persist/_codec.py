@@ -114,6 +114,8 @@ _SCALARS: Final[dict[str, type]] = {
     "answer_sha256": str,
 }
 _TAGS: Final = ("$decimal", "$float", "$object")
+# A ToolRequest's fields, in their order: its model_dump's keys.
+_REQUEST_KEYS: Final = tuple(ToolRequest.model_fields)
 
 
 # --- values ----------------------------------------------------------------------------
@@ -206,18 +208,24 @@ def _encode(value: Any) -> Any:
     if isinstance(value, Decimal):
         return value if _keeps(value) else {"$decimal": str(value)}
     if type(value) is Message:  # its text fields are text (its converters): its calls?
+        requests: list[Any] = []
         for call in value.tool_calls:
             if type(call) is not ToolRequest or not _holds_text(call):
                 # A call made without validation, or of a class of its own: the long way.
-                calls = [_encode(call) for call in value.tool_calls]
-                return {
-                    "role": value.role,
-                    "content": value.content,
-                    "tool_calls": calls,
-                    "tool_call_id": value.tool_call_id,
-                    "name": value.name,
-                }
-        return value.model_dump(mode="json")
+                requests = [_encode(call) for call in value.tool_calls]
+                break
+            held = call.__dict__
+            # Its three fields, in their order, all text: what its model_dump writes.
+            requests.append(
+                held.copy() if tuple(held) == _REQUEST_KEYS else call.model_dump(mode="json")
+            )
+        return {
+            "role": value.role,
+            "content": value.content,
+            "tool_calls": requests,
+            "tool_call_id": value.tool_call_id,
+            "name": value.name,
+        }
     if type(value) is ActionRecord:  # its fields, text as it is, the gain encoded
         record = value.model_dump()
         for key, item in record.items():

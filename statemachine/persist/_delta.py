@@ -52,6 +52,7 @@ from .._json import fingerprint
 from .._model import Transcript
 from .._phases import Phase
 from .._seal import _UNSAVED
+from .._tools import ReadCall, ReadTool, WriteCall, WriteTool
 from ._chunks import _MESSAGE_KEYS, _packed
 from ._codec import (
     _FAILED,
@@ -63,6 +64,8 @@ from ._codec import (
     _dump_transcript,
     _encode,
     _phase_table,
+    _Plan,
+    _plan,
     dump_phase,
 )
 from ._protocol import Document
@@ -484,6 +487,46 @@ def _by_fields(
     return new, parts
 
 
+def _spend_change(
+    value: Spend, previous: Spend, encoded: Any
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """:func:`_by_fields` for a spend (tests/test_delta_pairs.py), its counts read one by
+    one: a count that is not the very object the spend before held is encoded (an exact
+    ``int`` is its own encoding) and compared with its encoding before, as ``_same``
+    compares. ``None`` when ``encoded`` is not an object of a spend's fields in order."""
+    if type(encoded) is not dict or tuple(encoded) != _SPEND_FIELDS:
+        return None
+    new = encoded.copy()
+    parts: dict[str, Any] = {}
+    item: Any = value.tokens
+    if item is not previous.tokens:
+        _count(new, parts, "tokens", item)
+    item = value.cost
+    if item is not previous.cost:
+        _count(new, parts, "cost", item)
+    item = value.tool_calls
+    if item is not previous.tool_calls:
+        _count(new, parts, "tool_calls", item)
+    item = value.model_calls
+    if item is not previous.model_calls:
+        _count(new, parts, "model_calls", item)
+    return new, parts
+
+
+def _count(new: dict[str, Any], parts: dict[str, Any], name: str, item: Any) -> None:
+    """Set ``new[name]`` (and ``parts[name]``) to ``item``'s encoding unless it is the
+    encoding there already: an exact ``int`` compared as itself, anything else encoded."""
+    before = new[name]
+    if type(item) is int:
+        if type(before) is int and before == item:
+            return
+        new[name] = parts[name] = item
+        return
+    now = _encode(item)
+    if not _same(now, before):
+        new[name] = parts[name] = now
+
+
 def _transcript_change(
     old: Sequence[Any], encoded: list[Any], new: Sequence[Any], path: list[str]
 ) -> tuple[list[Any], list[list[Any]]]:
@@ -607,10 +650,13 @@ class PhaseDumper:
     def __init__(self) -> None:
         self._phase: Phase[Any] | None = None
         self._document: dict[str, Any] | None = None
+        # The last call encoded and what its encoding was made from (see _call_seen).
+        self._call: list[tuple[Any, ...] | None] = [None]
 
     def forget(self) -> None:
         """Start again: the next :meth:`dump` encodes the whole phase and gives no ops."""
         self._phase = self._document = None
+        self._call[0] = None
 
     def start_from(self, phase: Phase[Any], document: dict[str, Any]) -> None:
         """Go on from ``phase``, whose document (as :func:`dump_phase` writes it, with any
@@ -633,13 +679,16 @@ class PhaseDumper:
         ):
             document, ops = dump_phase(phase), None
         else:
-            document, ops = self._change(old, before, phase)
+            document, ops = self._change(old, before, phase, self._call)
         self._phase, self._document = phase, document
         return document, ops
 
     @staticmethod
     def _change(
-        old: Phase[Any], before: dict[str, Any], phase: Phase[Any]
+        old: Phase[Any],
+        before: dict[str, Any],
+        phase: Phase[Any],
+        calls: list[tuple[Any, ...] | None],
     ) -> tuple[dict[str, Any], list[list[Any]]]:
         cls, agent = type(phase), phase.agent
         # Every value in the ops is the codec's (no float but as {"$float": ...}) or a
@@ -668,7 +717,7 @@ class PhaseDumper:
             else:
                 ops.append(["set", [key], value])
         fields_before: dict[str, Any] = before["fields"]
-        fields, merged = _fields_change(cls, old, fields_before, phase, ops)
+        fields, merged = _fields_change(cls, old, fields_before, phase, ops, calls)
         document["fields"] = fields
         if not moved and list(fields) == list(fields_before):
             _merge(ops, ["fields"], merged)
@@ -696,9 +745,11 @@ def _fields_change(
     before: dict[str, Any],
     phase: Phase[Any],
     ops: list[list[Any]],
+    calls: list[tuple[Any, ...] | None],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``phase``'s fields encoded from ``old``'s (``before``) and the fields set whole;
-    the ops of the fields changed in part (lists, objects) go to ``ops``."""
+    the ops of the fields changed in part (lists, objects) go to ``ops``. ``calls[0]``
+    is what the last call encoded was encoded from (:func:`_call_seen`), kept up to date."""
     fields: dict[str, Any] = {}
     merged: dict[str, Any] = {}
     for field in _dumped_fields(cls):
@@ -706,6 +757,8 @@ def _fields_change(
         value = getattr(phase, name)
         if name not in before:
             fields[name] = merged[name] = _dump_field(cls, field, value)
+            if name == "call":
+                calls[0] = _call_seen(value, fields[name])
             continue
         previous = getattr(old, name, _FAILED)
         encoded = before[name]
@@ -723,12 +776,14 @@ def _fields_change(
             ops.extend(changes)
         elif name == "loop" and type(value) is LoopState and type(previous) is LoopState:
             fields[name] = _loop_change(previous, encoded, value, ops)
+        elif name == "call" and value is previous and _call_kept(value, calls[0], encoded):
+            fields[name] = encoded  # the call encoded before, its arguments untouched
         else:
             # Compared, also when not the same object (a value changed in place, an
             # object of which only some entries changed: the spend, a context).
             made = None
             if name == "spent" and type(value) is Spend and type(previous) is Spend:
-                made = _by_fields(value, previous, encoded, _SPEND_FIELDS, _SPEND_VALUES)
+                made = _spend_change(value, previous, encoded)
             if made is None:
                 new = _dump_field(cls, field, value)
                 parts = _parts(new, encoded)
@@ -746,4 +801,55 @@ def _fields_change(
                 _merge(ops, ["fields", name], parts)
             else:
                 merged[name] = new
+            if name == "call":
+                calls[0] = _call_seen(value, fields[name])
     return fields, merged
+
+
+def _call_seen(call: Any, encoded: Any) -> tuple[Any, ...] | None:
+    """What ``encoded``, the encoding of ``call`` just made, was made from, for
+    :func:`_call_kept` to find it unchanged at the next phase; ``None`` when that cannot
+    be told without encoding it again.
+
+    A call of exactly ``ReadCall`` or ``WriteCall`` (frozen), of a tool of exactly
+    ``ReadTool`` or ``WriteTool`` (frozen), whose arguments model encodes as its JSON
+    dump (``_Plan.TEXT``) and holds only exact ``str`` values: its encoding is a function
+    of the objects read here (the tool's name, the hash, the arguments' class, field
+    names and values), all of which are immutable. A tool may change its arguments in
+    place (a pydantic model is mutable): the values are kept to be compared by identity.
+    """
+    kind = type(call)
+    if kind is not ReadCall and kind is not WriteCall:
+        return None
+    tool, args = call.tool, call.args
+    if type(tool) is not ReadTool and type(tool) is not WriteTool:
+        return None
+    model = type(args)
+    if _plan(model) is not _Plan.TEXT:
+        return None
+    held = args.__dict__
+    values = tuple(held.values())
+    for value in values:
+        if type(value) is not str:
+            return None
+    return (call, tool, tool.name, call.args_hash, args, model, tuple(held), values, encoded)
+
+
+def _call_kept(call: Any, seen: tuple[Any, ...] | None, encoded: Any) -> bool:
+    """Whether ``encoded`` is still ``call``'s encoding: it is the one :func:`_call_seen`
+    saw made from ``call`` (``seen``), and every object it was made from is still there,
+    the very same (identity: an equal text of a ``str`` subclass is not the same)."""
+    if seen is None or seen[0] is not call or seen[8] is not encoded:
+        return False
+    tool, args = call.tool, call.args
+    if tool is not seen[1] or tool.name is not seen[2] or call.args_hash is not seen[3]:
+        return False
+    if args is not seen[4] or type(args) is not seen[5]:
+        return False
+    held = args.__dict__
+    keys, values = seen[6], seen[7]
+    return (
+        len(held) == len(keys)
+        and all(map(_is, held, keys))
+        and all(map(_is, held.values(), values))
+    )
