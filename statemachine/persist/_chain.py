@@ -126,6 +126,30 @@ _LOADED_RUNS: Final = 8  # runs whose loaded document a store keeps for their ne
 # ``_json.loads`` (non-integer numbers as ``Decimal``, no NaN or Infinity), made once:
 # ``json.loads`` with these arguments builds a decoder for each blob a load reads.
 _DECODER: Final = json.JSONDecoder(parse_float=Decimal, parse_constant=_refuse_constant)
+# Its scanner: one JSON value from a position, and where the value ends.
+_SCAN: Final[Callable[[str, int], tuple[Any, int]]] = vars(_DECODER)["scan_once"]
+
+
+def _scanned(blob: bytes, start: int, kind: str) -> dict[str, Any] | None:
+    """``_loads(blob[start:])`` when it is a checkpoint's payload of kind ``kind`` and
+    in the usual form (a JSON object in UTF-8 that ends with its last brace), read by the
+    scanner directly, without copying the bytes; ``None`` for anything else, or anything
+    the scanner refuses (the plain path then gives the same value or error)."""
+    if not (
+        type(blob) is bytes
+        and blob[start : start + 1] == b"{"
+        and blob[start + 1 : start + 2] != b"\0"
+    ):
+        return None
+    # As _loads: json.detect_encoding reads "{" and a byte that is not 0 as UTF-8.
+    try:
+        text = str(memoryview(blob)[start:], "utf-8", "surrogatepass")
+        payload, end = _SCAN(text, 0)
+    except Exception:  # the plain path raises what is to be raised
+        return None
+    if end == len(text) and type(payload) is dict and payload.get("kind") == kind:
+        return payload
+    return None
 
 
 def _loads(plain: bytes) -> JSON:
@@ -418,7 +442,10 @@ class _Chain:
             if hashlib.sha256(sealed).digest() != row.blob[:_DIGEST]:
                 return None
         try:
-            payload = self.decode(run_id, rows[0], checked=True)
+            if self.sealer is None:
+                payload = self.decode_plain(run_id, rows[0])
+            else:
+                payload = self.decode(run_id, rows[0], checked=True)
             link = bytes.fromhex(payload["previous"])
         except (CheckpointCorruptError, KeyError, TypeError, ValueError):
             return None
@@ -707,6 +734,8 @@ class _Chain:
                 raise self.corrupt(run_id, "is missing", seq=expected)
             if first is not None:
                 payload, first = first, None
+            elif checked and self.sealer is None:
+                payload = self.decode_plain(run_id, row)
             else:
                 payload = self.decode(run_id, row, checked=checked)
             try:
@@ -764,6 +793,19 @@ class _Chain:
         if not isinstance(payload, dict) or payload.get("kind") != kind:
             raise self.corrupt(run_id, f"is not a {kind} checkpoint", seq=row.seq)
         return payload
+
+    def decode_plain(self, run_id: str, row: _Row) -> dict[str, Any]:
+        """``decode(run_id, row, checked=True)`` of a store without a sealer.
+
+        The usual blob (a JSON object in UTF-8, not compressed, ending with its last
+        brace) is read by the decoder's scanner directly, without the per-blob work of
+        ``json.loads`` or a copy of its bytes; anything else, or anything the scanner
+        refuses, goes through :meth:`decode`, which gives the same value or error.
+        """
+        payload = _scanned(row.blob, _DIGEST, "full" if row.snapshot else "delta")
+        if payload is not None:
+            return payload
+        return self.decode(run_id, row, checked=True)
 
     def unseal(
         self, blob: bytes, aad: bytes, run_id: str, which: str, *, checked: bool = False
