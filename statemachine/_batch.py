@@ -36,7 +36,7 @@ from ._governor import Decision, LoopState, Verdict
 from ._model import Message, ToolRequest, Transcript
 from ._runtime import Runtime
 from ._seal import _own_ticket
-from ._tools import InvalidCall, ReadCall, WriteCall
+from ._tools import _FREE, InvalidCall, ReadCall, ReadTool, WriteCall
 
 if TYPE_CHECKING:
     from ._phases import AwaitApproval, Failed, Phase, Planning, ToolCalling
@@ -438,13 +438,16 @@ def _take_reply(
     # What _checked_call asks, with the copy's values: Planning._action's record (the
     # call id is the first pending call's), and the governor's ruling.
     action = agent.governor.action(routed, head.arguments, head.id)
+    # Runtime.elapsed's own difference for a Runtime itself (the clock read as it reads
+    # it), and Tool.price's first answer for a read tool of exactly the library's class
+    # with no cost function (as execute prices it); anything else is asked.
+    runtime: object = rt  # final classes, whose subclasses the types do not foresee
+    elapsed = rt.clock() - rt.started if type(runtime) is Runtime else rt.elapsed()
+    tool = routed.tool
+    pricing: object = tool
+    price = _FREE if type(pricing) is ReadTool and tool.cost is None else tool.price(routed.args)
     decision = agent.governor.before_action(
-        loop,
-        action,
-        spent=spent,
-        budget=agent.budget,
-        elapsed=rt.elapsed(),
-        price=routed.tool.price(routed.args),
+        loop, action, spent=spent, budget=agent.budget, elapsed=elapsed, price=price
     )
     if decision.verdict is not Verdict.CONTINUE and decision.verdict is not Verdict.FINALIZE:
         queued = _queue(planning, calls, spent=spent, loop=loop)

@@ -14,6 +14,7 @@ This module imports the phases for the type checkers only: ``_phases`` imports i
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable
 from decimal import Decimal
 from functools import partial
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never
 from . import _json
 from ._batch import _queued, _take, _take_reply
 from ._breaker import model_circuit
-from ._budget import Spend
+from ._budget import Budget, Spend
 from ._errors import (
     CircuitOpenError,
     ModelRequestError,
@@ -73,6 +74,7 @@ __all__ = ["_answer", "_ask", "_finalize", "_plan", "_route", "_text_answer"]
 C = TypeVar("C")
 
 _new = object.__new__
+_monotonic = time.monotonic
 
 _TEXT_ANSWER = OutputGuard(CustomerResponse)
 _TEXT_FALLBACK = {"statemachine.schema": "CustomerResponse"}
@@ -188,7 +190,17 @@ async def _heard(
 ) -> tuple[ModelReply | str, Spend, LoopState]:
     """What ``_ask`` does, with the spend and the loop memory its phase would hold
     instead of the phase (a caller that changes more makes the phase once)."""
-    remaining = rt.remaining(planning.agent.budget)
+    budget = planning.agent.budget
+    runtime: object = rt  # a final class, whose subclasses the types do not foresee
+    if (
+        type(runtime) is Runtime
+        and rt.clock is _monotonic
+        and type(budget) is Budget
+        and budget.wall_clock is None
+    ):  # rt.remaining(budget) without its three frames: no limit, and a clock read is inert
+        remaining = None
+    else:
+        remaining = rt.remaining(budget)
     messages = planning.messages()
     if note:
         # A copy, rare: appended in place it would make the transcript's next append copy.

@@ -8,19 +8,32 @@
 - ``_batch._with_ids`` asking a ``LoopState`` that question, against the plain loop over
   the calls (``_each_with_id``) on the same states; a ``LoopState`` subclass is not asked
   (its own ``_call_free`` is never called), and gets the plain path's ids.
+- ``_planning._heard``'s time left: ``None`` without asking ``Runtime.remaining`` only for
+  the library's ``Runtime`` and ``Budget`` themselves, the standard clock and no wall-clock
+  limit; any other clock is read as asking reads it, and subclasses answer themselves.
+- ``_batch._take_reply``'s time taken and price for the governor: ``Runtime.elapsed``'s
+  difference for a ``Runtime`` itself, ``_FREE`` for a library ``ReadTool`` with no cost
+  function, against ``_take(_queued(...))`` (a wall clock and a cost budget that stop it).
 """
 
 from __future__ import annotations
 
+import time
+from decimal import Decimal
 from typing import Any
 
+import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
+from statemachine import Agent, Budget, ModelReply, Runtime, _batch, _planning, read_tool
 from statemachine._actions import ActionRecord
 from statemachine._batch import _each_with_id, _with_ids
 from statemachine._governor import LoopState, _Line
 from statemachine._model import ToolRequest
+from statemachine.testing import AutoDenyGate, ScriptedModel
 
 _IDS = ("", "a", "call-3", "call-3.2", "call-3.3", "call-4", "call-4.2")
 
@@ -131,3 +144,148 @@ def test_a_subclass_is_not_asked_and_gets_the_plain_ids() -> None:
         assert made_id.id == expected
         (exact,) = _with_ids(loop, 3, (request,))
         assert exact.id == expected
+
+
+# --- the model call's time left: Runtime.remaining, or None without asking ------------------
+
+
+class _Args(BaseModel):
+    key: str
+
+
+@read_tool
+async def _lookup(args: _Args) -> dict[str, str]:
+    """Look a key up."""
+    return {"key": args.key}
+
+
+class _Ticking:
+    """A clock that moves on each time it is read, and counts the reads."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return float(self.reads)
+
+
+class _OwnRuntime(Runtime):
+    """A runtime whose time left is its own."""
+
+    def remaining(self, budget: Budget) -> float | None:
+        return 7.0
+
+
+class _OwnBudget(Budget, frozen=True):
+    """A budget whose seconds left are its own."""
+
+    def remaining_seconds(self, elapsed: float) -> float | None:
+        return 5.0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("clock", ["monotonic", "ticking"])
+@pytest.mark.parametrize("wall_clock", [None, 60.0])
+@pytest.mark.parametrize("runtime", [Runtime, _OwnRuntime])
+@pytest.mark.parametrize("budget", [Budget, _OwnBudget])
+async def test_the_time_left_is_the_runtimes_answer(
+    clock: str, wall_clock: float | None, runtime: type[Runtime], budget: type[Budget]
+) -> None:
+    """The request's timeout is ``rt.remaining(budget)`` as asked of the same runtime (its
+    class's own answer for a subclass, the budget's for a budget subclass), and a clock
+    that is not ``time.monotonic`` is read as often as asking reads it; only the standard
+    clock with no wall-clock limit, the library's classes themselves, is not read."""
+    agent = Agent[None](name="t", tools=[_lookup], budget=budget(wall_clock=wall_clock))
+    model = ScriptedModel([ModelReply(text="done")])
+    ticking = _Ticking()
+    rt = runtime(
+        run_id="r",
+        model=model,
+        gate=AutoDenyGate(),
+        clock=time.monotonic if clock == "monotonic" else ticking,
+    )
+    planning = agent.start(None, "go").receive("go")
+    planning._leave("advance")
+    reads = ticking.reads
+    await _planning._heard(planning, rt, tools=())
+    (request,) = model.requests
+    if clock == "ticking":
+        # Asked, as rt.remaining(budget) asks: the clock read once (started at its first
+        # read, 1.0, so the elapsed time is the reads before), none for a runtime that
+        # answers itself.
+        if runtime is _OwnRuntime:
+            assert (ticking.reads - reads, request.timeout) == (0, 7.0)
+        else:
+            left = agent.budget.remaining_seconds(float(reads))
+            assert (ticking.reads - reads, request.timeout) == (1, left)
+    elif runtime is _OwnRuntime:
+        assert request.timeout == 7.0
+    elif budget is _OwnBudget:
+        assert request.timeout == 5.0
+    elif wall_clock is None:
+        assert request.timeout is None
+    else:  # the standard clock against a limit: the seconds left, below the limit
+        assert request.timeout is not None
+        assert 0 < request.timeout <= 60.0
+
+
+# --- a reply's first call before the governor: the time taken and the call's price --------
+
+
+class _LateRuntime(Runtime):
+    """A runtime whose time taken is its own."""
+
+    def elapsed(self) -> float:
+        return 1000.0
+
+
+@read_tool(cost=lambda args: Decimal("0.75"))
+async def _priced(args: _Args) -> dict[str, str]:
+    """Look a key up, at a price."""
+    return {"key": args.key}
+
+
+def _phase_fields(phase: Any) -> dict[str, Any]:
+    named = {f.name: getattr(phase, f.name) for f in attrs.fields(type(phase))}
+    named.pop("_ticket")
+    named["transcript"] = tuple(named["transcript"])
+    return named
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tool=st.sampled_from(["_lookup", "_priced"]),
+    runtime=st.sampled_from([Runtime, _LateRuntime]),
+    wall_clock=st.sampled_from([None, 1.5, 2.5, 4.5]),
+    cost=st.sampled_from([None, "0.5", "1"]),
+    tick=st.sampled_from([0.0, 1.0]),
+)
+def test_a_replys_call_is_ruled_on_as_from_the_queued_copy(
+    tool: str, runtime: type[Runtime], wall_clock: float | None, cost: str | None, tick: float
+) -> None:
+    """``_take_reply`` asks the governor with the time taken and the price the plain way
+    (``_take(_queued(...))``: ``rt.elapsed()``, ``tool.price(args)``) gives: the same
+    phase (a run the wall clock or the cost budget stops, or the call), and the clock read
+    as often; a runtime that answers ``elapsed`` itself, and a cost function, are asked."""
+    budget = Budget(wall_clock=wall_clock, cost=None if cost is None else Decimal(cost))
+    agent = Agent[None](name="t", tools=[_lookup, _priced], budget=budget)
+    made_by: list[Any] = []
+    for take in ("fast", "plain"):
+        reads = [0.0]
+
+        def clock(reads: list[float] = reads) -> float:
+            reads[0] += tick if tick else 0.0
+            return reads[0]
+
+        rt = runtime(run_id="r", model=ScriptedModel([]), gate=AutoDenyGate(), clock=clock)
+        at = agent.start(None, "go").receive("go")
+        at._leave("advance")
+        spent, loop = at.spent.add(tokens=3, model_calls=1), at.loop
+        requests = (ToolRequest(name=tool, arguments='{"key": "k"}', id="c1"),)
+        if take == "fast":
+            made: Any = _batch._take_reply(at, rt, requests, spent=spent, loop=loop)
+        else:
+            made = _batch._take(_batch._queued(at, requests, spent=spent, loop=loop), rt)
+        made_by.append((type(made), _phase_fields(made), reads[0]))
+    assert made_by[0] == made_by[1]
