@@ -106,6 +106,22 @@ class Decision:
 
 CONTINUE = Decision(Verdict.CONTINUE)
 
+# Decision's slots, set as its attrs __init__ sets them (no converter, no validator).
+_DECISION_SETTERS = tuple(
+    getattr(Decision, name).__set__ for name in ("verdict", "reason", "message", "check")
+)
+
+
+def _suppress(reason: str, message: str, check: str) -> Decision:
+    """``Decision(Verdict.SUPPRESS, reason, message, check)``, made without its frame."""
+    made: Decision = object.__new__(Decision)
+    set_verdict, set_reason, set_message, set_check = _DECISION_SETTERS
+    set_verdict(made, Verdict.SUPPRESS)
+    set_reason(made, reason)
+    set_message(made, message)
+    set_check(made, check)
+    return made
+
 
 _SETTLED = frozenset({"ok", "failed", "refused"})
 _OUTCOME = attrgetter("outcome")
@@ -857,7 +873,7 @@ class LoopGovernor:
                 f"{_quote(earlier.result)}. Do not ask for it again; tell the customer instead."
             )
         reason = f"{check} duplicate of {earlier.call_id} ({earlier.text}, {earlier.outcome})"
-        return Decision(Verdict.SUPPRESS, reason, message, check)
+        return _suppress(reason, message, check)
 
     def _semantic(self, loop: LoopState, line: _Line, action: ActionRecord) -> Decision | None:
         # Only failed and refused calls of the same tool and anchors count, and only the
@@ -899,7 +915,7 @@ class LoopGovernor:
             f"semantic duplicate ({score:.3f} >= {self.semantic_threshold}) of "
             f"{earlier.call_id} ({earlier.text}, {earlier.outcome})"
         )
-        return Decision(Verdict.SUPPRESS, reason, message, "semantic")
+        return _suppress(reason, message, "semantic")
 
     def _cycle(self, loop: LoopState, action: ActionRecord) -> Decision:
         if action.effect == "write":
@@ -918,28 +934,36 @@ class LoopGovernor:
                 return CONTINUE
         window = tail[-need:] if len(tail) >= need else log[-need:]
         recent = list(compress(window, map(_NOT_PENDING, map(_OUTCOME, window))))
+        # How many of the latest settled actions in a row gained less than cycle_gain: a
+        # block's latest repetition (the new action and the block - 1 settled before it)
+        # gained nothing when block - 1 is at most that many.
+        cycle_gain, low = self.cycle_gain, 0
+        for earlier in reversed(recent):
+            if not (earlier.gain or 0.0) < cycle_gain:
+                break
+            low += 1
+        if not low:
+            return CONTINUE
         tool = action.tool
         names = [*map(_TOOL, recent), tool]
         if names.count(tool) == len(names):  # one tool only: no block of two or more
             return CONTINUE
-        for block in range(2, len(names) // 2 + 1):
+        for block in range(2, min(len(names) // 2, low + 1) + 1):
             # A block repeated twice ends both times with this call's tool.
             if names[-1 - block] != tool:
                 continue
             tail_names = names[-2 * block :]
             if tail_names[:block] != tail_names[block:] or len(set(tail_names[:block])) < 2:
                 continue
-            # The latest repetition: the new action and the block - 1 settled before it.
-            repeat = recent[-(block - 1) :]
-            if all((a.gain or 0.0) < self.cycle_gain for a in repeat):
-                steps = " -> ".join(tail_names[:block])
-                message = (
-                    f"You are repeating the same steps ({steps} -> {steps}) and the last "
-                    "round found nothing new. Stop repeating them: answer from what you "
-                    "have, or try something different."
-                )
-                reason = f"cycle: {steps} repeated twice, last round gained nothing"
-                return Decision(Verdict.SUPPRESS, reason, message, "cycle")
+            # block - 1 <= low (the range's bound): the latest repetition gained nothing.
+            steps = " -> ".join(tail_names[:block])
+            message = (
+                f"You are repeating the same steps ({steps} -> {steps}) and the last "
+                "round found nothing new. Stop repeating them: answer from what you "
+                "have, or try something different."
+            )
+            reason = f"cycle: {steps} repeated twice, last round gained nothing"
+            return _suppress(reason, message, "cycle")
         return CONTINUE
 
     # -- after_action -------------------------------------------------------------

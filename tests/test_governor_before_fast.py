@@ -33,7 +33,7 @@ from statemachine import (
     read_tool,
 )
 from statemachine._budget import admits_call
-from statemachine._governor import CONTINUE
+from statemachine._governor import CONTINUE, _suppress
 from statemachine._similarity import _arguments, _call_arguments, call_anchors, plain_anchors
 
 
@@ -187,6 +187,47 @@ def test_cycle_answers_as_the_plain_check(
     assert governor._cycle(loop, action) == plain_cycle(governor, loop, action)
 
 
+@read_tool
+async def lookup(args: Args) -> str:
+    return args.query
+
+
+TOOLS["lookup"] = lookup
+LOW_GAINS = (None, 0.0, 0.0, 0.1, 0.3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["search", "fetch", "lookup"]),
+            st.just("ok"),
+            st.sampled_from(LOW_GAINS),
+        ),
+        max_size=6,
+    ),
+    st.lists(st.sampled_from(["search", "fetch", "lookup"]), min_size=2, max_size=5),
+    st.integers(1, 3),
+    st.lists(st.sampled_from(LOW_GAINS), min_size=15, max_size=15),
+    st.integers(4, 16),
+)
+def test_cycle_of_repeated_blocks_as_the_plain_check(
+    prefix: list[tuple[str, str, float | None]],
+    block: list[str],
+    repeats: int,
+    gains: list[float | None],
+    window: int,
+) -> None:
+    """Logs that repeat a block of calls, mostly gaining little: cycles of every length
+    are found (or not) as the check as first written finds them."""
+    governor = LoopGovernor(cycle_window=window, cycle_gain=0.2)
+    tools = (block * repeats)[:-1]
+    made = [*prefix, *((tool, "ok", gain) for tool, gain in zip(tools, gains, strict=False))]
+    loop = grown(governor, made)
+    action = act(governor, "again", "c-new", TOOLS[block[-1]])
+    assert governor._cycle(loop, action) == plain_cycle(governor, loop, action)
+
+
 def test_cycle_still_found_after_a_round_that_gained_nothing() -> None:
     """The early return leaves a real cycle to the full check (the test can fail)."""
     governor = LoopGovernor()
@@ -247,6 +288,25 @@ call_texts = st.one_of(
 )
 
 
+# Words of digits, letters and the punctuation around tokens, under keys that name a thing
+# (compared whole) and keys that do not.
+words = st.text(alphabet=" 0123456789aZ@#$.,-+:()\u00e9\u0663", max_size=24)
+arguments = st.dictionaries(
+    st.sampled_from(["query", "order_id", "email", "note", "sku"]),
+    words | st.integers() | st.booleans() | st.none() | st.lists(words, max_size=2),
+    max_size=4,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(arguments)
+def test_anchors_of_a_call_as_the_plain_walk(value: dict[str, Any]) -> None:
+    """A call's arguments (strings walked in call_anchors' own frame) anchor as the plain
+    walk's: identifiers whole, tokens with a digit or an @, numbers one way."""
+    text = f"tool({json.dumps(value, separators=(',', ':'), ensure_ascii=False)})"
+    assert call_anchors.__wrapped__(text) == plain_anchors(text)
+
+
 @settings(max_examples=400, deadline=None)
 @given(call_texts)
 def test_call_arguments_read_as_json_loads(text: str) -> None:
@@ -302,3 +362,19 @@ def test_new_call_passes_every_tier(size: int) -> None:
         elapsed=0.0, price=Decimal(1),
     )  # fmt: skip
     assert decision is CONTINUE
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=20), st.text(max_size=20), st.sampled_from(["exact", "cycle", "semantic"]))
+def test_suppress_is_the_decision_attrs_makes(reason: str, message: str, check: str) -> None:
+    """A suppression made without attrs' __init__ holds the very values it was given."""
+    made = _suppress(reason, message, check)
+    plain = Decision(Verdict.SUPPRESS, reason, message, check)
+    assert type(made) is Decision
+    assert made == plain
+    assert hash(made) == hash(plain)
+    assert made.verdict is Verdict.SUPPRESS
+    assert (made.reason, made.message, made.check) == (reason, message, check)
+    assert made.reason is reason
+    assert made.message is message
+    assert made.check is check
