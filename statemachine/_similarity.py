@@ -328,6 +328,11 @@ def _tokens(value: str, found: set[str]) -> None:
     (``str.isalpha``) holds none: the regular expression reads only the other words.
     """
     for word in filterfalse(str.isalpha, value.split()):
+        if word.isascii() and word.isdigit():
+            # A run of ASCII digits alone (an order number) is one token, whole, with no
+            # edge to strip and nothing to fold.
+            found.add(_token_number(word))
+            continue
         for token in _RUN_WITH.findall(word):
             token = token.strip(_EDGES)
             if token:
@@ -398,60 +403,6 @@ _TRIGRAMS_KEPT = 1 << 14
 # start, and more than _FLOOR trigrams (below that, masks are narrow anyway).
 _GROWTH = 3
 _FLOOR = 4096
-
-# A window compared: its texts, their masks, their sizes (as floats) and the sizes' roots.
-_Signed = tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...], tuple[float, ...]]
-_EMPTY: _Signed = ((), (), (), ())
-# How far below the highest key another key may lie and still be compared by the formula
-# itself (see _best): far wider than the keys' and the formula's rounding errors.
-_NEAR = 1.0 - 2.0**-40
-
-
-def _best(
-    mine: int,
-    count: int,
-    masks: tuple[int, ...],
-    sizes: tuple[float, ...],
-    roots: tuple[float, ...],
-) -> float:
-    """The highest ``|A & B| / sqrt(|A| |B|)`` of the text ``mine`` (``count`` trigrams)
-    against the texts of ``masks`` (``sizes`` trigrams, ``roots`` their roots), as the
-    formula gives it (:func:`_cosines`), comparing by the formula only the text whose
-    key is highest, when no other key is near it.
-
-    A text's key is ``|A & B| / sqrt(|B|)``, the cosine times ``sqrt(|A|)`` (the same for
-    every text) within two roundings; the formula's float is the cosine within three or
-    four (the product, when it is not exact, the root and the quotient): each within a
-    relative 2**-50. So a text whose formula is highest has a key within a relative
-    2**-48 of the highest key; when every other key is more than 2**-40 below it, the
-    text with the highest key is the one whose formula is highest, and its formula the
-    float returned. Otherwise (keys tied or near: the same text twice, or no trigram
-    shared with any) every text is compared by the formula.
-    """
-    shared = list(map(int.bit_count, map(and_, repeat(mine), masks)))
-    keys = list(map(truediv, shared, roots))
-    if len(keys) > 1:
-        ordered = sorted(keys)
-        top = ordered[-1]
-        if not ordered[-2] < top * _NEAR:
-            return _cosines(shared, count, sizes)
-    else:
-        top = keys[0]
-    at = keys.index(top)
-    best: float = shared[at] / math.sqrt(float(count) * sizes[at])
-    return best
-
-
-def _cosines(shared: list[int], count: int, sizes: tuple[float, ...]) -> float:
-    """The highest ``|A & B| / sqrt(|A| |B|)`` of a text of ``count`` trigrams sharing
-    ``shared`` with texts of ``sizes``, each by the formula, in C (a text has a trigram:
-    no size is 0). ``|A| |B|`` as the product of two floats: each size is an int a float
-    holds exactly, and the product is ``a*b`` rounded once to the nearest float, as
-    ``math.sqrt``'s own conversion of the int ``a*b`` rounds it: the same float, with no
-    int made per mask."""
-    roots = map(math.sqrt, map(mul, repeat(float(count)), sizes))
-    best: float = max(map(truediv, shared, roots))
-    return best
 
 
 @final
