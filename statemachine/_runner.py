@@ -53,6 +53,7 @@ from ._phases import (
     AwaitApproval,
     Done,
     Failed,
+    Observing,
     Phase,
     Planning,
     Retrying,
@@ -526,7 +527,13 @@ class Runner(Generic[C, D]):
                 if record is not None and _stop_asked(record) and isinstance(state, Active):
                     # Stopped from elsewhere (the store): as stop(), at this checkpoint.
                     return await self._stopped(saver, went, driving, state, mark=True)
-                if _waits_for_a_person(state):
+                # _waits_for_a_person, read in place for the library's own classes (by
+                # identity): ToolCalling and Observing wait for nothing (Active.waiting_for),
+                # Planning for its loop memory's pause (Planning.waiting_for).
+                kind = type(state)
+                if kind is ToolCalling or kind is Observing:
+                    continue
+                if state.loop.paused if kind is Planning else _waits_for_a_person(state):
                     return _result(rt.run_id, went, state)
         if scope.cancelled_caught:  # stop(): the last phase saved is where it stopped
             # A lost lease: another worker holds the run now, its status is not ours.

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from decimal import Decimal
 from typing import Any
@@ -28,12 +29,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from statemachine import Agent, Budget, ModelReply, Runtime, _batch, _planning, read_tool
+from statemachine import (
+    Agent,
+    Budget,
+    ModelReply,
+    Runner,
+    Runtime,
+    _batch,
+    _phases,
+    _planning,
+    read_tool,
+)
 from statemachine._actions import ActionRecord
 from statemachine._batch import _each_with_id, _with_ids
 from statemachine._governor import LoopState, _Line
 from statemachine._model import ToolRequest
-from statemachine.testing import AutoDenyGate, ScriptedModel
+from statemachine.testing import AutoDenyGate, ScriptedModel, tool_call
 
 _IDS = ("", "a", "call-3", "call-3.2", "call-3.3", "call-4", "call-4.2")
 
@@ -289,3 +300,50 @@ def test_a_replys_call_is_ruled_on_as_from_the_queued_copy(
             made = _batch._take(_batch._queued(at, requests, spent=spent, loop=loop), rt)
         made_by.append((type(made), _phase_fields(made), reads[0]))
     assert made_by[0] == made_by[1]
+
+
+# --- the runner's question whether a phase waits for a person -------------------------------
+
+
+def test_the_phases_read_in_place_wait_as_their_classes_say() -> None:
+    """The runner reads ``waiting_for`` in place for ``ToolCalling`` and ``Observing``
+    (never waiting: ``Active.waiting_for`` is theirs, ``""``) and for ``Planning`` (its
+    loop memory's pause, which is what ``Planning.waiting_for`` answers)."""
+    base = inspect.getattr_static(_phases.Active, "waiting_for")
+    for kind in (_phases.ToolCalling, _phases.Observing):
+        assert inspect.getattr_static(kind, "waiting_for") is base
+        assert base.fget(object.__new__(kind)) == ""
+    planning = Agent[None](name="t", tools=[_lookup]).start(None, "go").receive("go")
+    paused = planning.pause("a person must look")
+    assert paused.waiting_for == paused.loop.paused == "a person must look"
+    assert planning.waiting_for == planning.loop.paused == ""
+
+
+class _WaitingCalling(_phases.ToolCalling[None]):
+    """A ToolCalling subclass that waits for a person (its own answer)."""
+
+    @property
+    def waiting_for(self) -> str:
+        return "a person"
+
+
+class _WaitingObserving(_phases.Observing[None]):
+    """An Observing subclass that waits for a person (its own answer)."""
+
+    @property
+    def waiting_for(self) -> str:
+        return "a person"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("which", ["tool_calling", "observing"])
+async def test_a_subclass_that_waits_stops_the_run(which: str) -> None:
+    """A subclass of a class the runner reads in place is asked: the run stops at it,
+    waiting, as at any phase that waits."""
+    kind = _WaitingCalling if which == "tool_calling" else _WaitingObserving
+    phases = _phases.Phases[None](**{which: kind})
+    agent = Agent[None](name="t", tools=[_lookup], phases=phases)
+    model = ScriptedModel([tool_call("_lookup", '{"key": "k"}'), ModelReply(text="done")])
+    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "go")
+    assert type(result.final) is kind
+    assert result.final.waiting_for == "a person"
