@@ -934,28 +934,21 @@ class LoopGovernor:
                 return CONTINUE
         window = tail[-need:] if len(tail) >= need else log[-need:]
         recent = list(compress(window, map(_NOT_PENDING, map(_OUTCOME, window))))
-        # How many of the latest settled actions in a row gained less than cycle_gain: a
-        # block's latest repetition (the new action and the block - 1 settled before it)
-        # gained nothing when block - 1 is at most that many.
-        cycle_gain, low = self.cycle_gain, 0
-        for earlier in reversed(recent):
-            if not (earlier.gain or 0.0) < cycle_gain:
-                break
-            low += 1
-        if not low:
-            return CONTINUE
         tool = action.tool
         names = [*map(_TOOL, recent), tool]
         if names.count(tool) == len(names):  # one tool only: no block of two or more
             return CONTINUE
-        for block in range(2, min(len(names) // 2, low + 1) + 1):
+        for block in range(2, len(names) // 2 + 1):
             # A block repeated twice ends both times with this call's tool.
             if names[-1 - block] != tool:
                 continue
             tail_names = names[-2 * block :]
             if tail_names[:block] != tail_names[block:] or len(set(tail_names[:block])) < 2:
                 continue
-            # block - 1 <= low (the range's bound): the latest repetition gained nothing.
+            # The latest repetition: the new action and the block - 1 settled before it.
+            repeat = recent[-(block - 1) :]
+            if not all((a.gain or 0.0) < self.cycle_gain for a in repeat):
+                continue
             steps = " -> ".join(tail_names[:block])
             message = (
                 f"You are repeating the same steps ({steps} -> {steps}) and the last "
