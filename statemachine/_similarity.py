@@ -404,60 +404,6 @@ _TRIGRAMS_KEPT = 1 << 14
 _GROWTH = 3
 _FLOOR = 4096
 
-# A window compared: its texts, their masks, their sizes (as floats) and the sizes' roots.
-_Signed = tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...], tuple[float, ...]]
-_EMPTY: _Signed = ((), (), (), ())
-# How far below the highest key another key may lie and still be compared by the formula
-# itself (see _best): far wider than the keys' and the formula's rounding errors.
-_NEAR = 1.0 - 2.0**-40
-
-
-def _best(
-    mine: int,
-    count: int,
-    masks: tuple[int, ...],
-    sizes: tuple[float, ...],
-    roots: tuple[float, ...],
-) -> float:
-    """The highest ``|A & B| / sqrt(|A| |B|)`` of the text ``mine`` (``count`` trigrams)
-    against the texts of ``masks`` (``sizes`` trigrams, ``roots`` their roots), as the
-    formula gives it (:func:`_cosines`), comparing by the formula only the text whose
-    key is highest, when no other key is near it.
-
-    A text's key is ``|A & B| / sqrt(|B|)``, the cosine times ``sqrt(|A|)`` (the same for
-    every text) within two roundings; the formula's float is the cosine within three or
-    four (the product, when it is not exact, the root and the quotient): each within a
-    relative 2**-50. So a text whose formula is highest has a key within a relative
-    2**-48 of the highest key; when every other key is more than 2**-40 below it, the
-    text with the highest key is the one whose formula is highest, and its formula the
-    float returned. Otherwise (keys tied or near: the same text twice, or no trigram
-    shared with any) every text is compared by the formula.
-    """
-    shared = list(map(int.bit_count, map(and_, repeat(mine), masks)))
-    keys = list(map(truediv, shared, roots))
-    if len(keys) > 1:
-        ordered = sorted(keys)
-        top = ordered[-1]
-        if not ordered[-2] < top * _NEAR:
-            return _cosines(shared, count, sizes)
-    else:
-        top = keys[0]
-    at = keys.index(top)
-    best: float = shared[at] / math.sqrt(float(count) * sizes[at])
-    return best
-
-
-def _cosines(shared: list[int], count: int, sizes: tuple[float, ...]) -> float:
-    """The highest ``|A & B| / sqrt(|A| |B|)`` of a text of ``count`` trigrams sharing
-    ``shared`` with texts of ``sizes``, each by the formula, in C (a text has a trigram:
-    no size is 0). ``|A| |B|`` as the product of two floats: each size is an int a float
-    holds exactly, and the product is ``a*b`` rounded once to the nearest float, as
-    ``math.sqrt``'s own conversion of the int ``a*b`` rounds it: the same float, with no
-    int made per mask."""
-    roots = map(math.sqrt, map(mul, repeat(float(count)), sizes))
-    best: float = max(map(truediv, shared, roots))
-    return best
-
 
 @final
 class GramMasks:
@@ -470,7 +416,7 @@ class GramMasks:
     cache: what it holds never changes a result).
     """
 
-    __slots__ = ("_base", "_bits", "_made_window", "_seen", "_window", "_words", "masks")
+    __slots__ = ("_base", "_bits", "_seen", "_window", "_words", "masks")
 
     def __init__(self) -> None:
         self._bits: dict[str, int] = {}
@@ -480,12 +426,9 @@ class GramMasks:
         self._words: dict[str, int] = {}
         # The segments seen once, whose masks are not kept yet (see _joined).
         self._seen: set[str] = set()
-        # The latest evidence window compared, and its texts' masks, sizes and the sizes'
-        # roots, in order. (Sizes as floats: see best.)
-        self._window: _Signed | None = None
-        # The latest window whose masks were looked up rather than moved on from the one
-        # before (a state branched from, restored or copied compares it again).
-        self._made_window: _Signed | None = None
+        # The latest evidence window compared, and its texts' masks and sizes, in order.
+        # (Sizes as floats: see best.)
+        self._window: tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...]] | None = None
         # How many trigrams the vocabulary held when the window's masks were last made
         # from nothing (the window's own trigrams, after a start): 0 until then.
         self._base = 0
@@ -510,7 +453,6 @@ class GramMasks:
             self._seen = set()
             self.masks = {}
             self._window = None
-            self._made_window = None
             self._base = 0
         elif len(self.masks) > max(_MASKS_KEPT, 4 * window):
             self.masks = {}  # the vocabulary stays: only the texts' masks are made again
@@ -534,28 +476,17 @@ class GramMasks:
     def _signed(self, window: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """The masks and sizes (as floats) of ``window``'s texts, kept for the window last
         compared."""
-        _, masks, sizes, _ = self._kept(window)
-        return masks, sizes
-
-    def _kept(self, window: tuple[str, ...]) -> _Signed:
-        """``window`` with its texts' masks, sizes (as floats) and the sizes' roots, kept for
-        the window last compared (and for the last one looked up text by text)."""
         kept = self._window
         if kept is not None and kept[0] is window:
-            return kept
-        kept = self._made_window
-        if kept is not None and kept[0] is window:
-            self._window = kept
-            return kept
+            return kept[1], kept[2]
         found = list(map(self.masks.get, window))
         theirs = [known or self.mask(seen) for known, seen in zip(found, window, strict=True)]
         masks = tuple(mask for mask, _ in theirs)
         sizes = tuple(float(size) for _, size in theirs)
-        kept = (window, masks, sizes, tuple(map(math.sqrt, sizes)))
-        self._window = self._made_window = kept
+        self._window = (window, masks, sizes)
         if not self._base:  # the first window since a start: what the vocabulary follows
             self._base = len(self._bits)
-        return kept
+        return masks, sizes
 
     def advance(
         self, evidence: tuple[str, ...], result: str, kept: str, size: int
@@ -569,17 +500,16 @@ class GramMasks:
         self.start(size)
         window = evidence[-size:]
         after = (*window, kept)[-size:]
-        _, masks, sizes, roots = self._kept(window) if window else _EMPTY
+        masks, sizes = self._signed(window) if window else ((), ())
         mine, count = self.mask(result)
-        best = _best(mine, count, masks, sizes, roots) if window else 0.0
+        best = 0.0
+        if window:
+            shared = map(int.bit_count, map(and_, repeat(mine), masks))
+            roots = map(math.sqrt, map(mul, repeat(float(count)), sizes))
+            best = max(map(truediv, shared, roots))
         if kept != result:  # a result longer than the evidence keeps of it
             mine, count = self.mask(kept)
-        self._window = (
-            after,
-            (*masks, mine)[-size:],
-            (*sizes, float(count))[-size:],
-            (*roots, math.sqrt(count))[-size:],
-        )
+        self._window = (after, (*masks, mine)[-size:], (*sizes, float(count))[-size:])
         return best, after
 
     def _joined(self, words: list[str]) -> int:
@@ -683,6 +613,13 @@ class GramMasks:
 
     def best(self, text: str, window: tuple[str, ...]) -> float:
         """The highest lexical similarity of ``text`` to a text of ``window`` (not empty)."""
-        _, masks, sizes, roots = self._kept(window)
+        masks, sizes = self._signed(window)
         mine, size = self.mask(text)
-        return _best(mine, size, masks, sizes, roots)
+        # |A & B| / sqrt(|A| |B|) for each, in C (a text has a trigram: no size is 0).
+        # |A| |B| as the product of two floats: each size is an int a float holds exactly,
+        # and the product is a*b rounded once to the nearest float, as math.sqrt's own
+        # conversion of the int a*b rounds it: the same float, with no int made per mask.
+        shared = map(int.bit_count, map(and_, repeat(mine), masks))
+        roots = map(math.sqrt, map(mul, repeat(float(size)), sizes))
+        best: float = max(map(truediv, shared, roots))
+        return best
