@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, TypeVar
+from hashlib import sha256 as _sha256
+from typing import Any, ClassVar, Final, TypeVar
 
 from .._approval import _submitted
 from .._errors import (
@@ -21,7 +22,8 @@ from .._errors import (
 from .._fast._pydantic import _trusted
 from .._json import dumps_bytes
 from .._ledger import EffectRecord
-from ._chain import _Chain
+from ._chain import _Chain, _link
+from ._delta import FiniteOps
 from ._lifecycle import ATTENTION, RunLifecycle, RunStatus, held_record, retry_fields
 from ._protocol import (
     DEFAULT_RETENTION,
@@ -37,7 +39,6 @@ from ._rows import (
     _SETTLED,
     _aad,
     _Change,
-    _change_of,
     _EffectRow,
     _Last,
     _Row,
@@ -50,6 +51,7 @@ from ._rows import (
 __all__ = ["_Store"]
 
 _T = TypeVar("_T")
+_new_tuple: Final = tuple.__new__  # a named tuple's own __new__ calls it (see _next_delta)
 
 
 class _Store:
@@ -214,7 +216,8 @@ class _Store:
         # A member as it is: the enum's call runs two Python frames (about 4,000
         # instructions, callgrind).
         target = status if type(status) is RunStatus else RunStatus(status)
-        change = _change_of(base, ops)
+        # _change_of(base, ops), in place (its frame and the named tuple's __new__).
+        change = None if ops is None else _new_tuple(_Change, (base, ops, type(ops) is FiniteOps))
         return await self._call_save(
             run_id, self._save, run_id, seq, document, agent, target, phase, waiting_for, change
         )
@@ -605,15 +608,26 @@ class _Store:
             or known.seq != record.seq
             or seq != known.seq + 1
             or status is not record.status
-            or chain.snapshot_due(seq, known.since)
         ):
             return None
-        plain = dumps_bytes({"kind": "delta", "ops": change.ops}, finite=change.finite)
-        blob = chain.seal_plain(plain, _aad(run_id, seq))
-        head = chain.head(run_id, seq, False, blob[:_DIGEST], known.head)
         since = known.since
-        since = _Since(since.seq, since.size, since.deltas + len(blob))
-        return blob, _Last(seq, document, None, known.texts, since, head)
+        # chain.snapshot_due(seq, since), in place: a frame less at every save.
+        if seq - since.seq >= chain.snapshot_every and since.deltas >= since.size:
+            return None
+        plain = dumps_bytes({"kind": "delta", "ops": change.ops}, finite=change.finite)
+        previous = known.head
+        if chain.sealer is None and len(previous) >= _DIGEST:
+            # seal_plain and head as they are without a sealer (seq is 1 or more here):
+            # the blob is its checksum and the text, the link follows the head.
+            digest = _sha256(plain).digest()
+            blob = digest + plain
+            head = _link(run_id, seq, False, previous[:_DIGEST], digest)
+        else:
+            blob = chain.seal_plain(plain, _aad(run_id, seq))
+            head = chain.head(run_id, seq, False, blob[:_DIGEST], previous)
+        # The named tuples made as their own __new__ makes them, without its frame.
+        since = _new_tuple(_Since, (since.seq, since.size, since.deltas + len(blob)))
+        return blob, _new_tuple(_Last, (seq, document, None, known.texts, since, head))
 
     def _checkpoint(
         self,

@@ -441,10 +441,12 @@ class SQLiteCheckpointer(_Store):
             if self._busy_ms:
                 self._wait_for_locks(0)
             try:
-                return self._guarded(run_id, function, *args)
+                return function(*args)  # as _guarded runs it, without its frame
             except sqlite3.OperationalError as exc:
                 if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                     raise
+            except sqlite3.DatabaseError as exc:
+                raise self._unreadable(run_id, exc) from exc
         finally:
             self._lock.release()
         return await self._call(run_id, function, *args)  # nothing was saved: wait for it
@@ -461,11 +463,14 @@ class SQLiteCheckpointer(_Store):
         except sqlite3.OperationalError:
             raise  # locked, busy, disk full: not the data's fault
         except sqlite3.DatabaseError as exc:
-            raise CheckpointCorruptError(
-                f"{self._where} cannot be read ({exc}). Nothing was changed. Restore "
-                "the file from a backup, or move it aside to start with an empty store.",
-                run_id=run_id,
-            ) from exc
+            raise self._unreadable(run_id, exc) from exc
+
+    def _unreadable(self, run_id: str | None, exc: sqlite3.DatabaseError) -> CheckpointCorruptError:
+        return CheckpointCorruptError(
+            f"{self._where} cannot be read ({exc}). Nothing was changed. Restore "
+            "the file from a backup, or move it aside to start with an empty store.",
+            run_id=run_id,
+        )
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -671,8 +676,10 @@ class SQLiteCheckpointer(_Store):
         if next_delta is None:
             return None
         blob, last = next_delta
-        previous = self._chain.recent[run_id].head
-        now = self._chain.now()
+        chain = self._chain
+        previous = chain.recent[run_id].head
+        # chain.now(), in place for the system clock (aware and in UTC already).
+        now = datetime.now(UTC) if chain.clock is _system_clock else chain.now()
         # What the plain path's row is then (see _Store._save), in its order.
         values = {
             "run_id": run_id,
@@ -697,7 +704,7 @@ class SQLiteCheckpointer(_Store):
                     seq,
                     phase,
                     bytearray(blob),  # bytearrays: bound as they are (see _put_saved)
-                    self._stamp(now),
+                    _stamp(now),  # one stamp of this moment: _stamp's cache is not needed
                     bytearray(last.head),
                     bytearray(previous),
                     status._value_,  # the member's str (``value`` is a Python descriptor)
@@ -710,7 +717,7 @@ class SQLiteCheckpointer(_Store):
             self._written.pop(run_id, None)
             return now
         self._written[run_id] = saved
-        self._chain.remember(run_id, last)
+        chain.remember(run_id, last)
         self._committed(self._cursor.connection, len(blob) >> 12)
         return saved
 
