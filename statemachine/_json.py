@@ -309,7 +309,11 @@ def dumps_bytes(value: Any, *, finite: bool = False) -> bytes:
         data: bytes = orjson.dumps(value, default=_fragment, option=_orjson_options)
         if type(value) is str:  # text is text: no number or null to check in it
             return data
-        if b"e+" not in data and (finite or b"null" not in data or orjson.loads(data) == value):
+        # find, not ``in``: bytes' ``in`` tries its operand as an int first, and makes
+        # and drops a TypeError for a bytes one (about 1,800 instructions a test).
+        if data.find(b"e+") < 0 and (
+            finite or data.find(b"null") < 0 or orjson.loads(data) == value
+        ):
             return data
     except (TypeError, ValueError):  # orjson's errors: left to dumps_fast, which may refuse
         pass

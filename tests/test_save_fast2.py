@@ -5,9 +5,10 @@ blob (its checksum and the text) and the run's new head itself, not through the 
 ``seal_plain`` and ``head``; its named tuples are made without their ``__new__``'s frame.
 ``save`` makes the caller's ``_Change`` in place, SQLite's save runs its function
 without ``_guarded``'s frame on the event loop, and its one-statement save reads the
-system clock itself and stamps the moment once. Here each is compared with the plain
+system clock itself and stamps the moment once. ``_json.dumps_bytes`` looks for ``e+``
+and ``null`` in its text with ``find``, not ``in``. Here each is compared with the plain
 steps it replaces: the same blobs, heads and memory at every save, the same rows in the
-file byte for byte, the same change, the same error.
+file byte for byte, the same change, the same error, the same text.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from statemachine import (
     CheckpointTamperedError,
     MemoryCheckpointer,
     SQLiteCheckpointer,
+    _json,
 )
 from statemachine._json import dumps_bytes
 from statemachine.persist import _sqlite
@@ -318,3 +320,50 @@ async def test_a_delta_in_one_statement_is_stamped_with_the_moment_it_returns(
         (at,) = db.execute("SELECT at FROM checkpoints WHERE seq = 1").fetchone()
         (updated,) = db.execute("SELECT updated_at FROM runs").fetchone()
     assert at == updated == plain_stamp(saved.updated_at)
+
+
+def plain_dumps_bytes(value: Any, *, finite: bool = False) -> bytes:
+    """``_json.dumps_bytes`` with its tests for ``e+`` and ``null`` written with ``in``,
+    as they were before ``find``."""
+    orjson = _json._orjson or _json._import_orjson()
+    try:
+        data: bytes = orjson.dumps(value, default=_json._fragment, option=_json._orjson_options)
+        if type(value) is str:
+            return data
+        if b"e+" not in data and (finite or b"null" not in data or orjson.loads(data) == value):
+            return data
+    except (TypeError, ValueError):
+        pass
+    return _json.dumps_fast(value).encode()
+
+
+# Values whose text holds ``e+`` (a float of 16 digits or more before the point, or in a
+# string), ``null`` (None, NaN, the infinities, or a string), both, or neither.
+json_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.sampled_from([1e16, 1e300, -1e22, 1.5e-7, float("inf"), float("nan")]),
+        st.text(alphabet="nule+0. ", max_size=12),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=json_values, finite=st.booleans())
+def test_dumps_bytes_tests_its_text_as_with_in(value: Any, finite: bool) -> None:
+    """The text ``dumps_bytes`` gives, or the error it raises, is what it gave testing
+    its text for ``e+`` and ``null`` with ``in``."""
+    outcomes: list[Any] = []
+    for way in (_json.dumps_bytes, plain_dumps_bytes):
+        try:
+            outcomes.append(way(value, finite=finite))
+        except ValueError as error:
+            outcomes.append((type(error), str(error)))
+    assert outcomes[0] == outcomes[1]
