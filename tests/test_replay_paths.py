@@ -43,6 +43,7 @@ from statemachine.persist._chain import (
     _link,
     _loads,
     _text,
+    _whole,
     _written,
 )
 from statemachine.persist._protocol import RunRecord
@@ -349,8 +350,9 @@ def _parts(payload: Any, texts: Any) -> tuple[list[Any], Any]:
 def test_a_snapshot_compressed_by_pieces_is_its_text_compressed(first: Any, second: Any) -> None:
     """``_written`` gives ``dumps_reusing``'s text (and the same texts to reuse) with the
     long texts left as they are, and ``_compressed`` (each long text deflated once, kept
-    for the next snapshot) what ``zlib.decompress`` reads back as that text's UTF-8; the
-    next snapshot, sharing some of the same objects, too."""
+    for the next snapshot) what ``zlib.decompress`` reads back as ``_whole``'s form of
+    it, which reads as that text does; the next snapshot, sharing some of the same
+    objects, too."""
     payload = {"kind": "full", "document": {"a": [first], "b": first, "c": [[first]]}}
     text, texts = dumps_reusing(payload, {})
     parts, kept = _parts(payload, {})
@@ -358,17 +360,25 @@ def test_a_snapshot_compressed_by_pieces_is_its_text_compressed(first: Any, seco
     assert {key: value[1] for key, value in kept.items()} == {
         key: value[1] for key, value in texts.items()
     }
-    blob, pieces = _compressed(parts, {})
-    assert zlib.decompress(blob) == text.encode()
+    blob, pieces = _compressed(payload, parts, {})
+    assert zlib.decompress(blob) == zlib.decompress(_whole(payload, parts))
+    assert _read_back(blob) == _read_back(zlib.compress(text.encode(), 1))
     # The next snapshot holds the same objects (their texts and pieces reused) and others.
     payload = {"kind": "full", "document": {"a": [first, second], "b": [second, first]}}
     text, again_texts = dumps_reusing(payload, texts)
     parts, kept = _parts(payload, kept)
     assert _text(parts) == text
     assert kept.keys() == again_texts.keys()
-    again, _ = _compressed(parts, pieces)
-    assert zlib.decompress(again) == text.encode()
-    assert again == _compressed(parts, {})[0]
+    again, _ = _compressed(payload, parts, pieces)
+    assert zlib.decompress(again) == zlib.decompress(_whole(payload, parts))
+    assert _read_back(again) == _read_back(zlib.compress(text.encode(), 1))
+    assert again == _compressed(payload, parts, {})[0]
+
+
+def _read_back(plain: bytes) -> str:
+    """The JSON of what ``unseal`` reads from a compressed blob (keys in their order)."""
+    chain = _Chain(snapshot_every=50, sealer=None, clock=_system_clock, where="test")
+    return dumps(chain.unseal(chain.seal_plain(plain, b"r:0"), b"r:0", "r", "checkpoint 0"))
 
 
 async def _large_run(path: Path, sealer: CheckpointCipher | None) -> list[tuple[int, bytes]]:

@@ -22,6 +22,12 @@ load about ten times what a byte of snapshot does). Smaller snapshots are stored
 their text: ``snapshot_every``, not their size, spaces those. Snapshots stored as text
 by earlier versions load as they always did. It is compressed before it is sealed, so
 its stored size says how repetitive it is, as a delta's size says how large a change is.
+A snapshot of the phase codec's documents (the runner's) inflates, since 2026-12-03 (issue
+23), to the form ``_TEXTS_AFTER`` starts: its JSON with each long text of a list (a full
+chunk of the transcript or the action log, itself JSON) left out, then those texts as they
+are, one after another, so that a load reads them as text and does not unescape every
+quote in them (see ``_texts_after``). Compressed snapshots of the JSON alone (other
+callers', and every one written before) load as they always did.
 A store with a sealer (encryption at rest) never compresses: compressed then encrypted,
 a blob's length would tell how much of its text repeats other text (the weakness of
 CRIME and BREACH), so a sealed store writes its snapshots as text and loads as before.
@@ -113,6 +119,9 @@ _NO_HEAD: Final = bytes(_DIGEST)  # the link before checkpoint 0
 # text starts with (JSON starts with a value, a space or a byte order mark).
 _COMPRESS_FROM: Final = 32 * 1024
 _ZLIB: Final = b"x"
+# A compressed snapshot that inflates to this byte first holds its long texts after its
+# JSON (see ``_texts_after``); JSON text never starts with it.
+_TEXTS_AFTER: Final = b"\x01"
 # A text in a list of at least this many characters (a full chunk of a transcript or an
 # action log, a long result) is compressed once, when a snapshot first holds it, and its
 # compressed form kept for the run's next snapshots (see ``_compressed``).
@@ -158,6 +167,47 @@ def _loads(plain: bytes) -> JSON:
         return loads(plain)
     value: JSON = _DECODER.decode(plain.decode(json.detect_encoding(plain), "surrogatepass"))
     return value
+
+
+def _texts_after(plain: bytes) -> JSON:
+    """The payload of a compressed snapshot in the form ``_TEXTS_AFTER`` starts
+    (``plain``: inflated), the value its JSON alone would give.
+
+    After that byte: the JSON list ``[places, payload]``, then the long texts left out of
+    ``payload``, one after another, as they are. Each place, ``[key, ..., index, length]``,
+    names by the keys of objects the list whose item ``index`` (``null`` in ``payload``) is
+    the next ``length`` characters; the texts end where the blob does. Anything else is a
+    ``ValueError``.
+    """
+    text = str(memoryview(plain)[1:], "utf-8", "surrogatepass")
+    value, end = _DECODER.raw_decode(text)
+    if not (type(value) is list and len(value) == 2 and type(value[0]) is list):
+        raise ValueError("the snapshot's places and payload are not a list of two")
+    places, payload = value
+    for place in places:
+        if not (type(place) is list and len(place) >= 2):
+            raise ValueError(f"a place of a long text is not a path and a length: {place!r}")
+        *keys, index, length = place
+        target = payload
+        for key in keys:
+            if not (type(target) is dict and type(key) is str and key in target):
+                raise ValueError(f"the place {place!r} does not lead through objects")
+            target = target[key]
+        if not (
+            type(target) is list
+            and type(index) is int
+            and type(length) is int
+            and 0 <= index < len(target)
+            and target[index] is None
+            and 0 <= length <= len(text) - end
+        ):
+            raise ValueError(f"the place {place!r} names no left-out item of a list")
+        target[index] = text[end : end + length]
+        end += length
+    if end != len(text):
+        raise ValueError("the snapshot holds more text than its places name")
+    read: JSON = payload
+    return read
 
 
 class _Piece(NamedTuple):
@@ -213,34 +263,73 @@ def _text(parts: list[str | _Long]) -> str:
     )
 
 
-def _compressed(parts: list[str | _Long], pieces: _Pieces) -> tuple[bytes, _Pieces]:
-    """``zlib.compress(_text(parts).encode())``'s equal for ``zlib.decompress``, each long
-    text deflated once: those ``pieces`` holds already are not compressed again. Returns
-    the pieces it used.
+def _longs(value: Any, path: list[str | int], out: list[tuple[list[str | int], str]]) -> None:
+    """The long texts ``_written`` leaves as ``_Long`` in ``value``, in its order, each
+    with its place: the text items of at least ``_PIECE`` characters of the lists reached
+    through objects alone (the items of a list are written whole, texts inside them too)."""
+    if type(value) is dict:
+        for key, item in value.items():
+            _longs(item, [*path, key], out)
+    elif type(value) is list:
+        for index, item in enumerate(value):
+            if type(item) is str and len(item) >= _PIECE:
+                out.append(([*path, index], item))
+
+
+def _split(payload: Any, parts: list[str | _Long]) -> tuple[bytes, list[str]] | None:
+    """The start of ``payload``'s snapshot in the form ``_TEXTS_AFTER`` starts (that byte,
+    the places and the JSON without its long texts: see ``_texts_after``), and those
+    texts, from ``_written``'s ``parts`` of it; ``None`` if its long texts are not the
+    ones ``_longs`` finds in order (never, as ``_written`` writes)."""
+    longs: list[tuple[list[str | int], str]] = []
+    _longs(payload, [], longs)
+    found = iter(longs)
+    kept: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            kept.append(part)
+            continue
+        place = next(found, None)
+        if place is None or place[1] is not part.item:
+            return None
+        kept.append("null")
+    if next(found, None) is not None:
+        return None
+    places = [[*path, len(text)] for path, text in longs]
+    head = "[" + dumps(places) + "," + "".join(kept) + "]"
+    return _TEXTS_AFTER + head.encode("utf-8"), [text for _, text in longs]
+
+
+def _whole(payload: Any, parts: list[str | _Long]) -> bytes:
+    """``payload``'s snapshot compressed in one go, in the form ``_TEXTS_AFTER`` starts."""
+    split = _split(payload, parts)
+    if split is None:  # as _written wrote it: the JSON alone
+        return zlib.compress(_text(parts).encode("utf-8"), 1)
+    head, texts = split
+    return zlib.compress(head + "".join(texts).encode("utf-8"), 1)
+
+
+def _compressed(payload: Any, parts: list[str | _Long], pieces: _Pieces) -> tuple[bytes, _Pieces]:
+    """``_whole(payload, parts)``'s equal for ``zlib.decompress``, each long text deflated
+    once: those ``pieces`` holds already are not compressed again. Returns the pieces it
+    used.
 
     A long run's snapshots hold the same full chunks again and again, so each is
-    compressed once per run, and a snapshot compresses only what is new and what lies
-    between the chunks. Each piece and each stretch between is deflated on its own (no
-    match reaches across), a stream zlib reads as one.
+    compressed once per run, and a snapshot compresses only what is new and its JSON
+    without them. The JSON and each piece are deflated on their own (no match reaches
+    across), a stream zlib reads as one.
     """
+    split = _split(payload, parts)
+    if split is None:
+        return zlib.compress(_text(parts).encode("utf-8"), 1), {}
+    head, texts = split
     kept: _Pieces = {}
-    out = [_HEADER]
-    adler = 1
-    stretch: list[str] = []
-    for part in [*parts, None]:
-        if isinstance(part, str):
-            stretch.append(part)
-            continue
-        raw = "".join(stretch).encode()
-        stretch.clear()
-        out.append(_deflated(raw))
-        adler = _adler_joined(adler, zlib.adler32(raw), len(raw))
-        if not isinstance(part, _Long):
-            break
-        item = part.item
+    out = [_HEADER, _deflated(head)]
+    adler = zlib.adler32(head)
+    for item in texts:
         known = pieces.get(id(item))
         if known is None or known[0] is not item:
-            raw = dumps_bytes(item)
+            raw = item.encode("utf-8")
             known = (item, _Piece(_deflated(raw), zlib.adler32(raw), len(raw)))
         kept[id(item)] = known
         out.append(known[1].deflated)
@@ -698,9 +787,9 @@ class _Chain:
             return self.seal_plain(_text(parts).encode("utf-8"), _aad(run_id, seq)), kept
         pieces = self.pieces.pop(run_id, None)
         if pieces is None:  # the run's first here (a resume): whole, the pieces next time
-            plain, pieces = zlib.compress(_text(parts).encode("utf-8"), 1), {}
+            plain, pieces = _whole(payload, parts), {}
         else:
-            plain, pieces = _compressed(parts, pieces)
+            plain, pieces = _compressed(payload, parts, pieces)
         self.pieces[run_id] = pieces
         while len(self.pieces) > _PIECES_RUNS:
             self.pieces.popitem(last=False)
@@ -831,6 +920,11 @@ class _Chain:
                 plain = zlib.decompress(plain)
             except zlib.error as exc:
                 raise self.damaged(run_id, which, f"cannot be decompressed ({exc})") from None
+            if plain[:1] == _TEXTS_AFTER:
+                try:
+                    return _texts_after(plain)
+                except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError too
+                    raise self.damaged(run_id, which, f"cannot be read ({exc})") from None
         try:
             payload = _loads(plain)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
