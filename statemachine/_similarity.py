@@ -519,21 +519,29 @@ class GramMasks:
         if len(self._bits) > _NARROW_BITS or len(words[0]) < 2:
             return self._joined_wide(words)
         cache, made = self._words, self._made
-        *middle, last = words
-        mask = 0
-        before = ""
-        for word in middle:
-            segment = f"{before}{word} "
-            before = f"{word[-1]} "
-            found = cache.get(segment)
+        get = cache.get
+        before = words[0]
+        segment = f"{before} "
+        mask = get(segment)
+        if mask is None:
+            mask = cache[segment] = made(segment)
+        # The masks of segments made here (a number, an id: as wide as the vocabulary, as
+        # a rule) are joined last, so that the others are joined while they are narrow.
+        fresh = 0
+        for word in words[1:-1]:
+            segment = f"{before[-1]} {word} "
+            before = word
+            found = get(segment)
             if found is None:
                 found = cache[segment] = made(segment)
-            mask |= found
-        segment = before + last
-        found = cache.get(segment)
+                fresh |= found
+            else:
+                mask |= found
+        segment = f"{before[-1]} {words[-1]}"
+        found = get(segment)
         if found is None:
             found = cache[segment] = made(segment)
-        return mask | found
+        return mask | found | fresh
 
     def _joined_wide(self, words: list[str]) -> int:
         """The mask of the text these words make (two or more), joined by single spaces.

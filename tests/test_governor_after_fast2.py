@@ -1,0 +1,108 @@
+"""The convergence check's mask of a text of several words (``GramMasks._joined``, round 9
+of issue 23): one f-string a word, and the masks of segments made in the call joined
+last. Checked against the general loop (``_joined_wide``, which gives the same bits in the
+same vocabulary) and against the trigram sets, in a vocabulary fed the same texts in the
+same order (so that new trigrams get the same bits in both)."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from statemachine import LoopGovernor, LoopState, read_tool
+from statemachine._similarity import GramMasks, _fold, trigrams
+from statemachine._tools import ReadCall, WriteCall
+
+# Words of one letter, digits, a colon and case: the segments' edges (a first or last
+# word of one letter, a word that repeats, a number seen once).
+_WORDS = st.text(alphabet="abAZ01:\u00e9", min_size=1, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_WORDS, min_size=2, max_size=7), min_size=1, max_size=8))
+def test_joined_gives_the_general_loop_s_bits(texts: list[list[str]]) -> None:
+    """Two vocabularies fed the same texts: the fast loop's masks are the general loop's,
+    int for int (the same segments made in the same order), and each sets exactly the
+    bits of the text's trigrams; each text asked twice (its segments kept the second
+    time)."""
+    fast, general = GramMasks(), GramMasks()
+    for _ in range(2):
+        for words in texts:
+            folded = [word.lower() for word in words]
+            if len(folded[0]) < 2:  # _joined hands these to the general loop itself
+                continue
+            mine = fast._joined(folded)
+            theirs = general._joined_wide(folded)
+            assert mine == theirs
+            assert fast._bits == general._bits
+            text = " ".join(folded)
+            assert mine == sum(1 << fast._bits[gram] for gram in trigrams(_fold(text)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_WORDS, min_size=1, max_size=7), min_size=2, max_size=6))
+def test_masks_count_the_shared_trigrams(texts: list[list[str]]) -> None:
+    """Any two texts' masks share as many bits as their trigram sets share trigrams."""
+    masks = GramMasks()
+    joined = [" ".join(words) for words in texts]
+    made = [masks.mask(text) for text in joined]
+    for first, (mask, size) in zip(joined, made, strict=True):
+        assert size == len(trigrams(first))
+        for second, (other, _) in zip(joined, made, strict=True):
+            assert (mask & other).bit_count() == len(trigrams(first) & trigrams(second))
+
+
+def _gain_by_sets(window: tuple[str, ...], result: str) -> float:
+    """The gain as first written: 1 - the highest cosine of the trigram sets."""
+    mine = trigrams(result)
+    best = max(
+        len(mine & trigrams(seen)) / (len(mine) * len(trigrams(seen))) ** 0.5 for seen in window
+    )
+    return 1.0 - best
+
+
+def test_after_action_gains_with_numbered_results_are_the_set_formula_s() -> None:
+    """Results like the governor bench's (a new number in each, then words drawn from a
+    small vocabulary): every gain after_action records is the set formula's, to the bit."""
+    rng = random.Random(23)
+    words = [
+        "refund",
+        "order",
+        "parcel",
+        "invoice",
+        "delivery",
+        "a",
+        "b",
+        "address",
+        "7",
+        "account",
+    ]
+    governor = LoopGovernor()
+    loop = LoopState()
+    seen: list[str] = []
+    for n in range(120):
+        result = f"result {n * 7919}: " + " ".join(rng.choice(words) for _ in range(12))
+        window = tuple(seen[-governor.evidence_window :])
+        action = governor.action(_call(n), "{}", f"call-{n}")
+        loop = governor.after_action(
+            loop.record(action), call_id=f"call-{n}", effect="read", result=result, ctx=None, step=n
+        )
+        expected = _gain_by_sets(window, result) if window else 1.0
+        assert loop.actions[-1].gain == expected
+        seen.append(result)
+
+
+class _Args(BaseModel):
+    query: str
+
+
+@read_tool
+async def _search(args: _Args) -> str:
+    return args.query
+
+
+def _call(n: int) -> ReadCall | WriteCall:
+    return _search.call({"query": f"q{n}"})
