@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import operator
 import random
 import time
 import uuid
@@ -30,7 +31,9 @@ from ._approval import (
     load_decision,
     waits_for_approval,
 )
+from ._batch import _take_next
 from ._budget import Spend
+from ._calling import _execute
 from ._context import _deps_for_run
 from ._errors import (
     CheckpointOrderError,
@@ -60,6 +63,7 @@ from ._phases import (
     Runtime,
     ToolCalling,
 )
+from ._planning import _plan
 from ._saving import _Saver, _status, _stop_asked, _Went
 from ._watch import Watch, check_start
 from .persist._lifecycle import RunStatus
@@ -172,6 +176,19 @@ def _result(run_id: str, went: _Went[C], final: Phase[C]) -> RunResult[C]:
     """How one drive ended at ``final``, with the phases it went through."""
     closed, states, path = went.ended(final)
     return RunResult(run_id=run_id, final=closed, states=states, path=path)
+
+
+# The functions the runner's own loop calls in place of advance (Runner._steps), as the
+# library's classes define them: it does so only while the classes still hold these very
+# functions (one patched in the process, say by instrumentation, is awaited as it is).
+_OWN_ADVANCE = (Planning.advance, ToolCalling.advance, ToolCalling.execute, Observing.advance)
+
+
+def _own_advance() -> bool:
+    """Whether the library's Planning, ToolCalling and Observing hold their own advance
+    (and execute) still; asked once per drive."""
+    now = (Planning.advance, ToolCalling.advance, ToolCalling.execute, Observing.advance)
+    return all(map(operator.is_, now, _OWN_ADVANCE))
 
 
 @final
@@ -510,13 +527,62 @@ class Runner(Generic[C, D]):
                 await saver.save(state)
                 if rt.events is not None:
                     await rt.events.transition(entered, state)
+        # _step's whole work for a run without a tracer or instruments of its own (the
+        # no-op tracer, quiet instruments: both fixed for the drive when _Told is made),
+        # done in this frame: no coroutine, frame and await of _step's per transition. The
+        # same calls in the same order (the clock read twice, as _step reads it).
+        plain = told.untraced is not None and not told.metered
+        direct = plain and _own_advance()
+        waits = self._checkpointer is None
         with driving.scope as scope:
             while isinstance(state, Active):
                 if driving.hand_back is not None and driving.hand_back.is_set():
                     # A worker shutting down: the run stays running, for another.
                     return _result(rt.run_id, went, state)
                 before = state
-                state = await self._step(rt, before, in_run, log, watch, told)
+                if plain:
+                    began = rt.clock()
+                    current = told.current()
+                    if current is not told.seen:
+                        told.see(current)
+                    attaching = told.attaching
+                    token = None if attaching is None else otel_context.attach(attaching)
+                    try:
+                        # advance itself, without its coroutine (and execute's), for the
+                        # library's own classes by identity: their advance is theirs (a
+                        # slotted instance has no attribute of its own; _own_advance: the
+                        # class holds the library's function), and does what is called
+                        # here in the same order. A subclass's advance is awaited.
+                        cls = type(before) if direct else None
+                        known: Any = before  # its class read by identity (not narrowed)
+                        advanced: Phase[C]
+                        if cls is Observing:
+                            advanced = known.observe()
+                        elif cls is ToolCalling:
+                            known._leave("execute")
+                            advanced = await _execute(known, rt)
+                        elif cls is Planning:
+                            advanced = (
+                                _take_next(known, rt) if known.pending else await _plan(known, rt)
+                            )
+                        else:
+                            advanced = await before.advance(rt)
+                        state = watch.accept(before, advanced)
+                    except BaseException:
+                        self._metrics.failed(before, rt.clock() - began)
+                        raise
+                    finally:
+                        if token is not None:
+                            otel_context.detach(token)
+                    rt.clock()  # _step's reading of the time taken, unused without instruments
+                    if waits and (
+                        isinstance(before, AwaitApproval) or isinstance(state, AwaitApproval)
+                    ):  # the only phases Instruments.waits counts
+                        self._metrics.waits(before, state)
+                    if told.events_wanted():
+                        log.info("transition", **_transition_keys(rt, before, state))
+                else:
+                    state = await self._step(rt, before, in_run, log, watch, told)
                 went.add(state)
                 # Without a checkpointer there is nothing to save: no coroutine to await.
                 record = await saver.save(state) if saving else None
