@@ -199,15 +199,24 @@ def _encode(value: Any) -> Any:
     """``value`` as JSON values and exact ``Decimal``; TypeError/ValueError if it cannot be."""
     if value is None or value is True or value is False:
         return value
-    if isinstance(value, str):
-        return str.__str__(value)  # an enum member or other subclass, as plain text
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return {"$float": repr(value)}
-    if isinstance(value, Decimal):
-        return value if _keeps(value) else {"$decimal": str(value)}
-    if type(value) is Message:  # its text fields are text (its converters): its calls?
+    # Exact types first, each what the tests below give it: text and an int are their
+    # own encoding (``str.__str__`` and ``int`` give back the very object); the library's
+    # messages and records, objects and lists are none of text, a number or a model.
+    kind = type(value)
+    if kind is str or kind is int:
+        return value
+    if kind is dict:  # as a mapping below, in this frame (a frame a level, as before)
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"an object key must be text, got {key!r}")
+            out[str.__str__(key)] = _encode(item)
+        if len(out) == 1 and next(iter(out)).startswith("$"):
+            return {"$object": out}
+        return out
+    if kind is list or kind is tuple:
+        return [_encode(item) for item in value]
+    if kind is Message:  # its text fields are text (its converters): its calls?
         requests: list[Any] = []
         for call in value.tool_calls:
             if type(call) is not ToolRequest or not _holds_text(call):
@@ -226,12 +235,20 @@ def _encode(value: Any) -> Any:
             "tool_call_id": value.tool_call_id,
             "name": value.name,
         }
-    if type(value) is ActionRecord:  # its fields, text as it is, the gain encoded
+    if kind is ActionRecord:  # its fields, text as it is, the gain encoded
         record = value.model_dump()
         for key, item in record.items():
             if type(item) is not str:
                 record[key] = _encode(item)
         return record
+    if isinstance(value, str):
+        return str.__str__(value)  # an enum member or other subclass, as plain text
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return {"$float": repr(value)}
+    if isinstance(value, Decimal):
+        return value if _keeps(value) else {"$decimal": str(value)}
     if isinstance(value, BaseModel):
         plan = _plan(type(value))
         if plan is _Plan.TEXT:
@@ -248,7 +265,7 @@ def _encode(value: Any) -> Any:
             return dumped
         return _encode(dumped)
     if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
+        out = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"an object key must be text, got {key!r}")
@@ -590,6 +607,10 @@ def _dump_call(call: ReadCall | WriteCall | ApprovedCall) -> dict[str, Any]:
 
 
 def _dump_output(output: Any) -> dict[str, Any]:
+    if type(output) is dict:
+        flat = _flat(output)
+        if flat is not None:
+            return {"type": "json", "value": flat}
     if isinstance(output, BaseModel):
         path = _importable(type(output), "the tool output class")
         return {"type": "pydantic", "class": path, "data": _encode(output)}
@@ -604,6 +625,23 @@ def _dump_output(output: Any) -> dict[str, Any]:
             "Decimal) or a pydantic model from tools"
         )
     return {"type": "json", "value": encoded}
+
+
+def _flat(output: dict[Any, Any]) -> dict[str, Any] | None:
+    """What the rest of :func:`_dump_output` writes as a tool output's value (its
+    ``_encode``, plain JSON that needs no rebuild to check) for a dict whose keys are
+    exact text and whose values are exact text, ints, bools or ``None`` (a tool's usual
+    output): a copy of it, each key and value its own encoding; ``None`` for any other
+    dict (or a one-key object whose key starts with ``$``, which ``_encode`` wraps)."""
+    for key, item in output.items():
+        if type(key) is not str:
+            return None
+        kind = type(item)
+        if not (kind is str or kind is int or item is None or item is True or item is False):
+            return None
+    if len(output) == 1 and next(iter(output)).startswith("$"):
+        return None
+    return output.copy()
 
 
 def _dump_parsed(parsed: Parsed[Any]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -50,7 +50,7 @@ from .._fast._by_class import by_class
 from .._governor import LoopState
 from .._json import fingerprint
 from .._model import Transcript
-from .._phases import Phase
+from .._phases import Observing, Phase, Planning, ToolCalling
 from .._seal import _UNSAVED
 from .._tools import ReadCall, ReadTool, WriteCall, WriteTool
 from ._chunks import _MESSAGE_KEYS, _packed
@@ -63,6 +63,7 @@ from ._codec import (
     _dump_field,
     _dump_transcript,
     _encode,
+    _field_names,
     _phase_table,
     _Plan,
     _plan,
@@ -355,7 +356,7 @@ def _chunked_change(
         and new_tail[-1] is not tail[-1]
         and _kept(tail, new_tail, 0, size - 1)
     ):
-        made = _by_fields(new_tail[-1], tail[-1], encoded[-1], _RECORD_FIELDS, _RECORD_VALUES)
+        made = _record_fields(new_tail[-1], tail[-1], encoded[-1])
         if made is not None:
             settled, changed = made
             set_ops: list[list[Any]] = []
@@ -717,7 +718,11 @@ class PhaseDumper:
             else:
                 ops.append(["set", [key], value])
         fields_before: dict[str, Any] = before["fields"]
-        fields, merged = _fields_change(cls, old, fields_before, phase, ops, calls)
+        pair = _pair(type(old), cls)
+        made = None if pair is None else pair(old, fields_before, phase, ops, calls)
+        if made is None:
+            made = _fields_change(cls, old, fields_before, phase, ops, calls)
+        fields, merged = made
         document["fields"] = fields
         if not moved and list(fields) == list(fields_before):
             _merge(ops, ["fields"], merged)
@@ -779,31 +784,49 @@ def _fields_change(
         elif name == "call" and value is previous and _call_kept(value, calls[0], encoded):
             fields[name] = encoded  # the call encoded before, its arguments untouched
         else:
-            # Compared, also when not the same object (a value changed in place, an
-            # object of which only some entries changed: the spend, a context).
-            made = None
-            if name == "spent" and type(value) is Spend and type(previous) is Spend:
-                made = _spend_change(value, previous, encoded)
-            if made is None:
-                new = _dump_field(cls, field, value)
-                parts = _parts(new, encoded)
-            else:  # a spend: only its counts that changed are encoded and compared
-                new, parts = made
-            fields[name] = new
-            if parts is None:
-                if _same(new, encoded):
-                    fields[name] = encoded
-                else:
-                    merged[name] = new
-            elif not parts:
-                fields[name] = encoded
-            elif len(parts) < len(new):
-                _merge(ops, ["fields", name], parts)
-            else:
-                merged[name] = new
-            if name == "call":
-                calls[0] = _call_seen(value, fields[name])
+            fields[name] = _compared(cls, field, value, previous, encoded, ops, merged, calls)
     return fields, merged
+
+
+def _compared(
+    cls: type[Phase[Any]],
+    field: attrs.Attribute[Any],
+    value: Any,
+    previous: Any,
+    encoded: Any,
+    ops: list[list[Any]],
+    merged: dict[str, Any],
+    calls: list[tuple[Any, ...] | None],
+) -> Any:
+    """The encoding of the field ``field`` of a phase holding ``value``, compared with
+    ``encoded`` (that of the phase before, which held ``previous``): ``encoded`` itself
+    when the same, else the new one, set whole (in ``merged``) or in part (a ``merge``
+    op in ``ops``). Also when ``value`` is ``previous``: a value changed in place, an
+    object of which only some entries changed (the spend, a context)."""
+    name = field.name
+    made = None
+    if name == "spent" and type(value) is Spend and type(previous) is Spend:
+        made = _spend_change(value, previous, encoded)
+    if made is None:
+        new = _dump_field(cls, field, value)
+        parts = _parts(new, encoded)
+    else:  # a spend: only its counts that changed are encoded and compared
+        new, parts = made
+    result = new
+    if parts is None:
+        if _same(new, encoded):
+            result = encoded
+        else:
+            merged[name] = new
+    elif not parts:
+        result = encoded
+    elif len(parts) < len(new):
+        _merge(ops, ["fields", name], parts)
+    else:
+        merged[name] = new
+    if name == "call":
+        calls[0] = _call_seen(value, result)
+    return result
 
 
 def _call_seen(call: Any, encoded: Any) -> tuple[Any, ...] | None:
@@ -853,3 +876,258 @@ def _call_kept(call: Any, seen: tuple[Any, ...] | None, encoded: Any) -> bool:
         and all(map(_is, held, keys))
         and all(map(_is, held.values(), values))
     )
+
+
+# --- the library's phases, pair by pair -----------------------------------------------
+
+# What :func:`_fields_change` does, written out for one pair of the library's own phase
+# classes (the phase before, the phase now): the field names, whether each was a field
+# of the phase before, and the test of :func:`_fields_change` that applies to each are
+# known when the function is made, so at each dump it only reads, compares and encodes
+# (on Python 3.11 each name looked up in a set, each ``elif`` on a name and each
+# ``getattr`` of the loop costs a few hundred instructions, nine fields a phase).
+_LIBRARY: Final[tuple[type[Phase[Any]], ...]] = (Planning, ToolCalling, Observing)
+_Pair = Callable[
+    [Phase[Any], Any, Phase[Any], list[list[Any]], list[tuple[Any, ...] | None]],
+    tuple[dict[str, Any], dict[str, Any]] | None,
+]
+# By the ids of the two classes, each checked by identity at the look-up: only the
+# library's classes above are kept, which live as long as the program.
+_PAIRS: dict[tuple[int, int], tuple[type[Any], type[Any], _Pair]] = {}
+
+
+def _pair(old: type[Any], new: type[Any]) -> _Pair | None:
+    """The function of :func:`_pair_source` for the phase classes ``old`` then ``new``
+    when both are the library's own (by identity: a subclass, or a class equal to one of
+    them by its metaclass, gets ``None``, and :func:`_fields_change`)."""
+    known = _PAIRS.get((id(old), id(new)))
+    if known is not None and known[0] is old and known[1] is new:
+        return known[2]
+    if not any(old is cls for cls in _LIBRARY) or not any(new is cls for cls in _LIBRARY):
+        return None
+    namespace: dict[str, Any] = {
+        "_FAILED": _FAILED,
+        "_dump_field": _dump_field,
+        "_compared": _compared,
+        "_call_seen": _call_seen,
+        "_call_kept": _call_kept,
+        "_transcript_change": _transcript_change,
+        "_loop_fields": _loop_fields,
+        "LoopState": LoopState,
+        "Sequence": Sequence,
+        "cls": new,
+    }
+    source = _pair_source(old, new, namespace)
+    exec(compile(source, f"<statemachine dump {old.kind} {new.kind}>", "exec"), namespace)
+    made: _Pair = namespace["change"]
+    _PAIRS[(id(old), id(new))] = (old, new, made)
+    return made
+
+
+def _pair_source(old: type[Phase[Any]], new: type[Phase[Any]], namespace: dict[str, Any]) -> str:
+    """The source of ``change(old, before, phase, ops, calls)``: what
+    ``_fields_change(new, old, before, phase, ops, calls)`` gives for a phase of class
+    ``new`` after one of class ``old``, or ``None`` when ``before`` is not exactly a dict
+    of the fields of ``old`` in their order (a document of other code: then the caller
+    asks ``_fields_change``). The field names are the library's (identifiers)."""
+    had = _field_names(old)
+    namespace["HAD"] = had
+    lines = [
+        "def change(old, before, phase, ops, calls):",
+        "    if type(before) is not dict or tuple(before) != HAD:",
+        "        return None",
+        "    fields = {}",
+        "    merged = {}",
+    ]
+    for at, field in enumerate(_dumped_fields(new)):
+        name = field.name
+        namespace[f"F{at}"] = field
+        scalar = _SCALARS.get(name)
+        if scalar is not None:
+            namespace[f"T{at}"] = scalar
+        lines.append(f"    value = phase.{name}")
+        if name not in had:  # a field the phase before had not: encoded whole
+            if scalar is not None:
+                lines += [
+                    f"    if type(value) is T{at}:",
+                    f"        fields[{name!r}] = merged[{name!r}] = value",
+                    "    else:",
+                    f"        fields[{name!r}] = merged[{name!r}] = _dump_field(cls, F{at}, value)",
+                ]
+            else:
+                lines.append(
+                    f"    fields[{name!r}] = merged[{name!r}] = _dump_field(cls, F{at}, value)"
+                )
+            if name == "call":
+                lines.append(f"    calls[0] = _call_seen(value, fields[{name!r}])")
+            continue
+        lines += [
+            "    try:",
+            f"        previous = old.{name}",
+            "    except AttributeError:",
+            "        previous = _FAILED",
+            f"    encoded = before[{name!r}]",
+        ]
+        if name in _SAME_BY_IDENTITY:
+            lines.append("    if value is previous:")
+        else:
+            lines.append(
+                "    if value is previous and "
+                "(value is None or (type(value) is tuple and not value)):"
+            )
+        lines.append(f"        fields[{name!r}] = encoded")
+        if scalar is not None:
+            lines += [
+                f"    elif type(value) is T{at}:",
+                f"        if type(encoded) is T{at} and encoded == value:",
+                f"            fields[{name!r}] = encoded",
+                "        else:",
+                f"            fields[{name!r}] = merged[{name!r}] = value",
+            ]
+        elif name == "transcript":
+            lines += [
+                "    elif isinstance(previous, Sequence):",
+                f"        fields[{name!r}], changes = _transcript_change(",
+                f"            previous, encoded, value, ['fields', {name!r}]",
+                "        )",
+                "        ops.extend(changes)",
+            ]
+        elif name == "loop":
+            lines += [
+                "    elif type(value) is LoopState and type(previous) is LoopState:",
+                f"        fields[{name!r}] = _loop_fields(previous, encoded, value, ops)",
+            ]
+        elif name == "call":
+            lines += [
+                "    elif value is previous and _call_kept(value, calls[0], encoded):",
+                f"        fields[{name!r}] = encoded",
+            ]
+        lines += [
+            "    else:",
+            f"        fields[{name!r}] = _compared(",
+            f"            cls, F{at}, value, previous, encoded, ops, merged, calls",
+            "        )",
+        ]
+    lines.append("    return fields, merged")
+    return "\n".join(lines) + "\n"
+
+
+def _loop_source(names: tuple[str, ...]) -> str:
+    """The source of ``change(old, encoded, new, ops)``: :func:`_loop_change` written
+    out for a loop memory of exactly ``LoopState`` (fields ``names``, identifiers, in
+    order) on either side, whose encoding before, ``encoded``, is exactly a dict of
+    those fields in that order (else it asks :func:`_loop_change`): a field holding the
+    very object it held keeps its encoding without a look (the dict is copied in C), and
+    a field of an exact ``int`` or ``str`` (its own encoding) is compared as itself."""
+    lines = [
+        "def change(old, encoded, new, ops):",
+        "    if type(encoded) is not dict or tuple(encoded) != NAMES:",
+        "        return _loop_change(old, encoded, new, ops)",
+        "    values, befores = new.__dict__, old.__dict__",
+        "    result = encoded.copy()",
+        "    merged = {}",
+    ]
+    for name in names:
+        lines += [
+            f"    value = values[{name!r}]",
+            f"    before = befores[{name!r}]",
+            "    if value is before:",
+            "        pass",
+            "    elif type(value) is ActionLog and type(before) is ActionLog:",
+            f"        result[{name!r}], changes = _log_change(",
+            f"            before, encoded[{name!r}], value, ['fields', 'loop', {name!r}]",
+            "        )",
+            "        ops.extend(changes)",
+            "    elif isinstance(value, tuple) and isinstance(before, tuple):",
+            f"        result[{name!r}], op = _tuple_change(",
+            f"            before, encoded[{name!r}], value, ['fields', 'loop', {name!r}]",
+            "        )",
+            "        if op is not None:",
+            "            ops.append(op)",
+            "    elif type(value) is int or type(value) is str:",
+            f"        was = encoded[{name!r}]",
+            "        if type(was) is not type(value) or was != value:",
+            f"            result[{name!r}] = merged[{name!r}] = value",
+            "    else:",
+            "        now = _encode(value)",
+            f"        if not _same(now, encoded[{name!r}]):",
+            f"            result[{name!r}] = merged[{name!r}] = now",
+        ]
+    lines += [
+        "    if len(merged) == 1:",
+        "        ((key, value),) = merged.items()",
+        "        ops.append(['set', ['fields', 'loop', key], value])",
+        "    elif merged:",
+        "        ops.append(['merge', ['fields', 'loop'], merged])",
+        "    return result",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _loop_made() -> Callable[[LoopState, Any, LoopState, list[list[Any]]], dict[str, Any]]:
+    names = _names(LoopState)
+    namespace: dict[str, Any] = {
+        "NAMES": names,
+        "ActionLog": ActionLog,
+        "_log_change": _log_change,
+        "_tuple_change": _tuple_change,
+        "_loop_change": _loop_change,
+        "_encode": _encode,
+        "_same": _same,
+    }
+    exec(compile(_loop_source(names), "<statemachine dump LoopState>", "exec"), namespace)
+    made: Callable[[LoopState, Any, LoopState, list[list[Any]]], dict[str, Any]]
+    made = namespace["change"]
+    return made
+
+
+# :func:`_loop_change` for a loop memory of exactly ``LoopState`` before and now (the
+# functions of :func:`_pair` ask it only then).
+_loop_fields: Final = _loop_made()
+
+
+def _by_fields_source(names: tuple[str, ...]) -> str:
+    """The source of ``change(value, previous, encoded)``: ``_by_fields(value, previous,
+    encoded, names, attrgetter(*names))`` written out for the fields ``names``
+    (identifiers): each field read by name, the encoding before copied in C when it is an
+    object of exactly those fields in that order, and only a field that is not the very
+    object ``previous`` held encoded and compared."""
+    lines = [
+        "def change(value, previous, encoded):",
+        "    if type(encoded) is not dict or len(encoded) != SIZE or tuple(encoded) != NAMES:",
+        "        return None",
+        "    new = encoded.copy()",
+        "    parts = {}",
+    ]
+    # Every field of ``value`` read, then every field of ``previous``, as the two
+    # attrgetters of ``_by_fields`` read them (the same error, should one be missing).
+    lines += [f"    v{at} = value.{name}" for at, name in enumerate(names)]
+    lines += [f"    p{at} = previous.{name}" for at, name in enumerate(names)]
+    for at, name in enumerate(names):
+        lines += [
+            f"    if v{at} is not p{at}:",
+            f"        new[{name!r}] = now = _encode(v{at})",
+            f"        if not _same(now, encoded[{name!r}]):",
+            f"            parts[{name!r}] = now",
+        ]
+    lines.append("    return new, parts")
+    return "\n".join(lines) + "\n"
+
+
+def _by_fields_made(
+    names: tuple[str, ...],
+) -> Callable[[Any, Any, Any], tuple[dict[str, Any], dict[str, Any]] | None]:
+    namespace: dict[str, Any] = {
+        "NAMES": names,
+        "SIZE": len(names),
+        "_encode": _encode,
+        "_same": _same,
+    }
+    exec(compile(_by_fields_source(names), "<statemachine dump by fields>", "exec"), namespace)
+    made: Callable[[Any, Any, Any], tuple[dict[str, Any], dict[str, Any]] | None]
+    made = namespace["change"]
+    return made
+
+
+# ``_by_fields`` for two action records (exact ``ActionRecord``: the caller's test).
+_record_fields: Final = _by_fields_made(_RECORD_FIELDS)
