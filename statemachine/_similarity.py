@@ -499,7 +499,10 @@ class GramMasks:
         one text: the next reuses these masks instead of looking each text's up again)."""
         self.start(size)
         window = evidence[-size:]
-        after = (*window, kept)[-size:]
+        # A full window's oldest text leaves it: (*window, kept)[-size:], with one tuple
+        # fewer made (and the same for the masks and sizes below).
+        full = len(window) == size
+        after = (window[1:] if full else window) + (kept,)
         masks, sizes = self._signed(window) if window else ((), ())
         mine, count = self.mask(result)
         best = 0.0
@@ -509,7 +512,9 @@ class GramMasks:
             best = max(map(truediv, shared, roots))
         if kept != result:  # a result longer than the evidence keeps of it
             mine, count = self.mask(kept)
-        self._window = (after, (*masks, mine)[-size:], (*sizes, float(count))[-size:])
+        if full:
+            masks, sizes = masks[1:], sizes[1:]
+        self._window = (after, masks + (mine,), sizes + (float(count),))  # noqa: RUF005
         return best, after
 
     def _joined(self, words: list[str]) -> int:

@@ -106,3 +106,31 @@ async def _search(args: _Args) -> str:
 
 def _call(n: int) -> ReadCall | WriteCall:
     return _search.call({"query": f"q{n}"})
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab A:1", max_size=12), max_size=7),
+    st.lists(st.text(alphabet="ab A:1", min_size=1, max_size=12), min_size=1, max_size=9),
+    st.integers(1, 6),
+)
+def test_the_window_moves_on_as_the_plain_slices_move_it(
+    evidence: list[str], results: list[str], size: int
+) -> None:
+    """``advance`` moves the window (texts, masks and sizes) on as ``(*window, kept)[-size:]``
+    does, whether the window is full or not yet: the masks and sizes kept are each text's
+    own; the best is the set formula's."""
+    masks, window = GramMasks(), tuple(evidence)
+    for result in results:
+        kept = result[:5]
+        plain = window[-size:]
+        best, after = masks.advance(window, result, kept, size)
+        assert after == (*plain, kept)[-size:]
+        if plain:
+            assert 1.0 - best == _gain_by_sets(plain, result)
+        kept_window = masks._window
+        assert kept_window is not None
+        assert kept_window[0] is after
+        assert kept_window[1] == tuple(masks.mask(text)[0] for text in after)
+        assert kept_window[2] == tuple(float(masks.mask(text)[1]) for text in after)
+        window = after
