@@ -3,8 +3,9 @@
 ``_Store._next_delta`` checks the snapshot rule in place, and without a sealer makes the
 blob (its checksum and the text) and the run's new head itself, not through the chain's
 ``seal_plain`` and ``head``; its named tuples are made without their ``__new__``'s frame.
-``save`` makes the caller's ``_Change`` in place, SQLite's save runs its function
-without ``_guarded``'s frame on the event loop, and its one-statement save reads the
+``save`` makes the caller's ``_Change`` in place, SQLite's save runs on the event loop
+from a plain function (``_save_now``: no coroutine of its own, no ``_guarded`` frame; a
+busy file's save goes to a thread), and its one-statement save reads the
 system clock itself and stamps the moment once. ``_json.dumps_bytes`` looks for ``e+``
 and ``null`` in its text with ``find``, not ``in``. Here each is compared with the plain
 steps it replaces: the same blobs, heads and memory at every save, the same rows in the
@@ -250,30 +251,57 @@ async def test_save_makes_the_change_change_of_makes(
 
 @pytest.mark.anyio
 async def test_an_unreadable_file_on_the_event_loop_is_the_error_guarded_gives(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A save on the event loop that the file refuses as not a database raises what
     ``_guarded`` raises (in a worker thread), with the same message; another error
-    passes through as it is."""
+    passes through as it is; a busy file's save is left to the thread, which saves it."""
+    plain_save = SQLiteCheckpointer._save
+    raised: list[BaseException] = []
+
+    def failing(self: SQLiteCheckpointer, *args: Any) -> Any:
+        if raised:
+            error = raised.pop()
+            raise error
+        return plain_save(self, *args)
 
     def broken() -> None:
         raise sqlite3.DatabaseError("file is not a database")
 
-    def wrong() -> None:
-        raise ValueError("not the file's")
-
+    monkeypatch.setattr(SQLiteCheckpointer, "_save", failing)
     async with SQLiteCheckpointer(tmp_path / "s.db") as store:
         store._db  # noqa: B018 (opened: the save runs on the event loop)
+        raised.append(sqlite3.DatabaseError("file is not a database"))
         with pytest.raises(CheckpointCorruptError) as inline:
-            await store._call_save("r", broken)
+            await store.save("r", 0, {"n": 0}, agent="a", status="running", phase="P")
         with pytest.raises(CheckpointCorruptError) as guarded:
             store._guarded("r", broken)
         assert str(inline.value) == str(guarded.value)
         assert inline.value.run_id == guarded.value.run_id == "r"
         assert isinstance(inline.value.__cause__, sqlite3.DatabaseError)
+        raised.append(ValueError("not the file's"))
         with pytest.raises(ValueError, match="not the file's"):
-            await store._call_save("r", wrong)
+            await store.save("r", 0, {"n": 0}, agent="a", status="running", phase="P")
         assert not store._lock.locked()
+        # Busy on the event loop (another connection holds the write lock for a moment):
+        # nothing saved there, then saved by the worker thread, which waits for the lock.
+        with contextlib.closing(sqlite3.connect(tmp_path / "s.db", isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            threads: list[bool] = []
+            plain_call = SQLiteCheckpointer._call
+
+            async def counted(self: SQLiteCheckpointer, *args: Any) -> Any:
+                if not threads:
+                    other.execute("COMMIT")  # the lock is free once the thread waits for it
+                threads.append(args[1].__func__ is failing)  # the save, patched above
+                return await plain_call(self, *args)
+
+            monkeypatch.setattr(SQLiteCheckpointer, "_call", counted)
+            saved = await store.save("r", 0, {"n": 0}, agent="a", status="running", phase="P")
+        assert threads == [True]
+        assert saved.seq == 0
+        assert (await store.load("r")) == (0, {"n": 0})
+        assert threads == [True, False]
 
 
 @pytest.mark.anyio

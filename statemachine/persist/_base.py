@@ -94,9 +94,20 @@ class _Store:
     async def _call(self, run_id: str | None, function: Callable[..., _T], *args: Any) -> _T:
         raise NotImplementedError
 
-    async def _call_save(self, run_id: str, function: Callable[..., _T], *args: Any) -> _T:
-        """Run a save (a short write): by default as every other operation."""
-        return await self._call(run_id, function, *args)
+    def _save_now(
+        self,
+        run_id: str,
+        seq: int,
+        document: Mapping[str, Any],
+        agent: str,
+        status: RunStatus,
+        phase: str,
+        waiting_for: str,
+        change: _Change | None,
+    ) -> RunRecord | None:
+        """The save run at once, by a backend that can run it where ``save`` is called;
+        ``None`` when it was not (nothing was saved): by default, never."""
+        return None
 
     def _get_record(self, run_id: str) -> RunRecord | None:
         raise NotImplementedError
@@ -218,7 +229,10 @@ class _Store:
         target = status if type(status) is RunStatus else RunStatus(status)
         # _change_of(base, ops), in place (its frame and the named tuple's __new__).
         change = None if ops is None else _new_tuple(_Change, (base, ops, type(ops) is FiniteOps))
-        return await self._call_save(
+        saved = self._save_now(run_id, seq, document, agent, target, phase, waiting_for, change)
+        if saved is not None:
+            return saved
+        return await self._call(
             run_id, self._save, run_id, seq, document, agent, target, phase, waiting_for, change
         )
 

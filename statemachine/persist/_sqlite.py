@@ -426,30 +426,42 @@ class SQLiteCheckpointer(_Store):
 
         return await anyio.to_thread.run_sync(locked)
 
-    async def _call_save(self, run_id: str, function: Callable[..., _T], *args: Any) -> _T:
-        """Run a save on the event loop when that cannot wait: else in a worker thread.
+    def _save_now(
+        self,
+        run_id: str,
+        seq: int,
+        document: Mapping[str, Any],
+        agent: str,
+        status: RunStatus,
+        phase: str,
+        waiting_for: str,
+        change: _Change | None,
+    ) -> RunRecord | None:
+        """Run a save on the event loop when that cannot wait; ``None``: it was not run
+        (nothing was saved), and ``save`` runs it in a worker thread.
 
         A save is one short transaction; with WAL and ``synchronous=NORMAL`` its commit
         does not wait for the disk, so a hop to a thread would cost more than the save.
         It runs here only when the connection is open and free, and it does not wait
         for another process's write lock: then (``SQLITE_BUSY``) it goes to a thread.
+        A plain function, not a coroutine: a save made here costs no coroutine of its own.
         """
-        if self._connection is None or not self._lock.acquire(blocking=False):
-            return await self._call(run_id, function, *args)
+        if self._connection is None or not self._lock.acquire(False):
+            return None
         try:
             # Set only when it changes: a run's saves follow each other on the event loop.
             if self._busy_ms:
                 self._wait_for_locks(0)
-            try:
-                return function(*args)  # as _guarded runs it, without its frame
+            try:  # as _guarded runs it, without its frame
+                return self._save(run_id, seq, document, agent, status, phase, waiting_for, change)
             except sqlite3.OperationalError as exc:
                 if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                     raise
+                return None  # nothing was saved: wait for the lock in a thread
             except sqlite3.DatabaseError as exc:
                 raise self._unreadable(run_id, exc) from exc
         finally:
             self._lock.release()
-        return await self._call(run_id, function, *args)  # nothing was saved: wait for it
 
     def _wait_for_locks(self, ms: int) -> None:
         """Set how long a statement waits for another connection's lock (under ``_lock``)."""
