@@ -578,9 +578,14 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         tail = actions.tail
         if type(self) is not LoopState or not tail or tail[-1].call_id != call_id:
             return None
-        line = self._line()  # made here if it does not cover the actions (as _settled)
-        action = tail[-1]
         position = len(actions) - 1
+        # _line()'s index, read without its frames while it covers the actions.
+        private = self.__pydantic_private__
+        line: _Line | None = None if private is None else private.get("_index")
+        if line is None or line.size <= position:
+            line = self._line()  # made here if it does not cover the actions (as _settled)
+            private = self.__pydantic_private__
+        action = tail[-1]
         settled = _settled_record(action, "ok", result, gain)
         values = {
             **self.__dict__,
@@ -589,7 +594,8 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
             "low_gain_streak": streak,
         }
         line.settled(position, action)
-        kept = {"_index": line, "_grams": self._private().get("_grams")}
+        grams = None if private is None else private.get("_grams")
+        kept = {"_index": line, "_grams": grams}
         return _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept)
 
     def noted(self, step: int, hook: Hook, decision: Decision, **changes: Any) -> LoopState:

@@ -134,3 +134,46 @@ def test_the_window_moves_on_as_the_plain_slices_move_it(
         assert kept_window[1] == tuple(masks.mask(text)[0] for text in after)
         assert kept_window[2] == tuple(float(masks.mask(text)[1]) for text in after)
         window = after
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(["ok", "failed", "pending"]), min_size=1, max_size=40),
+    st.sampled_from(["kept", "copied", "restored", "stale"]),
+)
+def test_observed_reads_the_index_as_settle_does(outcomes: list[str], kind: str) -> None:
+    """``_observed`` (after_action's one step, which reads the state's index without
+    ``_line``'s frames while it covers the actions) makes the state ``_settled`` and
+    ``_evolve`` make, and an index that finds what a state's own index finds, for a state
+    that holds its index, a copy with its actions anew (no index), a restored one and one
+    whose index does not cover its last action; the masks are the state's."""
+    governor = LoopGovernor()
+    loop = LoopState()
+    for n, outcome in enumerate(outcomes):
+        loop = loop.record(governor.action(_call(n), "{}", f"call-{n}"))
+        if outcome != "pending":
+            loop = loop.settle(f"call-{n}", "ok" if outcome == "ok" else "failed", f"r{n}")
+    last = governor.action(_call(999), "{}", "call-last")
+    if kind == "stale":  # an index that covers all but the last action
+        loop._line()
+        loop = loop._evolve(actions=loop.actions.appended(last))
+    else:
+        loop = loop.record(last)
+    loop._masks()
+    if kind == "copied":
+        loop = loop.model_copy(update={"actions": list(loop.actions)})
+    elif kind == "restored":
+        loop = LoopState.model_validate(loop.model_dump())
+    twin = LoopState.model_validate(loop.model_dump())
+    evidence = ("e1", "e2")
+    fast = loop._observed("call-last", "the result", 0.5, evidence, 2)
+    assert fast is not None
+    changes = twin._settled("call-last", "ok", "the result", 0.5)
+    assert changes is not None
+    plain = twin._evolve(**changes, evidence=evidence, low_gain_streak=2)
+    assert fast == plain
+    assert fast._line().size == len(fast.actions)
+    for action in plain.actions:
+        assert fast.earlier(action.exact) == plain.earlier(action.exact)
+        assert fast.earlier(action.key) == plain.earlier(action.key)
+    assert fast._private()["_grams"] is loop._private()["_grams"]
