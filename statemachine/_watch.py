@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import operator
 import types
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, final
 
@@ -231,35 +232,49 @@ def _same_values(keys: tuple[str, ...]) -> Callable[[object, tuple[Any, ...]], b
     return same
 
 
+# The names standing for the kept objects in _same_all_code's source: str constants
+# (no field or budget key starts with NUL), each replaced by its object in the code.
+_KEPT = "\x00kept "
+
+
 @functools.cache
 def _same_all_code(keys: tuple[str, ...]) -> types.CodeType:
     """The code of ``accept``'s whole terms check in one function, for a budget whose
     ``__dict__`` has ``keys`` (all ``str``): ``same(rt, agent, before, after)`` answers
     ``_same_run(rt, kept, agent, terms) and _same_values(keys)(vars(agent.budget),
     values) and before.agent is agent and after.agent is agent``, the same checks in the
-    same order, with the kept objects as the function's defaults (one per field and
-    budget value: read as locals, with no tuple to index). Made once per set of keys;
-    each ``Watch`` makes its function from it with its own kept objects
-    (``_same_all``)."""
-    checks: list[str] = []
-    params = ["rt", "agent", "before", "after"]
+    same order. Made once per set of keys; each ``Watch`` makes its function from it with
+    its own kept objects (``_same_all``), each the constant its placeholder stands for.
+
+    Each check is a statement of its own, ``if kept is not obj.field: return False``,
+    the kept object a constant read first: the interpreter reads it and the object in one
+    instruction, and jumps a short way past the return, where one expression of ``and``
+    with the kept objects as defaults needed six instructions a field and a frame holding
+    them all at every call."""
+    lines: list[str] = []
+    at = 0
     for obj, cls in (("rt", Runtime), ("agent", Agent)):
         for field in attrs.fields(cls):
-            params.append(f"{obj}_{field.name}=None")
-            checks.append(f"{obj}.{field.name} is {obj}_{field.name}")
-    checks.append("type(budget := agent.budget.__dict__) is dict")
-    checks.append(f"len(budget) == {len(keys)}")
-    for at, key in enumerate(keys):
-        params.append(f"budget_{at}=None")
-        checks.append(f"budget[{key!r}] is budget_{at}")
-    checks += ["before.agent is agent", "after.agent is agent"]
-    body = "\n            and ".join(checks)
+            lines.append(f"if {_KEPT + str(at)!r} is not {obj}.{field.name}: return False")
+            at += 1
+    lines.append("budget = agent.budget.__dict__")
+    lines.append(f"if type(budget) is not dict or len(budget) != {len(keys)}: return False")
+    for key in keys:
+        lines.append(f"if {_KEPT + str(at)!r} is not budget[{key!r}]: return False")
+        at += 1
+    lines.append("return before.agent is agent and after.agent is agent")
+    body = "".join(f"        {line}\n" for line in lines)
     source = (
-        f"def same({', '.join(params)}):\n    try:\n        return (\n            {body}\n"
-        "        )\n    except KeyError:\n        return False\n"
+        f"def same(rt, agent, before, after):\n    try:\n{body}"
+        "    except KeyError:\n        return False\n"
     )
-    module = compile(source, "<statemachine same terms>", "exec")
+    with warnings.catch_warnings():  # "is not" with a literal: the placeholders
+        warnings.simplefilter("ignore", SyntaxWarning)
+        module = compile(source, "<statemachine same terms>", "exec")
     (code,) = (const for const in module.co_consts if isinstance(const, types.CodeType))
+    placeholders = sum(type(const) is str and const.startswith(_KEPT) for const in code.co_consts)
+    if placeholders != at:  # pragma: no cover - each placeholder is a constant of its own
+        raise TypeError(f"{placeholders} placeholders in the terms check, not {at}")
     return code
 
 
@@ -267,15 +282,19 @@ def _same_all(
     rt: Runtime, agent: Agent[Any]
 ) -> Callable[[Runtime, Agent[Any], Any, Any], bool] | None:
     """``_same_all_code``'s function for this run's runtime and agent, holding what they
-    are now; ``None`` for a budget whose ``__dict__`` is not a dict of ``str`` keys
-    (``accept``'s whole check judges those runs)."""
+    are now as its constants; ``None`` for a budget whose ``__dict__`` is not a dict of
+    ``str`` keys (``accept``'s whole check judges those runs)."""
     budget = vars(agent.budget)
     if type(budget) is not dict or not all(type(key) is str for key in budget):
         return None
     code = _same_all_code(tuple(budget))
     kept = (*_runtime_parts(rt), *_agent_parts(agent), *budget.values())
+    consts = tuple(
+        kept[int(const[len(_KEPT) :])] if type(const) is str and const.startswith(_KEPT) else const
+        for const in code.co_consts
+    )
     same: Callable[[Runtime, Agent[Any], Any, Any], bool] = types.FunctionType(
-        code, {"type": type, "len": len, "KeyError": KeyError}, "same", kept
+        code.replace(co_consts=consts), {"type": type, "len": len, "KeyError": KeyError}, "same"
     )
     return same
 
