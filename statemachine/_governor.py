@@ -572,13 +572,20 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
     ) -> LoopState | None:
         """``settle(call_id, "ok", result, gain)`` with ``evidence`` and ``low_gain_streak``
         set, made in one step, when the action is the latest (nearly always: a run settles
-        the call it just recorded) and this state a ``LoopState`` itself; ``None``
-        otherwise (the caller takes ``_settled`` and ``_evolve``, whose result this is)."""
-        actions = self.actions
-        tail = actions.tail
-        if type(self) is not LoopState or not tail or tail[-1].call_id != call_id:
+        the call it just recorded), this state a ``LoopState`` itself and its log an
+        ``ActionLog`` itself; ``None`` otherwise (the caller takes ``_settled`` and
+        ``_evolve``, whose result this is)."""
+        actions: Any = self.actions
+        if type(self) is not LoopState or type(actions) is not ActionLog:
             return None
-        position = len(actions) - 1
+        # The log's tail and length, and its copy with the last record replaced, as
+        # ActionLog's tail, __len__ and replaced make them (by their code, without their
+        # frames).
+        tail = actions._tail
+        if not tail or tail[-1].call_id != call_id:
+            return None
+        chunks = actions._chunks
+        position = len(chunks) * CHUNK + len(tail) - 1
         # _line()'s index, read without its frames while it covers the actions.
         private = self.__pydantic_private__
         line: _Line | None = None if private is None else private.get("_index")
@@ -586,14 +593,39 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
             line = self._line()  # made here if it does not cover the actions (as _settled)
             private = self.__pydantic_private__
         action = tail[-1]
-        settled = _settled_record(action, "ok", result, gain)
+        # _settled_record(action, "ok", result, gain), without its frame.
+        settled = _record(
+            action.call_id,
+            action.tool,
+            action.effect,
+            action.exact,
+            action.key,
+            action.text,
+            "ok",
+            result[:_RESULT_CHARS],
+            gain,
+        )
         values = {
             **self.__dict__,
-            "actions": actions.replaced(position, settled),
+            "actions": ActionLog._of(chunks, tail[:-1] + (settled,)),  # noqa: RUF005
             "evidence": evidence,
             "low_gain_streak": streak,
         }
-        line.settled(position, action)
+        if position >= line.base:
+            # line.settled(position, action), without its frame (nor _insert's for a key
+            # not seen before: nearly always).
+            keys, exact, key = line.keys, action.exact, action.key
+            if exact in keys:
+                _insert(keys, exact, position)
+            else:
+                keys[exact] = position
+            if key != exact:
+                if key in keys:
+                    _insert(keys, key, position)
+                else:
+                    keys[key] = position
+        else:
+            line.settled(position, action)
         grams = None if private is None else private.get("_grams")
         kept = {"_index": line, "_grams": grams}
         return _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept)
@@ -991,8 +1023,14 @@ class LoopGovernor:
         if effect == "write":  # a write's receipt is not evidence about the question
             return self._finished(loop.settle(call_id, "ok", result), ctx, step)
         if self.evidence_similarity is lexical_similarity:
-            # gain(...) and the evidence after it in one pass, the window's masks kept.
-            best, evidence = loop._masks().advance(
+            # gain(...) and the evidence after it in one pass, the window's masks kept;
+            # the masks read from the private attributes in place (as _masks reads them)
+            # once made.
+            private = loop.__pydantic_private__
+            masks = None if private is None else private.get("_grams")
+            if masks is None:
+                masks = loop._masks()
+            best, evidence = masks.advance(
                 loop.evidence, result, result[:_RESULT_CHARS], self.evidence_window
             )
             gain = 1.0 - best
@@ -1013,6 +1051,8 @@ class LoopGovernor:
                 check="plateau",
             )
             return loop.noted(step, "after_action", decision, finalize=decision.reason)
+        if self.completion is None:  # _finished's first test, without its frame
+            return loop
         return self._finished(loop, ctx, step)
 
     def _finished(self, loop: LoopState, ctx: Any, step: int) -> LoopState:

@@ -91,7 +91,9 @@ def _grams_of(folded: str) -> Iterator[str]:
     """The trigrams of a text as it is (``each_trigram`` of a folded text)."""
     if len(folded) < 3:
         return iter((folded,))
-    return map("".join, zip(folded, folded[1:], folded[2:], strict=False))
+    # zip without its keyword: with one, zip() reads its arguments the slow way (about a
+    # thousand instructions); the shorter slices end it, as strict=False does.
+    return map("".join, zip(folded, folded[1:], folded[2:]))  # noqa: B905
 
 
 @lru_cache(maxsize=4096)
@@ -497,14 +499,29 @@ class GramMasks:
         there are none), and those texts with ``kept`` (what of ``result`` the evidence
         keeps) last, whose masks are kept for the next comparison (the window moves on by
         one text: the next reuses these masks instead of looking each text's up again)."""
-        self.start(size)
+        bits = len(self._bits)
+        if (
+            # start does something only when one of these holds (its own tests imply them)
+            bits > _FLOOR or len(self._words) > _TRIGRAMS_KEPT or len(self.masks) > _MASKS_KEPT
+        ):
+            self.start(size)
         window = evidence[-size:]
         # A full window's oldest text leaves it: (*window, kept)[-size:], with one tuple
         # fewer made (and the same for the masks and sizes below).
         full = len(window) == size
         after = (window[1:] if full else window) + (kept,)
-        masks, sizes = self._signed(window) if window else ((), ())
-        mine, count = self.mask(result)
+        latest = self._window
+        if latest is not None and latest[0] is window:  # _signed's look, without its frame
+            masks, sizes = latest[1], latest[2]
+        else:
+            masks, sizes = self._signed(window) if window else ((), ())
+        # self.mask(result), without its frame.
+        known = self.masks.get(result)
+        if known is None:
+            words = result.lower().split()
+            mine = self._made(_fold(result)) if len(words) < 2 else self._joined(words)
+            known = self.masks[result] = (mine, mine.bit_count())
+        mine, count = known
         best = 0.0
         if window:
             shared = map(int.bit_count, map(and_, repeat(mine), masks))
@@ -598,7 +615,13 @@ class GramMasks:
         if len(bits) > _NARROW_BITS:
             return self._made_of(_grams_of(folded))
         mask = 0
-        for gram in _grams_of(folded):
+        # _grams_of(folded), without its frame.
+        grams = (
+            map("".join, zip(folded, folded[1:], folded[2:]))  # noqa: B905
+            if len(folded) > 2
+            else (folded,)
+        )
+        for gram in grams:
             bit = bits.get(gram)
             if bit is None:
                 bit = bits[gram] = len(bits)
