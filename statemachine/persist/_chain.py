@@ -70,6 +70,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
+from operator import is_not
 from typing import Any, Final, NamedTuple
 
 from .._approval import waits_for_approval
@@ -283,21 +284,16 @@ def _split(payload: Any, parts: list[str | _Long]) -> tuple[bytes, list[str]] | 
     ones ``_longs`` finds in order (never, as ``_written`` writes)."""
     longs: list[tuple[list[str | int], str]] = []
     _longs(payload, [], longs)
-    found = iter(longs)
-    kept: list[str] = []
-    for part in parts:
-        if isinstance(part, str):
-            kept.append(part)
-            continue
-        place = next(found, None)
-        if place is None or place[1] is not part.item:
-            return None
-        kept.append("null")
-    if next(found, None) is not None:
+    texts = [text for _, text in longs]
+    # The parts' long texts are those, the very objects in order ("null" in their stead).
+    items = [part.item for part in parts if not isinstance(part, str)]
+    if len(items) != len(texts) or any(map(is_not, items, texts)):
         return None
-    places = [[*path, len(text)] for path, text in longs]
-    head = "[" + dumps(places) + "," + "".join(kept) + "]"
-    return _TEXTS_AFTER + head.encode("utf-8"), [text for _, text in longs]
+    kept = [part if isinstance(part, str) else "null" for part in parts]
+    # Keys and ints alone: written by orjson as ``dumps`` writes them (tests/test_save_fast3.py).
+    places = dumps_bytes([[*path, len(text)] for path, text in longs]).decode()
+    head = "[" + places + "," + "".join(kept) + "]"
+    return _TEXTS_AFTER + head.encode("utf-8"), texts
 
 
 def _whole(payload: Any, parts: list[str | _Long]) -> bytes:
@@ -782,7 +778,11 @@ class _Chain:
         parts: list[str | _Long] = []
         kept: Texts = {}
         _written(payload, texts, kept, parts)
-        size = sum(len(part) if isinstance(part, str) else len(part.item) for part in parts)
+        # Counted in C, each long text as 1 (a _Long is a tuple of one; its text is at least
+        # _PIECE long): at least _COMPRESS_FROM so, it is; below, the exact count decides.
+        size = sum(map(len, parts))
+        if size < _COMPRESS_FROM:
+            size = sum(len(part) if isinstance(part, str) else len(part.item) for part in parts)
         if size < _COMPRESS_FROM or self.sealer is not None:  # sealed: never compressed
             return self.seal_plain(_text(parts).encode("utf-8"), _aad(run_id, seq)), kept
         pieces = self.pieces.pop(run_id, None)
