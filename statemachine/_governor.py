@@ -501,7 +501,56 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         return self._line().latest(key, self.actions)
 
     def record(self, action: ActionRecord, *, iteration: bool = True) -> LoopState:
-        """A state with ``action`` added (a tool iteration unless told otherwise)."""
+        """A state with ``action`` added (a tool iteration unless told otherwise).
+
+        A ``LoopState`` itself (by exact type) whose fields are a plain dict holding an
+        ``ActionLog`` and an ``int`` count, and whose index covers exactly its actions (a
+        run recording its next call, nearly always), is done here in one frame: what
+        ``_recorded`` makes (the log's append, ``_evolve`` and the index's ``add``),
+        without their frames. Anything else goes through ``_recorded``.
+        """
+        fields: Any = self.__dict__ if type(self) is LoopState else None
+        if type(fields) is dict:  # (a dict subclass set behind pydantic's back: below)
+            actions = fields.get("actions")
+            count = fields.get("tool_iterations")
+            private = self.__pydantic_private__
+            line = None if private is None else private.get("_index")
+            if (
+                type(actions) is ActionLog
+                and type(count) is int
+                and type(line) is _Line
+                and private is not None
+            ):
+                chunks, tail = actions._chunks, actions._tail
+                position = len(chunks) * CHUNK + len(tail)  # ActionLog.__len__
+                if line.size == position:
+                    # ActionLog.appended, its _of written out (the class defines no __new__).
+                    log: ActionLog = _new(ActionLog)
+                    if len(tail) < CHUNK:
+                        log._chunks, log._tail = chunks, tail + (action,)  # noqa: RUF005
+                    else:
+                        log._chunks, log._tail = chunks + (tail,), (action,)  # noqa: RUF005
+                    # _evolve's state: every field as it was, the two changes after them.
+                    values = {
+                        **fields,
+                        "actions": log,
+                        "tool_iterations": count + (1 if iteration else 0),
+                    }
+                    kept = {"_index": line, "_grams": private.get("_grams")}
+                    evolved = _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept)
+                    # _Line.add: the size first, then the call id's position.
+                    line.size = position + 1
+                    calls = line.calls
+                    call_id = action.call_id
+                    if calls.get(call_id) is None:  # _insert's first case, nearly always
+                        calls[call_id] = position
+                    else:
+                        _insert(calls, call_id, position)
+                    return evolved
+        return self._recorded(action, iteration)
+
+    def _recorded(self, action: ActionRecord, iteration: bool) -> LoopState:
+        """What ``record`` makes, for any state (its plain path)."""
         position = len(self.actions)
         line = self._private().get("_index")
         if line is None or line.size < position:  # not made yet (a restored state)
@@ -643,6 +692,8 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
 
 
 _LOOP_FIELDS = tuple(LoopState.model_fields)
+# ActionLog.__new__ (object's: neither it nor its bases define one), for record.
+_new = object.__new__
 # Every field, as the set a state made by _evolve holds (copied for each: its own).
 _LOOP_FIELD_SET = set(_LOOP_FIELDS)
 
