@@ -268,15 +268,17 @@ def dumps_fast(value: Any) -> str:
 # does not load it.
 _orjson: Any = None
 _orjson_options = 0
+_plain_options = 0  # for dumps_rows: subclasses of str, int, list and dict refused too
 
 
 def _import_orjson() -> Any:
-    global _orjson, _orjson_options
+    global _orjson, _orjson_options, _plain_options
     import orjson
 
     # Datetimes and dataclasses go to ``default``, which leaves them to ``dumps_fast``:
     # orjson would write them in a form of its own.
     _orjson_options = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+    _plain_options = _orjson_options | orjson.OPT_PASSTHROUGH_SUBCLASS
     _orjson = orjson
     return orjson
 
@@ -318,6 +320,61 @@ def dumps_bytes(value: Any, *, finite: bool = False) -> bytes:
     except (TypeError, ValueError):  # orjson's errors: left to dumps_fast, which may refuse
         pass
     return dumps_fast(value).encode()
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is of exact plain types only, all the way down: ``str``, ``int``,
+    ``bool``, ``None``, and lists and dicts (text keys) of them. By type identity: a
+    subclass, or a class equal to one of them by its metaclass, is not plain."""
+    kind = type(value)
+    if kind is str or value is None or kind is int or kind is bool:
+        return True
+    if kind is list:
+        for item in value:  # noqa: SIM110 - a loop: no call for an item of text
+            if type(item) is not str and not _plain(item):
+                return False
+        return True
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or (type(item) is not str and not _plain(item)):
+                return False
+        return True
+    return False
+
+
+def _plain_rows(rows: Any) -> bool:
+    """Whether ``rows`` is a list of lists of plain values (see :func:`_plain`)."""
+    if type(rows) is not list:
+        return False
+    for row in rows:
+        if type(row) is not list:
+            return False
+        for value in row:
+            if type(value) is not str and value is not None and not _plain(value):
+                return False
+    return True
+
+
+def dumps_rows(rows: list[list[Any]]) -> str:
+    """``dumps_fast(rows)``, the very same text, for a list of lists (a chunk's rows, see
+    ``persist._chunks._packed``); written by orjson when every value in it is plain (see
+    :func:`_plain`: exact types, no float, no ``Decimal``), else by ``dumps_fast``.
+
+    On such values orjson writes what the C writer writes, character for character (the
+    same escapes for quotes, backslashes and control characters, every other character as
+    it is: tests/test_delta_fast3.py), and ``dumps_fast`` keeps the C writer's text. What
+    orjson refuses (text holding a lone surrogate, an int beyond 64 bits) goes to
+    ``dumps_fast``.
+    """
+    if _plain_rows(rows):
+        orjson = _orjson or _import_orjson()
+        try:  # no default: a value of any other type would be refused, not guessed at
+            data: bytes = orjson.dumps(rows, option=_plain_options)
+        except TypeError:
+            pass
+        else:
+            return data.decode()
+    return dumps_fast(rows)
 
 
 # A list item's text, kept by the item's identity: (the item, its text).

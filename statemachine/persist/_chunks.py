@@ -166,11 +166,12 @@ def _packed(items: list[Any], keys: Sequence[str]) -> str:
     ``keys`` in that order, written as the list of the object's values (the keys, said
     once per item in version 1, are the chunk's kind's), the chunk as JSON."""
     rows: list[list[Any]] = []
+    names = list(keys)
     for item in items:
-        if type(item) is not dict or list(item) != list(keys):
+        if type(item) is not dict or list(item) != names:
             raise ValueError(f"a chunk packs objects of the fields {', '.join(keys)}")
         rows.append(list(item.values()))
-    return _json.dumps_fast(rows)
+    return _json.dumps_rows(rows)  # dumps_fast's text, by orjson when the rows are plain
 
 
 def _chunk_items(text: str, what: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:

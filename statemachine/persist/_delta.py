@@ -39,6 +39,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any, Final
 
 import attrs
@@ -64,6 +65,7 @@ from ._codec import (
     _dump_transcript,
     _encode,
     _field_names,
+    _keeps_spelled,
     _phase_table,
     _Plan,
     _plan,
@@ -523,7 +525,35 @@ def _count(new: dict[str, Any], parts: dict[str, Any], name: str, item: Any) -> 
             return
         new[name] = parts[name] = item
         return
+    if type(item) is Decimal:  # a cost: compared by its spelling, encoded only if new
+        _money(new, parts, name, item, before)
+        return
     now = _encode(item)
+    if not _same(now, before):
+        new[name] = parts[name] = now
+
+
+def _money(
+    new: dict[str, Any], parts: dict[str, Any], name: str, item: Decimal, before: Any
+) -> None:
+    """``_count`` of an exact ``Decimal``, its encoding made from its spelling (``str``,
+    as ``_encode`` makes it): itself when a JSON number gives it back (``_keeps``), else
+    ``{"$decimal": its spelling}``. The same as ``before`` without ``_same`` when that is
+    an exact ``Decimal`` of the same spelling (``_same`` compares two by their
+    fingerprints, their spellings), or an object of the one exact text key ``$decimal``
+    holding exactly that text; anything else is compared by ``_same``."""
+    text = str(item)
+    now: Any
+    if _keeps_spelled(text):
+        if type(before) is Decimal and str(before) == text:
+            return
+        now = item
+    else:
+        if type(before) is dict and len(before) == 1:
+            ((key, held),) = before.items()
+            if type(key) is str and key == "$decimal" and type(held) is str and held == text:
+                return
+        now = {"$decimal": text}
     if not _same(now, before):
         new[name] = parts[name] = now
 
