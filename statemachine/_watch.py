@@ -590,7 +590,12 @@ def _counted(call_id: bool, attempt: bool) -> Callable[[Any, _Counters], _Counte
     or none, an ``attempt`` field or none (and no such attribute otherwise): the phase's
     counters, ``_counters(phase)`` (read in its order, from the slots themselves), when
     ``_rules`` finds nothing wrong with them after ``was`` (its step is one more, nothing
-    it counts is less, the attempt of the same call is not lower); ``None`` otherwise."""
+    it counts is less, the attempt of the same call is not lower); ``None`` otherwise.
+    A field's value is checked as ``_counters`` checks it; the ``""`` and ``-1`` a class
+    without the field gives need no check, and get none."""
+    checks = ('    if not isinstance(call_id, str):\n        call_id = ""\n' if call_id else "") + (
+        "    if not isinstance(attempt, int):\n        attempt = -1\n" if attempt else ""
+    )
     source = f"""\
 def counted(phase, was):
     spent = phase.spent
@@ -609,11 +614,7 @@ def counted(phase, was):
         else len(actions)
     )
     iterations = loop.tool_iterations
-    if not isinstance(call_id, str):
-        call_id = ""
-    if not isinstance(attempt, int):
-        attempt = -1
-    if step != was[0] + 1:  # the very operators _rules uses (!= is not "not ==")
+{checks}    if step != was[0] + 1:  # the very operators _rules uses (!= is not "not ==")
         return None
     if not (
         tokens >= was[1]

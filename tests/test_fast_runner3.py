@@ -162,3 +162,62 @@ def test_a_budget_dict_with_a_key_more_or_less_is_refused() -> None:
     finally:
         values[extra] = kept
     assert same(watch._rt, watch._agent, before, after)
+
+
+def _counted_plain(phase: Any, was: Any) -> Any:
+    """``_counted``'s answer by ``_counters`` and ``_rules``'s comparisons."""
+    now = _watch._counters(phase)
+    if now[0] != was[0] + 1:
+        return None
+    if not all(now[at] >= was[at] for at in range(1, 7)):
+        return None
+    if now[7] and now[7] == was[7] and -1 < now[8] < was[8]:
+        return None
+    return now
+
+
+_ODD = st.one_of(
+    st.text(max_size=3), st.integers(-2, 3), st.none(), st.floats(-2, 3), st.booleans()
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    at=st.integers(0, 10**6),
+    call_id=st.one_of(st.just("keep"), _ODD),
+    attempt=st.one_of(st.just("keep"), _ODD),
+    step=st.integers(-1, 2),
+    same_call=st.booleans(),
+    was_attempt=st.integers(-1, 4),
+)
+def test_counted_answers_as_counters_and_the_rules(
+    at: int, call_id: object, attempt: object, step: int, same_call: bool, was_attempt: int
+) -> None:
+    seen = [
+        (before, after)
+        for run in _RUNS
+        for _, before, after in run
+        if type(before) in _watch._FAST and type(after) in _watch._FAST[type(before)][1]
+    ]
+    before, after = seen[at % len(seen)]
+    flags = _watch._FAST[type(before)][1][type(after)][1]
+    counted = flags[3]
+    names = {field.name for field in attrs.fields(type(after))}
+    kept = {name: getattr(after, name) for name in ("call_id", "attempt", "step") if name in names}
+    try:
+        if call_id != "keep" and "call_id" in names:
+            object.__setattr__(after, "call_id", call_id)
+        if attempt != "keep" and "attempt" in names:
+            object.__setattr__(after, "attempt", attempt)
+        object.__setattr__(after, "step", kept["step"] + step)
+        old = _watch._counters(before)
+        held = _watch._counters(after)[7] if same_call else old[7]
+        was: Any = (*old[:7], held, was_attempt)
+        got = counted(after, was)
+        expected = _counted_plain(after, was)
+        assert got == expected
+        if got is not None and expected is not None:
+            assert [type(value) for value in got] == [type(value) for value in expected]
+    finally:
+        for name, value in kept.items():
+            object.__setattr__(after, name, value)
