@@ -10,7 +10,8 @@ A full snapshot is written at seq 0, then at the first checkpoint at least
 add up to that snapshot's stored size. A state grows with its run, so a fixed interval
 would make snapshots cost more per transition the longer the run; by this rule they
 never cost more bytes than the deltas between them, so the bytes per transition stay
-flat, and a load reads one snapshot and at most about its stored size again in deltas.
+flat, and a load reads one snapshot and at most about its stored size again in deltas
+(twice that after a compressed snapshot of less than 128 KiB, below).
 A store that did not write the run's last checkpoint (another process, a restart) reads
 the sizes from the stored chain, so every process applies the same rule to the same
 rows. A caller's own delta ops are used when they apply (see ``_delta``).
@@ -22,6 +23,14 @@ load about ten times what a byte of snapshot does). Smaller snapshots are stored
 their text: ``snapshot_every``, not their size, spaces those. Snapshots stored as text
 by earlier versions load as they always did. It is compressed before it is sealed, so
 its stored size says how repetitive it is, as a delta's size says how large a change is.
+Since 2026-12-03 (issue 23) the deltas after a compressed snapshot of less than
+``_SPAN_BELOW`` (128 KiB) add up to twice its stored size before the next
+(``_COMPRESSED_SPAN``; after a larger one, or one stored as text, to its size): its bytes
+hold several times as much state as a text snapshot's, so a load still replays fewer
+changes than after a text snapshot of the same state, and a run writes and compresses
+half as many of those snapshots, for fewer bytes. A larger snapshot keeps the rule before,
+so a load of a long run replays at most what it did. A load reads the last snapshot
+wherever it is, so runs saved under the earlier rule load and continue as before.
 A snapshot of the phase codec's documents (the runner's) inflates, since 2026-12-03 (issue
 23), to the form ``_TEXTS_AFTER`` starts: its JSON with each long text of a list (a full
 chunk of the transcript or the action log, itself JSON) left out, then those texts as they
@@ -120,6 +129,11 @@ _NO_HEAD: Final = bytes(_DIGEST)  # the link before checkpoint 0
 # text starts with (JSON starts with a value, a space or a byte order mark).
 _COMPRESS_FROM: Final = 32 * 1024
 _ZLIB: Final = b"x"
+# The deltas after a compressed snapshot of fewer than _SPAN_BELOW bytes add up to this many
+# times its stored size before the next snapshot (after any other, to its size): see the
+# module's docstring.
+_COMPRESSED_SPAN: Final = 2
+_SPAN_BELOW: Final = 128 * 1024
 # A compressed snapshot that inflates to this byte first holds its long texts after its
 # JSON (see ``_texts_after``); JSON text never starts with it.
 _TEXTS_AFTER: Final = b"\x01"
@@ -444,7 +458,20 @@ class _Chain:
         self, run_id: str, rows: list[_Row], record: RunRecord
     ) -> tuple[Mapping[str, Any], _Since]:
         """The stored document and ``_Since`` of a chain (its last snapshot, then the deltas)."""
-        return self.replay(run_id, rows, record)[1], _since_of(rows)
+        return self.replay(run_id, rows, record)[1], self.since_of(rows)
+
+    def span(self, blob: bytes) -> int:
+        """The bytes of deltas that follow the snapshot ``blob`` before the next is due
+        (``_Since.size``): twice its size when it is stored compressed in fewer than
+        ``_SPAN_BELOW`` bytes, else its size."""
+        if self.sealer is None and len(blob) < _SPAN_BELOW and blob[_DIGEST : _DIGEST + 1] == _ZLIB:
+            return len(blob) * _COMPRESSED_SPAN
+        return len(blob)
+
+    def since_of(self, rows: list[_Row]) -> _Since:
+        """``_Since`` of a chain as ``_chain_rows`` reads it (the last snapshot, then its
+        deltas), the snapshot's size as :meth:`span` counts it."""
+        return _since_of(rows)._replace(size=self.span(rows[0].blob))
 
     def checkpoint(
         self,
@@ -467,10 +494,11 @@ class _Chain:
             payload["previous"] = self.before(run_id, seq, previous).hex()
         blob, texts = self.blob(run_id, seq, payload, change)
         head = self.head(run_id, seq, snapshot, blob[:_DIGEST], previous)
+        size = self.span(blob) if snapshot else len(blob)
         return (
             snapshot,
             blob,
-            _Last(seq, document, seen, texts, since.after(seq, snapshot, len(blob)), head),
+            _Last(seq, document, seen, texts, since.after(seq, snapshot, size), head),
         )
 
     def previous_head(self, run_id: str, record: RunRecord | None) -> bytes | None:
@@ -543,7 +571,7 @@ class _Chain:
         # The run's latest checkpoint, as if this store had saved it: a resume's first
         # save gives ops from this very document (see ``prepare``), so it is a delta.
         self.recent.pop(run_id, None)
-        self.loaded[run_id] = _Last(record.seq, document, None, {}, _since_of(rows), head)
+        self.loaded[run_id] = _Last(record.seq, document, None, {}, self.since_of(rows), head)
         self.loaded.move_to_end(run_id)
         while len(self.loaded) > _LOADED_RUNS:
             self.loaded.popitem(last=False)
@@ -745,7 +773,8 @@ class _Chain:
         """Whether checkpoint ``seq`` is a full snapshot (see the module's docstring).
 
         At least ``snapshot_every`` checkpoints after the last snapshot, and once the
-        deltas stored since add up to that snapshot's size.
+        deltas stored since add up to that snapshot's size (twice it for a compressed one
+        of less than ``_SPAN_BELOW``: ``span``).
         """
         return seq - since.seq >= self.snapshot_every and since.deltas >= since.size
 
