@@ -40,10 +40,10 @@ import attrs
 from pydantic import BaseModel, PrivateAttr
 
 from . import _json
-from ._actions import CHUNK, EMPTY_LOG, ActionLog, ActionRecord, _record
+from ._actions import _SETTERS, CHUNK, EMPTY_LOG, ActionLog, ActionRecord, _record
 from ._budget import Budget, Spend, admits_call
 from ._errors import SetupError
-from ._fast._pydantic import _trusted
+from ._fast._pydantic import _set_dict, _set_extra, _set_fields_set, _set_private, _trusted
 from ._similarity import (
     LEXICAL,
     GramMasks,
@@ -642,21 +642,36 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
             line = self._line()  # made here if it does not cover the actions (as _settled)
             private = self.__pydantic_private__
         action = tail[-1]
-        # _settled_record(action, "ok", result, gain), without its frame.
-        settled = _record(
-            action.call_id,
-            action.tool,
-            action.effect,
-            action.exact,
-            action.key,
-            action.text,
-            "ok",
-            result[:_RESULT_CHARS],
-            gain,
-        )
+        # _settled_record(action, "ok", result, gain), without its frame nor _record's
+        # (its body: the record's slots set through their descriptors).
+        settled = _new(ActionRecord)
+        (
+            set_call_id,
+            set_tool,
+            set_effect,
+            set_exact,
+            set_key,
+            set_text,
+            set_outcome,
+            set_result,
+            set_gain,
+        ) = _SETTERS
+        set_call_id(settled, action.call_id)
+        set_tool(settled, action.tool)
+        set_effect(settled, action.effect)
+        set_exact(settled, action.exact)
+        set_key(settled, action.key)
+        set_text(settled, action.text)
+        set_outcome(settled, "ok")
+        set_result(settled, result[:_RESULT_CHARS])
+        set_gain(settled, gain)
+        # ActionLog._of(chunks, ...), without its frame.
+        log = _new(ActionLog)
+        log._chunks = chunks
+        log._tail = tail[:-1] + (settled,)  # noqa: RUF005
         values = {
             **self.__dict__,
-            "actions": ActionLog._of(chunks, tail[:-1] + (settled,)),  # noqa: RUF005
+            "actions": log,
             "evidence": evidence,
             "low_gain_streak": streak,
         }
@@ -676,8 +691,13 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         else:
             line.settled(position, action)
         grams = None if private is None else private.get("_grams")
-        kept = {"_index": line, "_grams": grams}
-        return _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept)
+        # _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept), without its frame.
+        made = _new(LoopState)
+        _set_dict(made, values)
+        _set_fields_set(made, _LOOP_FIELD_SET.copy())
+        _set_extra(made, None)
+        _set_private(made, {"_index": line, "_grams": grams})
+        return made
 
     def noted(self, step: int, hook: Hook, decision: Decision, **changes: Any) -> LoopState:
         """A state that remembers ``decision`` (a verdict other than continue)."""

@@ -1,0 +1,95 @@
+"""after_action's settled state made without the frames of ``_record``, ``ActionLog._of``
+and ``_trusted`` (round 10 of issue 23): ``_observed`` sets the settled record's slots, the
+log's and the state's attributes in place. Each against the plain step it stands for."""
+
+# pyright: reportPrivateUsage=false
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from statemachine import LoopState
+from statemachine._actions import _RECORD_FIELDS, ActionLog, ActionRecord, _record
+from statemachine._governor import _LOOP_FIELD_SET, _RESULT_CHARS
+
+_TEXTS = st.text(alphabet="ab :\u00e91", max_size=8)
+
+
+def _fields(record: ActionRecord) -> tuple[object, ...]:
+    """The record's fields, a float gain by its bits (``-0.0`` is not ``0.0``, a NaN is
+    itself)."""
+    values = [getattr(record, name) for name in _RECORD_FIELDS]
+    return tuple(
+        (type(value), math.copysign(1.0, value), value.hex()) if type(value) is float else value
+        for value in values
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(_TEXTS, _TEXTS, _TEXTS), min_size=1, max_size=70),
+    st.text(max_size=3) | st.just("x" * (_RESULT_CHARS + 5)),
+    st.floats(allow_nan=True) | st.just(-0.0),
+    st.tuples(_TEXTS),
+    st.integers(0, 5),
+    st.booleans(),
+)
+def test_observed_state_is_the_settled_state(
+    rows: list[tuple[str, str, str]],
+    result: str,
+    gain: float,
+    evidence: tuple[str],
+    streak: int,
+    grams: bool,
+) -> None:
+    """``_observed``'s state against ``_settled`` then ``_evolve``'s: the settled record
+    field by field (outcome ``ok``, the result cut at ``_RESULT_CHARS``, the gain to the
+    bit), the log an ``ActionLog`` sharing the full chunks, the state a ``LoopState`` with
+    its own copy of the fields set, no extra fields, and the index and trigram masks kept
+    (the very objects)."""
+    records = [
+        _record(f"call-{n}", "search", "read", exact, key, text)
+        for n, (exact, key, text) in enumerate(rows)
+    ]
+    loop = LoopState()
+    for record in records:
+        loop = loop.record(record)
+    if grams:
+        loop._masks()
+    twin = LoopState.model_validate(loop.model_dump())
+    if grams:
+        twin._masks()
+    last = records[-1].call_id
+    fast = loop._observed(last, result, gain, evidence, streak)
+    assert fast is not None
+    changes = twin._settled(last, "ok", result, gain)
+    assert changes is not None
+    plain = twin._evolve(**changes, evidence=evidence, low_gain_streak=streak)
+    assert type(fast) is LoopState
+    assert type(fast.actions) is ActionLog
+    assert fast.actions._chunks is loop.actions._chunks
+    assert [_fields(one) for one in fast.actions] == [_fields(one) for one in plain.actions]
+    assert type(fast.actions[-1]) is ActionRecord
+    assert fast.actions[-1].outcome == "ok"
+    assert list(fast.__dict__) == list(plain.__dict__)
+    assert fast.evidence is evidence
+    assert fast.low_gain_streak == streak
+    assert fast.__pydantic_fields_set__ == plain.__pydantic_fields_set__ == _LOOP_FIELD_SET
+    assert fast.__pydantic_fields_set__ is not _LOOP_FIELD_SET
+    assert fast.__pydantic_fields_set__ is not loop.__pydantic_fields_set__
+    assert fast.__pydantic_extra__ is None
+    private = fast.__pydantic_private__
+    assert private is not None
+    before = loop.__pydantic_private__
+    assert before is not None
+    assert private is not before
+    assert private["_grams"] is before.get("_grams")
+    assert private["_index"] is before["_index"]
+    assert fast._line().keys == plain._line().keys
+    # The state is a whole model: it dumps, copies and validates as the plain one.
+    assert fast.model_dump() == plain.model_dump() or math.isnan(gain)
+    assert LoopState.model_validate(fast.model_dump()).model_dump() == fast.model_dump() or (
+        math.isnan(gain)
+    )
