@@ -284,12 +284,16 @@ def _kept(old: tuple[Any, ...], new: tuple[Any, ...], start: int, count: int) ->
 
     Identity, not equality: an equal item may encode differently (1 and 1.0). In C
     (``map`` of ``operator.is_``, which stops at the end of ``old``'s run), without
-    copying an item or calling its ``__eq__``.
+    calling an item's ``__eq__``. The run of an exact tuple is its slice (a copy of its
+    pointers, cheaper than ``islice``'s step per item); another sequence's is read by
+    ``islice``, through its iterator as before.
     """
     if count > len(new) or start + count > len(old):
         return False
     if start == 0 and count == len(old):
         return new is old or all(map(_is, new, old))
+    if type(old) is tuple:
+        return all(map(_is, new, old[start : start + count]))
     return all(map(_is, new, itertools.islice(old, start, start + count)))
 
 
