@@ -912,7 +912,9 @@ class LoopGovernor:
 
     def action(self, call: ReadCall | WriteCall, raw_arguments: str, call_id: str) -> ActionRecord:
         """The record of ``call`` as the model sent it (``raw_arguments``)."""
-        name = call.name
+        # _Call.name (the tool's name) without its frame, for the library's own call classes.
+        kind = type(call)
+        name = call.tool.name if kind is ReadCall or kind is WriteCall else call.name
         # SHA-256 in CPython's own C code (as the route's hash): the same digest as hashlib's.
         exact = _sha256(f"{name}\x00{raw_arguments}".encode()).hexdigest()
         if _case_insensitive(type(call.args)):
@@ -927,7 +929,19 @@ class LoopGovernor:
         # As ActionRecord(call_id=..., tool=..., effect=..., exact=..., key=..., text=...)
         # would make it: every value is a str made here (the call id the runner's).
         effect = "write" if isinstance(call.tool, WriteTool) else "read"
-        return _record(call_id, name, effect, exact, key, text)
+        # _record(call_id, name, effect, exact, key, text), without its frame.
+        made: ActionRecord = _new(ActionRecord)
+        setters = _SETTERS
+        setters[0](made, call_id)
+        setters[1](made, name)
+        setters[2](made, effect)
+        setters[3](made, exact)
+        setters[4](made, key)
+        setters[5](made, text)
+        setters[6](made, "pending")
+        setters[7](made, "")
+        setters[8](made, None)
+        return made
 
     @staticmethod
     def _folded(call: ReadCall | WriteCall) -> dict[str, Any]:
@@ -956,6 +970,40 @@ class LoopGovernor:
             )
             if refusal is not None:
                 return Decision(Verdict.ABORT, refusal, check="budget")
+        # A new call (nearly always) on a LoopState itself whose index, a line of its own,
+        # covers its ActionLog: the look-ups of _checked read in place, without their
+        # frames. Anything else (a subclass, a restored state without its index, a branch,
+        # a key seen before) goes through _checked, the plain path.
+        if type(loop) is LoopState and type(action) is ActionRecord:
+            private = loop.__pydantic_private__
+            line = None if private is None else private.get("_index")
+            log = loop.actions
+            if type(line) is _Line and line.parent is None and type(log) is ActionLog:
+                tail = log._tail
+                keys = line.keys
+                if (
+                    line.size >= len(log._chunks) * CHUNK + len(tail)  # _line's own test
+                    and action.exact not in keys  # _Line.latest's first answer
+                    and action.key not in keys
+                ):
+                    failures = loop.failures
+                    if type(failures) is not tuple or failures:  # something failed
+                        semantic = self._semantic(loop, line, action)
+                        if semantic is not None:
+                            return semantic
+                    # _cycle's first answers (a write; the latest action settled and gaining
+                    # enough), read here; otherwise _cycle itself.
+                    if action.effect == "write":
+                        return CONTINUE
+                    if tail:
+                        last = tail[-1]
+                        if last.outcome != "pending" and not (last.gain or 0.0) < self.cycle_gain:
+                            return CONTINUE
+                    return self._cycle(loop, action)
+        return self._checked(loop, action)
+
+    def _checked(self, loop: LoopState, action: ActionRecord) -> Decision:
+        """``before_action``'s checks after the budget's, for any state (its plain path)."""
         line, actions = loop._line(), loop.actions
         earlier = line.latest(action.exact, actions)
         if earlier is not None:
