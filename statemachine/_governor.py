@@ -28,6 +28,8 @@ trigram mask with the masks the evidence window's results keep. The actions are 
 from __future__ import annotations
 
 import bisect
+import math
+import numbers
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
@@ -794,6 +796,27 @@ def _lexical_evidence(similarity: Similarity) -> Similarity:
     return lexical_similarity if named is None else named
 
 
+def _similarity_value(similarity: object, value: object) -> float:
+    """A user's similarity's answer as a float, refused unless it is a finite number.
+
+    A NaN or an infinity would settle an action with a gain no checkpoint can hold (a
+    record's gain is finite) and that no plateau test ever finds below its threshold.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"the evidence similarity {similarity!r} returned {value!r}: a similarity "
+            "returns a number (1.0 for texts the same, less for texts less alike)"
+        )
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(
+            f"the evidence similarity {similarity!r} returned {value!r}: a similarity "
+            "returns a finite number (1.0 for texts the same, less for texts less alike); "
+            "fix the similarity, or use the default, lexical_similarity"
+        )
+    return number
+
+
 @final
 @attrs.frozen(kw_only=True)
 class LoopGovernor:
@@ -1132,8 +1155,10 @@ class LoopGovernor:
             return 1.0 - masks.best(result, window)
         if isinstance(similarity, SignedSimilarity):
             mine = similarity.signature(result)
-            return 1.0 - max(similarity.compare(mine, similarity.signature(s)) for s in window)
-        return 1.0 - max(similarity(result, seen) for seen in window)
+            best = max(similarity.compare(mine, similarity.signature(s)) for s in window)
+        else:
+            best = max(similarity(result, seen) for seen in window)
+        return 1.0 - _similarity_value(similarity, best)
 
     def after_action(
         self, loop: LoopState, *, call_id: str, effect: str, result: str, ctx: Any, step: int

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statemachine import LoopState
+from statemachine import LoopGovernor, LoopState
 from statemachine._actions import _RECORD_FIELDS, ActionLog, ActionRecord, _record
 from statemachine._governor import _LOOP_FIELD_SET, _RESULT_CHARS
 
@@ -90,6 +91,56 @@ def test_observed_state_is_the_settled_state(
     assert fast._line().keys == plain._line().keys
     # The state is a whole model: it dumps, copies and validates as the plain one.
     assert fast.model_dump() == plain.model_dump() or math.isnan(gain)
+    # (A record's gain is finite when validated: after_action refuses a similarity's NaN or
+    # infinity before settling, see below; _observed is given such gains here directly.)
     assert LoopState.model_validate(fast.model_dump()).model_dump() == fast.model_dump() or (
-        math.isnan(gain)
+        not math.isfinite(gain)
     )
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (math.nan, ValueError),
+        (math.inf, ValueError),
+        (-math.inf, ValueError),
+        ("0.5", TypeError),
+        (None, TypeError),
+        (True, TypeError),
+    ],
+)
+def test_a_similarity_that_answers_no_finite_number_is_refused(
+    answer: object, error: type[Exception]
+) -> None:
+    """A user's evidence similarity that answers a NaN, an infinity or no number is refused
+    with an error naming it, before the action is settled with a gain no checkpoint holds
+    (a record's gain is finite) and no plateau test finds below its threshold."""
+
+    def odd(first: str, second: str) -> float:
+        return answer  # type: ignore[return-value]
+
+    governor = LoopGovernor(evidence_similarity=odd)
+    loop = LoopState()
+    for n in range(2):
+        loop = loop.record(_record(f"c{n}", "search", "read", f"e{n}", f"k{n}", f"t{n}"))
+        if n == 0:  # the first result has no evidence before it: gain 1.0, nothing asked
+            loop = governor.after_action(
+                loop, call_id="c0", effect="read", result="first", ctx=None, step=0
+            )
+    with pytest.raises(error, match=r"the evidence similarity .* returned"):
+        governor.after_action(loop, call_id="c1", effect="read", result="second", ctx=None, step=1)
+    assert [record.gain for record in loop.actions] == [1.0, None]
+
+
+@pytest.mark.parametrize("answer", [0.25, 1, -0.5])
+def test_a_similarity_that_answers_a_finite_number_settles(answer: float) -> None:
+    """Any finite number, an int among them, is a gain's similarity as before."""
+    governor = LoopGovernor(evidence_similarity=lambda first, second: answer)
+    loop = LoopState()
+    for n in range(2):
+        loop = loop.record(_record(f"c{n}", "search", "read", f"e{n}", f"k{n}", f"t{n}"))
+        loop = governor.after_action(
+            loop, call_id=f"c{n}", effect="read", result=f"r{n}", ctx=None, step=n
+        )
+    assert [record.gain for record in loop.actions] == [1.0, 1.0 - answer]
+    assert LoopState.model_validate(loop.model_dump()).model_dump() == loop.model_dump()
