@@ -188,6 +188,11 @@ class _Line:
     below ``base`` settled in a branch is noted in the parent's (settled in some state of
     that line too): each line's own keys and calls are at ``base`` and above.
 
+    ``tool`` and ``run`` are the cycle check's: every action of the line at ``run`` and
+    after it is a call of ``tool`` (an exact ``str``; ``None``: not known), kept up as
+    actions are added, so that a read of the same tool whose window starts at ``run`` or
+    after it is answered without reading the window (one tool only is no cycle).
+
     ``alike`` is the semantic tier's index: the failed and refused calls by tool and
     anchors (:func:`call_anchors`), each as its rank among the failures and its position.
     The line's states' failures are each a prefix of the line's ``failures`` (a state that
@@ -208,8 +213,10 @@ class _Line:
         "keys",
         "lexical",
         "parent",
+        "run",
         "signed",
         "size",
+        "tool",
     )
 
     def __init__(self) -> None:
@@ -227,6 +234,9 @@ class _Line:
         self.base = 0
         self.base_rank = 0
         self.depth = 0
+        # The cycle check's: the actions from ``run`` on are calls of ``tool``.
+        self.tool: str | None = None
+        self.run = 0
 
     @classmethod
     def of(cls, actions: Sequence[ActionRecord], failures: tuple[int, ...]) -> _Line:
@@ -274,6 +284,10 @@ class _Line:
         """Take in the action recorded at ``position`` (the next one)."""
         self.size = position + 1
         _insert(self.calls, action.call_id, position)
+        tool = action.tool
+        if type(tool) is not str or tool != self.tool:  # another tool: a run starts here
+            self.tool = tool if type(tool) is str else None
+            self.run = position
 
     def settled(self, position: int, action: ActionRecord) -> None:
         """Note that the action at ``position`` is settled, under its keys."""
@@ -548,6 +562,10 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
                         calls[call_id] = position
                     else:
                         _insert(calls, call_id, position)
+                    tool = action.tool  # the cycle check's run of one tool
+                    if type(tool) is not str or tool != line.tool:
+                        line.tool = tool if type(tool) is str else None
+                        line.run = position
                     return evolved
         return self._recorded(action, iteration)
 
@@ -1004,8 +1022,9 @@ class LoopGovernor:
             if type(line) is _Line and line.parent is None and type(log) is ActionLog:
                 tail = log._tail
                 keys = line.keys
+                size = len(log._chunks) * CHUNK + len(tail)  # ActionLog.__len__
                 if (
-                    line.size >= len(log._chunks) * CHUNK + len(tail)  # _line's own test
+                    line.size >= size  # _line's own test
                     and action.exact not in keys  # _Line.latest's first answer
                     and action.key not in keys
                 ):
@@ -1022,6 +1041,17 @@ class LoopGovernor:
                         last = tail[-1]
                         if last.outcome != "pending" and not (last.gain or 0.0) < self.cycle_gain:
                             return CONTINUE
+                    # Every action of the window (the last cycle_window - 1) a call of this
+                    # action's tool, as the line's run of one tool says: one tool only, no
+                    # block of two or more (_cycle's next answer, without its window).
+                    tool, window = action.tool, self.cycle_window
+                    if (
+                        type(tool) is str
+                        and tool == line.tool
+                        and type(window) is int
+                        and (line.run <= size - window + 1 or not line.run)
+                    ):
+                        return CONTINUE
                     return self._cycle(loop, action)
         return self._checked(loop, action)
 
