@@ -1179,10 +1179,14 @@ class LoopGovernor:
         similarity = self.evidence_similarity
         if similarity is lexical_similarity:
             # The default, from bitmasks: each text of the window keeps its own (made when
-            # its gain was measured), so only the new result's is made here.
-            masks = loop._masks()
-            masks.start(self.evidence_window)
-            return 1.0 - masks.best(result, window)
+            # its gain was measured), so only the new result's is made here. The masks
+            # read from the private attributes in place (as _masks reads them) once made;
+            # compared: start, then best, in one frame.
+            private = loop.__pydantic_private__
+            masks = None if private is None else private.get("_grams")
+            if masks is None:
+                masks = loop._masks()
+            return 1.0 - masks.compared(result, window, self.evidence_window)
         if isinstance(similarity, SignedSimilarity):
             mine = similarity.signature(result)
             best = max(similarity.compare(mine, similarity.signature(s)) for s in window)

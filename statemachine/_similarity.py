@@ -647,6 +647,36 @@ class GramMasks:
             packed[bit >> 3] |= 1 << (bit & 7)
         return int.from_bytes(packed, "little")
 
+    def compared(self, text: str, window: tuple[str, ...], size: int) -> float:
+        """``start(size)`` and then ``best(text, window)``, in one frame: ``start`` asked
+        only when one of its tests may hold, and the window's masks (when they are the
+        ones last compared) and ``text``'s read in place, without the frames of
+        ``best``, ``_signed`` and ``mask``. The same caches and the same float."""
+        if (
+            # start does something only when one of these holds (its own tests imply them)
+            len(self._bits) > _FLOOR
+            or len(self._words) > _TRIGRAMS_KEPT
+            or len(self.masks) > _MASKS_KEPT
+        ):
+            self.start(size)
+        latest = self._window
+        if latest is not None and latest[0] is window:  # _signed's look
+            masks, sizes = latest[1], latest[2]
+        else:
+            masks, sizes = self._signed(window)
+        # self.mask(text), without its frame.
+        known = self.masks.get(text)
+        if known is None:
+            words = text.lower().split()
+            mine = self._made(_fold(text)) if len(words) < 2 else self._joined(words)
+            known = self.masks[text] = (mine, mine.bit_count())
+        mine, count = known
+        # best's comparison (see there).
+        shared = map(int.bit_count, map(and_, repeat(mine), masks))
+        roots = map(math.sqrt, map(mul, repeat(float(count)), sizes))
+        best: float = max(map(truediv, shared, roots))
+        return best
+
     def best(self, text: str, window: tuple[str, ...]) -> float:
         """The highest lexical similarity of ``text`` to a text of ``window`` (not empty)."""
         masks, sizes = self._signed(window)
