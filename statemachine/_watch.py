@@ -26,10 +26,11 @@ the counters of the phase it accepted last. It goes on with a phase only when
 Anything else raises :class:`IllegalTransitionError` before the phase is saved or run.
 
 A transition between two of the library's own classes (exactly those types) is judged
-first the short way (``Watch._quick``: what those classes are, worked out once per pair;
-the counters and the run's terms read by functions generated once), which only accepts
-what the whole check accepts; whatever it cannot show acceptable, the whole check judges
-(``Watch._checked``), and it alone refuses (tests/test_watch_quick.py).
+first the short way (``Watch._quick``'s checks, written out in ``accept``: what those
+classes are, worked out once per pair; the counters and the run's terms read by functions
+generated once), which only accepts what the whole check accepts; whatever it cannot show
+acceptable, the whole check judges (``Watch._checked``), and it alone refuses
+(tests/test_watch_quick.py, tests/test_fast_runner4.py).
 """
 
 from __future__ import annotations
@@ -359,9 +360,11 @@ class Watch:
         phase that refuses its input goes to ``Failed``).
 
         A transition between two of the library's own classes (exactly those types,
-        ``_FAST``) is judged first by :meth:`_quick`, which only ever accepts what
-        :meth:`_checked` accepts; anything it does not show acceptable is judged again by
-        :meth:`_checked`, which says why it refuses.
+        ``_FAST``) is judged first the short way, :meth:`_quick`'s checks written out in
+        this frame (with ``_all_accounted``'s for a reply read from the transcript's last
+        messages, given as exact tuples): it only ever accepts what :meth:`_checked`
+        accepts, and anything it does not show acceptable is judged again by
+        :meth:`_checked`, which says why it refuses (tests/test_fast_runner4.py).
         """
         if kinds is None:
             pair = _FAST.get(type(before))
@@ -370,9 +373,89 @@ class Watch:
             if pair is not None and pair[0] is type(before):
                 entry = pair[1].get(type(after))
                 if entry is not None and entry[0] is type(after):
-                    accepted = self._quick(before, after, entry[1])
-                    if accepted is not None:
-                        return accepted
+                    holds, runs, queued, counted = entry[1]
+                    known: Any = after  # of a library class, by identity (not narrowed)
+                    link: Any = None
+                    origin: Any = None
+                    try:
+                        link = known._ticket
+                        holder = link.holder
+                        origin = before._ticket
+                    except AttributeError:
+                        holder = None
+                    same = self._same_all
+                    # _one_transition's usual chain (the cut comes once all else is shown),
+                    # then the counters and the run's terms, as _quick reads them.
+                    if (
+                        holder is not None
+                        and type(link) is _Ticket
+                        and holder() is known
+                        and link is not origin
+                        and link.via is _VIA_TRANSITION
+                        and link.parent is origin
+                    ):
+                        now = counted(known, self._counters)
+                        if (
+                            now is not None
+                            and same is not None
+                            and same(self._rt, self._agent, before, known)
+                            and not (runs and type(known.call) is ApprovedCall)
+                        ):
+                            pending: Any = known.pending if queued else ()
+                            kept = self._pending
+                            transcript = known.transcript
+                            if (
+                                type(pending) is tuple
+                                and (
+                                    not (pending or kept)
+                                    or pending is kept
+                                    or _order_problem(before, known, pending, kept) is None
+                                )
+                                and type(transcript) is Transcript
+                                and type(last := transcript._tail) is tuple
+                            ):
+                                # _asked_problem, with _last_reply's reading of the last
+                                # messages and _all_accounted's comparisons in place.
+                                start = len(last)
+                                while start and last[start - 1].role == "tool":
+                                    start -= 1
+                                if start:
+                                    asking: Any = last[start - 1]
+                                    answered: Any = last[start:]
+                                else:  # the reply is further back (or none)
+                                    asking, answered = _last_reply_plain(transcript)
+                                accounted = True
+                                if (
+                                    asking is not None
+                                    and asking.role == "assistant"
+                                    and asking.tool_calls
+                                ):
+                                    if (
+                                        start
+                                        and not pending
+                                        and type(asked := asking.tool_calls) is tuple
+                                        and len(asked) == len(answered) + holds
+                                    ):
+                                        at = 0
+                                        for message in answered:
+                                            mine, theirs = message.tool_call_id, asked[at].id
+                                            if not (mine is theirs or mine == theirs):
+                                                accounted = False
+                                                break
+                                            at += 1
+                                        if accounted and holds:
+                                            mine, theirs = known.call_id, asked[at].id
+                                            accounted = mine is theirs or mine == theirs
+                                    else:
+                                        accounted = _all_accounted(
+                                            asking, answered, known if holds else None, pending
+                                        )
+                                if accounted:
+                                    known._ticket.parent = None
+                                    self._counters = now
+                                    self._pending = pending
+                                    accepted: Phase[Any] = known
+                                    return accepted
         return self._checked(before, after, kinds)
 
     def _quick(self, before: Active[Any], after: Any, flags: _Flags) -> Phase[Any] | None:
@@ -383,7 +466,10 @@ class Watch:
         have pending calls. ``True``: accepted, recorded as ``_checked`` records it.
         ``False``: not shown acceptable here (nothing changed); ``_checked`` judges.
         Writes (an ``ApprovedCall`` to run), ``Failed``, model retries and retries of a
-        call (``Retrying -> ToolCalling``) always go to ``_checked``."""
+        call (``Retrying -> ToolCalling``) always go to ``_checked``.
+
+        ``accept`` does these checks in its own frame (the same reads and operators in the
+        same order); this is their plain form, against which it is tested."""
         holds, runs, queued, counted = flags
         try:
             link = after._ticket
