@@ -906,11 +906,20 @@ class LoopGovernor:
         max_tool_iterations: int | None,
     ) -> Decision:
         """May the run take another planning step, and may it still use tools?"""
-        refusal = budget.refuse(
-            spent, elapsed=elapsed, action="the next model call", open_ended=True
-        )
-        if refusal is not None:
-            return Decision(Verdict.ABORT, refusal, check="budget")
+        # A Budget itself with no limit refuses nothing (each of refuse's tests needs one).
+        held: object = budget
+        if not (
+            type(held) is Budget
+            and budget.wall_clock is None
+            and budget.tool_calls is None
+            and budget.tokens is None
+            and budget.cost is None
+        ):
+            refusal = budget.refuse(
+                spent, elapsed=elapsed, action="the next model call", open_ended=True
+            )
+            if refusal is not None:
+                return Decision(Verdict.ABORT, refusal, check="budget")
         if spent.model_calls >= max_steps:
             reason = f"step cap: {spent.model_calls} model calls made, {max_steps} allowed"
             return Decision(Verdict.ABORT, reason, check="step_cap")
@@ -1004,8 +1013,16 @@ class LoopGovernor:
         price: Any,
     ) -> Decision:
         """Run ``action``, or suppress it (a duplicate), or abort (no budget for it)."""
-        # A Budget itself that certainly admits the call needs no words for a refusal.
-        if not admits_call(budget, spent, elapsed, price):
+        # A Budget itself that certainly admits the call needs no words for a refusal: one
+        # with no limit refuses nothing (each of refuse's tests needs one).
+        held: object = budget
+        if not (
+            type(held) is Budget
+            and budget.wall_clock is None
+            and budget.tool_calls is None
+            and budget.tokens is None
+            and budget.cost is None
+        ) and not admits_call(budget, spent, elapsed, price):
             refusal = budget.refuse(
                 spent, elapsed=elapsed, action=f"calling {action.tool}", tool_calls=1, cost=price
             )

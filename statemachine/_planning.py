@@ -34,7 +34,7 @@ from ._events import _streamed
 from ._fast._deadline import _until
 from ._fast._messages import _REQUEST_FIELDS
 from ._fast._pydantic import _set_dict, _set_extra, _set_fields_set, _set_private
-from ._governor import LoopState, Verdict
+from ._governor import LoopGovernor, LoopState, Verdict
 from ._guard import (
     CustomerResponse,
     GuardMode,
@@ -58,6 +58,7 @@ from ._model import (
 )
 from ._retry import _transient_words, _Unanswered
 from ._runtime import Runtime
+from ._tools import ToolRegistry
 
 if TYPE_CHECKING:
     from ._phases import (
@@ -85,12 +86,14 @@ async def _plan(
 ) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | ModelRetrying[C] | Failed[C]:
     """What ``Planning.advance`` does (its docstring says what)."""
     agent = planning.agent
+    runtime: object = rt  # a final class, whose subclasses the types do not foresee
     decision = agent.governor.begin_step(
         planning.loop,
         ctx=planning.ctx,
         spent=planning.spent,
         budget=agent.budget,
-        elapsed=rt.elapsed(),
+        # Runtime.elapsed's own difference for a Runtime itself (the clock read as it reads it).
+        elapsed=rt.clock() - rt.started if type(runtime) is Runtime else rt.elapsed(),
         max_steps=agent.max_steps,
         max_tool_iterations=agent.max_tool_iterations,
     )
@@ -112,7 +115,9 @@ async def _plan(
         case _:
             assert_never(decision.verdict)
     planning._leave("advance")
-    reply, spent, loop = await _heard(planning, rt, tools=agent.tools.schemas())
+    tools: object = agent.tools  # ToolRegistry.schemas's own answer for the class itself
+    schemas = tools._schemas if type(tools) is ToolRegistry else agent.tools.schemas()
+    reply, spent, loop = await _heard(planning, rt, tools=schemas)
     if isinstance(reply, str):
         return _unanswered(planning._copy(spent=spent, loop=loop), reply)
     if reply.tool_calls and reply.finish_reason != "length":
@@ -226,9 +231,20 @@ async def _heard(
     _set_fields_set(request, set(_REQUEST_FIELDS))
     _set_extra(request, None)
     _set_private(request, None)
-    loop = planning.agent.governor.flag(planning.loop, planning.step)
+    governor = planning.agent.governor
+    held: object = governor
+    if type(held) is LoopGovernor and governor.baseline_steps is None:
+        loop = planning.loop  # LoopGovernor.flag's first answer: no baseline, no flag
+    else:
+        loop = governor.flag(planning.loop, planning.step)
     if planning.agent.breaker is None:  # what _call does without a breaker, one frame fewer
-        model = rt.model_of(planning.model_choice)
+        choice = planning.model_choice
+        # Runtime.model_of's own answer for a Runtime itself, without its frame.
+        model = (
+            (rt.model if choice == 0 else rt.fallback_models[choice - 1])
+            if type(runtime) is Runtime
+            else rt.model_of(choice)
+        )
         reply, spent, _ = await _reply(planning, rt, model, request, remaining)
         return reply, spent, loop
     reply, spent = await _call(planning, rt, request, remaining)

@@ -291,3 +291,128 @@ def test_the_run_through_every_way_a_line_takes_an_action() -> None:
     assert branch_line is not None
     assert branch_line.parent is not None
     assert (branch_line.tool, branch_line.run) == ("lookup", 3)
+
+
+# --- the budget's checks of a Budget without limits -----------------------------------------
+
+
+class _OwnBudget(Budget, frozen=True):
+    """A subclass: its refuse is asked (the plain path), whatever its limits."""
+
+
+_limit = st.one_of(st.none(), st.integers(0, 4))
+_budgets = st.tuples(
+    _limit,
+    st.one_of(st.none(), st.decimals(0, 4, places=2)),
+    _limit,
+    st.one_of(st.none(), st.floats(0.5, 4.0)),
+)
+_spends = st.builds(
+    Spend,
+    tokens=st.integers(0, 5),
+    cost=st.decimals(0, 5, places=2),
+    tool_calls=st.integers(0, 5),
+    model_calls=st.integers(0, 5),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_budgets, _spends, st.floats(0.0, 5.0), st.decimals(0, 2, places=2))
+def test_the_budget_checks_answer_as_refuse(
+    limits: tuple[int | None, Decimal | None, int | None, float | None],
+    spent: Spend,
+    elapsed: float,
+    price: Decimal,
+) -> None:
+    """``begin_step`` and ``before_action`` with a ``Budget`` itself (no limit, or some):
+    the same decision as with a subclass of the same limits, whose ``refuse`` is asked."""
+    tokens, cost, tool_calls, wall_clock = limits
+    fields: dict[str, Any] = {
+        "tokens": tokens,
+        "cost": cost,
+        "tool_calls": tool_calls,
+        "wall_clock": wall_clock,
+    }
+    budget, own = Budget(**fields), _OwnBudget(**fields)
+    governor = LoopGovernor()
+    loop = _ran(LoopState(), ["lookup"])
+    action = _action("new", "lookup", "new")
+    for max_steps in (2, 10):
+        step: dict[str, Any] = {
+            "ctx": None,
+            "spent": spent,
+            "elapsed": elapsed,
+            "max_steps": max_steps,
+            "max_tool_iterations": 3,
+        }
+        fast = governor.begin_step(loop, budget=budget, **step)
+        plain = governor.begin_step(loop, budget=own, **step)
+        assert _fields(fast) == _fields(plain)
+    asked: dict[str, Any] = {"spent": spent, "elapsed": elapsed, "price": price}
+    fast = governor.before_action(loop, action, budget=budget, **asked)
+    plain = governor.before_action(loop, action, budget=own, **asked)
+    assert _fields(fast) == _fields(plain)
+
+
+def test_a_budget_without_limits_is_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    original = Budget.refuse
+
+    def refuse(self: Budget, spent: Spend, **words: Any) -> str | None:
+        asked.append(words["action"])
+        return original(self, spent, **words)
+
+    monkeypatch.setattr(Budget, "refuse", refuse)
+    governor, loop, action = LoopGovernor(), LoopState(), _action("n", "lookup", "n")
+    step: dict[str, Any] = {"ctx": None, "spent": Spend(), "elapsed": 0.0, "max_steps": 5}
+    ruling: dict[str, Any] = {"spent": Spend(), "elapsed": 0.0, "price": Decimal(1)}
+    assert governor.begin_step(loop, budget=Budget(), max_tool_iterations=None, **step).check == ""
+    assert governor.before_action(loop, action, budget=Budget(), **ruling).check == ""
+    assert asked == []
+    # A limit reached, or a subclass: asked.
+    over: dict[str, Any] = {**ruling, "spent": Spend(tool_calls=1)}
+    assert governor.before_action(loop, action, budget=Budget(tool_calls=1), **over).check == (
+        "budget"
+    )
+    assert asked == ["calling lookup"]
+    governor.begin_step(loop, budget=_OwnBudget(), max_tool_iterations=None, **step)
+    governor.before_action(loop, action, budget=_OwnBudget(), **ruling)
+    assert asked[1:] == ["the next model call", "calling lookup"]
+
+
+# --- the planning step's reads of the runtime, the tools and the governor -----------------
+
+
+def _planned(clock: Any, budget: Budget, governor: LoopGovernor | None = None) -> Any:
+    import anyio
+
+    from statemachine import Agent, Runner
+    from statemachine.testing import AutoDenyGate, ScriptedModel, reply
+
+    agent = Agent[None](name="a", budget=budget, governor=governor or LoopGovernor())
+    model = ScriptedModel([reply("Hello.")])
+    runner = Runner(agent, model=model, gate=AutoDenyGate(), clock=clock)
+    return anyio.run(runner.run, None, "Hi."), model
+
+
+def test_the_planning_step_reads_the_runs_own_clock() -> None:
+    """The step's elapsed time is the clock's reading less the run's start (a run that
+    started at 1,000 seconds on its clock has used none of a 10-second budget)."""
+    result, model = _planned(lambda: 1000.0, Budget(wall_clock=10))
+    assert result.final.answer == "Hello."
+    assert model.requests[0].tools == ()  # the agent's tools' schemas (it has none)
+    readings = iter([1000.0, 1000.0, 1020.0])
+    late, _ = _planned(lambda: next(readings, 1020.0), Budget(wall_clock=10))
+    assert late.final.reason.startswith("wall-clock budget exhausted: 20.00s of 10s"), (
+        late.final.reason
+    )
+
+
+def test_a_run_past_its_baseline_is_still_flagged() -> None:
+    """The governor's flag is asked when it has a baseline: a run past it is flagged."""
+    flagged, _ = _planned(
+        lambda: 0.0, Budget(), LoopGovernor(baseline_steps=0.1, baseline_factor=1.0)
+    )
+    assert [flag.split(":")[0] for flag in flagged.final.loop.flags] == ["long_run"]
+    plain, _ = _planned(lambda: 0.0, Budget())
+    assert plain.final.loop.flags == ()
