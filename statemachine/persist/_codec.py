@@ -205,6 +205,11 @@ def _encode(value: Any) -> Any:
     kind = type(value)
     if kind is str or kind is int:
         return value
+    if kind is float:  # repr's text; orjson writes the same shortest digits, and in the
+        # same notation between 1e-4 and 1e16 (outside it repr writes 1e-05, orjson 0.00001)
+        if 1e-4 <= value < 1e16 or -1e16 < value <= -1e-4:
+            return {"$float": (_json._orjson or _json._import_orjson()).dumps(value).decode()}
+        return {"$float": float.__repr__(value)}
     if kind is dict:  # as a mapping below, in this frame (a frame a level, as before)
         out: dict[str, Any] = {}
         for key, item in value.items():

@@ -51,7 +51,7 @@ from .._fast._by_class import by_class
 from .._governor import LoopState
 from .._json import fingerprint
 from .._model import Transcript
-from .._phases import Observing, Phase, Planning, ToolCalling
+from .._phases import Agent, Observing, Phase, Planning, ToolCalling
 from .._seal import _UNSAVED
 from .._tools import ReadCall, ReadTool, WriteCall, WriteTool
 from ._chunks import _MESSAGE_KEYS, _packed
@@ -520,6 +520,61 @@ def _spend_change(
     return new, parts
 
 
+def _spent(
+    cls: type[Phase[Any]],
+    field: attrs.Attribute[Any],
+    value: Spend,
+    previous: Spend,
+    encoded: Any,
+    ops: list[list[Any]],
+    merged: dict[str, Any],
+    calls: list[tuple[Any, ...] | None],
+) -> Any:
+    """:func:`_compared` of the field ``spent`` for two exact spends (the functions of
+    :func:`_pair` ask it only then), :func:`_spend_change`'s counts compared in this
+    frame: an exact ``int`` as itself, a cost through :func:`_money`, anything else
+    through :func:`_count`. An encoding before that is not an object of a spend's fields
+    in order goes to :func:`_compared`."""
+    if type(encoded) is not dict or tuple(encoded) != _SPEND_FIELDS:
+        return _compared(cls, field, value, previous, encoded, ops, merged, calls)
+    new = encoded.copy()
+    parts: dict[str, Any] = {}
+    item: Any = value.tokens
+    if item is not previous.tokens:
+        held = new["tokens"]
+        if type(item) is not int:
+            _count(new, parts, "tokens", item)
+        elif type(held) is not int or held != item:
+            new["tokens"] = parts["tokens"] = item
+    item = value.cost
+    if item is not previous.cost:
+        if type(item) is Decimal:
+            _money(new, parts, "cost", item, new["cost"])
+        else:
+            _count(new, parts, "cost", item)
+    item = value.tool_calls
+    if item is not previous.tool_calls:
+        held = new["tool_calls"]
+        if type(item) is not int:
+            _count(new, parts, "tool_calls", item)
+        elif type(held) is not int or held != item:
+            new["tool_calls"] = parts["tool_calls"] = item
+    item = value.model_calls
+    if item is not previous.model_calls:
+        held = new["model_calls"]
+        if type(item) is not int:
+            _count(new, parts, "model_calls", item)
+        elif type(held) is not int or held != item:
+            new["model_calls"] = parts["model_calls"] = item
+    if not parts:
+        return encoded
+    if len(parts) < len(new):
+        _merge(ops, ["fields", "spent"], parts)
+    else:
+        merged["spent"] = new
+    return new
+
+
 def _count(new: dict[str, Any], parts: dict[str, Any], name: str, item: Any) -> None:
     """Set ``new[name]`` (and ``parts[name]``) to ``item``'s encoding unless it is the
     encoding there already: an exact ``int`` compared as itself, anything else encoded."""
@@ -537,6 +592,13 @@ def _count(new: dict[str, Any], parts: dict[str, Any], name: str, item: Any) -> 
         new[name] = parts[name] = now
 
 
+# The last exact ``Decimal`` :func:`_money` spelled: it, its text and ``_keeps_spelled``'s
+# answer for that text (one tuple, replaced whole). A cost is most often the same amount
+# as the spend before's, a new object of the same spelling: its text is not looked up
+# again, and the encoding before (that very object) is not spelled again.
+_last_money: tuple[Any, str, bool] = (None, "", False)
+
+
 def _money(
     new: dict[str, Any], parts: dict[str, Any], name: str, item: Decimal, before: Any
 ) -> None:
@@ -546,10 +608,18 @@ def _money(
     an exact ``Decimal`` of the same spelling (``_same`` compares two by their
     fingerprints, their spellings), or an object of the one exact text key ``$decimal``
     holding exactly that text; anything else is compared by ``_same``."""
-    text = str(item)
+    global _last_money
+    last, spelled, keeps = _last_money
+    if item is last:
+        text = spelled
+    else:
+        text = str(item)
+        if text != spelled:
+            keeps = _keeps_spelled(text)
+        _last_money = (item, text, keeps)
     now: Any
-    if _keeps_spelled(text):
-        if type(before) is Decimal and str(before) == text:
+    if keeps:
+        if type(before) is Decimal and (spelled if before is last else str(before)) == text:
             return
         now = item
     else:
@@ -705,6 +775,21 @@ class PhaseDumper:
     def dump(self, phase: Phase[Any]) -> tuple[dict[str, Any], list[list[Any]] | None]:
         """``dump_phase(phase)``, and the ops from the previous document (``None``: first)."""
         old, before = self._phase, self._document
+        cls = type(phase)
+        if (
+            old is not None
+            and before is not None
+            and (cls is Planning or cls is ToolCalling or cls is Observing)
+            and type(before) is dict
+        ):
+            # :meth:`_change` for two of the library's own phases (by identity) whose
+            # pair is made: the same document and ops, the header read in place.
+            known = _PAIRS.get((id(type(old)), id(cls)))
+            if known is not None and known[0] is type(old) and known[1] is cls:
+                made = _library_change(known, old, before, phase, self._call)
+                if made is not None:
+                    self._phase, self._document = phase, made[0]
+                    return made
         if (
             old is None
             or before is None
@@ -758,24 +843,112 @@ class PhaseDumper:
             made = _fields_change(cls, old, fields_before, phase, ops, calls)
         fields, merged = made
         document["fields"] = fields
-        if not moved and list(fields) == list(fields_before):
-            _merge(ops, ["fields"], merged)
-            return document, ops
-        kind = document["kind"]
-        entry = document["phases"].get(kind)
-        if entry is not None and entry[0] == document["class"] and entry[1] == list(fields):
-            _merge(ops, ["fields"], merged)  # the new fields first: the phase op orders them
-            ops.append(["phase", kind])
-            return document, ops
-        # A phase its document's phases do not name (written by other code): key by key.
-        ops.extend(["set", [key], document[key]] for key in ("kind", "class") if moved)
-        ops.extend(["drop", ["fields", key]] for key in fields_before if key not in fields)
+        return _moved(document, ops, fields_before, fields, merged, moved)
+
+
+def _moved(
+    document: dict[str, Any],
+    ops: list[list[Any]],
+    fields_before: dict[str, Any],
+    fields: dict[str, Any],
+    merged: dict[str, Any],
+    moved: bool,
+) -> tuple[dict[str, Any], list[list[Any]]]:
+    """The end of :meth:`PhaseDumper._change`: the ops of the fields set whole, and of the
+    phase's kind and class when they changed (``moved``)."""
+    if not moved and list(fields) == list(fields_before):
         _merge(ops, ["fields"], merged)
-        expected = [key for key in fields_before if key in fields]
-        expected += [key for key in fields if key not in fields_before]
-        if list(fields) != expected:
-            ops.append(["order", ["fields"], list(fields)])
         return document, ops
+    kind = document["kind"]
+    entry = document["phases"].get(kind)
+    if entry is not None and entry[0] == document["class"] and entry[1] == list(fields):
+        _merge(ops, ["fields"], merged)  # the new fields first: the phase op orders them
+        ops.append(["phase", kind])
+        return document, ops
+    # A phase its document's phases do not name (written by other code): key by key.
+    ops.extend(["set", [key], document[key]] for key in ("kind", "class") if moved)
+    ops.extend(["drop", ["fields", key]] for key in fields_before if key not in fields)
+    _merge(ops, ["fields"], merged)
+    expected = [key for key in fields_before if key in fields]
+    expected += [key for key in fields if key not in fields_before]
+    if list(fields) != expected:
+        ops.append(["order", ["fields"], list(fields)])
+    return document, ops
+
+
+def _library_change(
+    known: tuple[type[Any], type[Any], _Pair, tuple[str, str, str]],
+    old: Phase[Any],
+    before: dict[str, Any],
+    phase: Phase[Any],
+    calls: list[tuple[Any, ...] | None],
+) -> tuple[dict[str, Any], list[list[Any]]] | None:
+    """:meth:`PhaseDumper._change` for a phase after another of the library's own
+    classes (``known``: the two classes, by identity, their pair's function and the new
+    class's path as it was read), when :meth:`PhaseDumper.dump` would take it: the
+    document's version is the int 3 and it has ``phases``, the agent's phases are the
+    very ones of the phase before. The header's entries are compared as ``_change``'s
+    loop compares them, one by one; the class's path is the one read before while its
+    module and qualified name are the very same objects. ``None`` (nothing done) for
+    anything else: then the caller takes ``_change``."""
+    version = before.get("version")
+    if type(version) is not int or version != DOCUMENT_VERSION or "phases" not in before:
+        return None
+    agent: Any = phase.agent  # an Agent, as typed: exactly one is looked for
+    if type(agent) is not Agent or agent.phases is not old.agent.phases:
+        return None
+    cls, (module, qualname, path) = known[1], known[3]
+    if cls.__module__ is not module or cls.__qualname__ is not qualname:
+        return None
+    kind, name = phase.kind, agent.name
+    ops: list[list[Any]] = FiniteOps() if type(kind) is str and type(name) is str else []
+    moved = False
+    previous = before.get("kind")
+    if previous is not kind:
+        if previous == kind:
+            kind = previous
+        else:
+            moved = True
+    previous = before.get("class")
+    if previous is not path:
+        if previous == path:
+            path = previous
+        else:
+            moved = True
+    previous = before.get("agent")
+    if previous is not name:
+        if previous == name:
+            name = previous
+        else:
+            ops.append(["set", ["agent"], name])
+    fields_before: dict[str, Any] = before["fields"]
+    made = known[2](old, fields_before, phase, ops, calls)
+    if made is None:
+        made = _fields_change(cls, old, fields_before, phase, ops, calls)
+    fields, merged = made
+    table = before["phases"]
+    document = {
+        "version": version,
+        "kind": kind,
+        "class": path,
+        "agent": name,
+        "phases": table,
+        "fields": fields,
+    }
+    if moved:
+        entry = table.get(kind)
+        if not (entry is not None and entry[0] == path and entry[1] == list(fields)):
+            return _moved(document, ops, fields_before, fields, merged, moved)
+    elif list(fields) != list(fields_before):
+        return _moved(document, ops, fields_before, fields, merged, moved)
+    if len(merged) == 1:  # _merge's ops, in place
+        ((key, value),) = merged.items()
+        ops.append(["set", ["fields", key], value])
+    elif merged:
+        ops.append(["merge", ["fields"], merged])
+    if moved:
+        ops.append(["phase", kind])
+    return document, ops
 
 
 def _fields_change(
@@ -927,7 +1100,8 @@ _Pair = Callable[
 ]
 # By the ids of the two classes, each checked by identity at the look-up: only the
 # library's classes above are kept, which live as long as the program.
-_PAIRS: dict[tuple[int, int], tuple[type[Any], type[Any], _Pair]] = {}
+# Beside the function: the new class's module, qualified name and path, as read when made.
+_PAIRS: dict[tuple[int, int], tuple[type[Any], type[Any], _Pair, tuple[str, str, str]]] = {}
 
 
 def _pair(old: type[Any], new: type[Any]) -> _Pair | None:
@@ -943,9 +1117,14 @@ def _pair(old: type[Any], new: type[Any]) -> _Pair | None:
         "_FAILED": _FAILED,
         "_dump_field": _dump_field,
         "_compared": _compared,
+        "_spent": _spent,
+        "Spend": Spend,
         "_call_seen": _call_seen,
         "_call_kept": _call_kept,
         "_transcript_change": _transcript_change,
+        "_chunked_change": _chunked_change,
+        "_MESSAGE_KEYS": _MESSAGE_KEYS,
+        "Transcript": Transcript,
         "_loop_fields": _loop_fields,
         "LoopState": LoopState,
         "Sequence": Sequence,
@@ -954,7 +1133,8 @@ def _pair(old: type[Any], new: type[Any]) -> _Pair | None:
     source = _pair_source(old, new, namespace)
     exec(compile(source, f"<statemachine dump {old.kind} {new.kind}>", "exec"), namespace)
     made: _Pair = namespace["change"]
-    _PAIRS[(id(old), id(new))] = (old, new, made)
+    module, qualname = new.__module__, new.__qualname__
+    _PAIRS[(id(old), id(new))] = (old, new, made, (module, qualname, f"{module}:{qualname}"))
     return made
 
 
@@ -1019,12 +1199,34 @@ def _pair_source(old: type[Phase[Any]], new: type[Phase[Any]], namespace: dict[s
                 f"            fields[{name!r}] = merged[{name!r}] = value",
             ]
         elif name == "transcript":
-            lines += [
+            lines += [  # _transcript_change's first case, without its frame
+                "    elif (",
+                "        type(previous) is Transcript",
+                "        and type(value) is Transcript",
+                "        and not previous._head",
+                "        and not value._head",
+                "    ):",
+                f"        fields[{name!r}], changes = _chunked_change(",
+                "            (previous._chunks, previous._tail),",
+                "            (value._chunks, value._tail),",
+                "            value,",
+                "            encoded,",
+                f"            ['fields', {name!r}],",
+                "            _MESSAGE_KEYS,",
+                "        )",
+                "        ops.extend(changes)",
                 "    elif isinstance(previous, Sequence):",
                 f"        fields[{name!r}], changes = _transcript_change(",
                 f"            previous, encoded, value, ['fields', {name!r}]",
                 "        )",
                 "        ops.extend(changes)",
+            ]
+        elif name == "spent":
+            lines += [
+                "    elif type(value) is Spend and type(previous) is Spend:",
+                f"        fields[{name!r}] = _spent(",
+                f"            cls, F{at}, value, previous, encoded, ops, merged, calls",
+                "        )",
             ]
         elif name == "loop":
             lines += [
@@ -1068,8 +1270,13 @@ def _loop_source(names: tuple[str, ...]) -> str:
             "    if value is before:",
             "        pass",
             "    elif type(value) is ActionLog and type(before) is ActionLog:",
-            f"        result[{name!r}], changes = _log_change(",
-            f"            before, encoded[{name!r}], value, ['fields', 'loop', {name!r}]",
+            f"        result[{name!r}], changes = _chunked_change(",  # as _log_change asks
+            "            (before._chunks, before._tail),",
+            "            (value._chunks, value._tail),",
+            "            value,",
+            f"            encoded[{name!r}],",
+            f"            ['fields', 'loop', {name!r}],",
+            "            _RECORD_FIELDS,",
             "        )",
             "        ops.extend(changes)",
             "    elif isinstance(value, tuple) and isinstance(before, tuple):",
@@ -1104,6 +1311,8 @@ def _loop_made() -> Callable[[LoopState, Any, LoopState, list[list[Any]]], dict[
         "NAMES": names,
         "ActionLog": ActionLog,
         "_log_change": _log_change,
+        "_chunked_change": _chunked_change,
+        "_RECORD_FIELDS": _RECORD_FIELDS,
         "_tuple_change": _tuple_change,
         "_loop_change": _loop_change,
         "_encode": _encode,
@@ -1125,7 +1334,8 @@ def _by_fields_source(names: tuple[str, ...]) -> str:
     encoded, names, attrgetter(*names))`` written out for the fields ``names``
     (identifiers): each field read by name, the encoding before copied in C when it is an
     object of exactly those fields in that order, and only a field that is not the very
-    object ``previous`` held encoded and compared."""
+    object ``previous`` held encoded and compared (an exact ``str``, its own encoding,
+    compared as ``_same`` compares two texts)."""
     lines = [
         "def change(value, previous, encoded):",
         "    if type(encoded) is not dict or len(encoded) != SIZE or tuple(encoded) != NAMES:",
@@ -1140,9 +1350,15 @@ def _by_fields_source(names: tuple[str, ...]) -> str:
     for at, name in enumerate(names):
         lines += [
             f"    if v{at} is not p{at}:",
-            f"        new[{name!r}] = now = _encode(v{at})",
-            f"        if not _same(now, encoded[{name!r}]):",
-            f"            parts[{name!r}] = now",
+            f"        if type(v{at}) is str:",  # its own encoding; _same in place
+            f"            new[{name!r}] = v{at}",
+            f"            was = encoded[{name!r}]",
+            f"            if was is not v{at} and (type(was) is not str or was != v{at}):",
+            f"                parts[{name!r}] = v{at}",
+            "        else:",
+            f"            new[{name!r}] = now = _encode(v{at})",
+            f"            if not _same(now, encoded[{name!r}]):",
+            f"                parts[{name!r}] = now",
         ]
     lines.append("    return new, parts")
     return "\n".join(lines) + "\n"
