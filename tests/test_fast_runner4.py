@@ -22,7 +22,10 @@ import test_watch_quick as quick_cases
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statemachine import Message, Observing, Planning, ToolCalling, ToolRequest, _watch
+from statemachine import Message, Observing, Planning, ToolCalling, ToolRequest, _json, _watch
+from statemachine._fast import _messages
+from statemachine._fast._canonical import _plain_json
+from statemachine._fast._messages import _c_writes_as_dumps
 
 _Seen = quick_cases._Seen
 
@@ -236,3 +239,91 @@ def test_a_reply_answered_or_held_by_equal_ids_is_accepted_the_short_way(
             assert answer[0][0] == "IllegalTransitionError"
             assert answer[1] == 1
         _judged_alike(seen)
+
+
+# --- a tool's plain result written by orjson ----------------------------------------------
+
+
+def _c_text(value: object) -> str:
+    """The C encoder's text of a plain value: ``_result_text``'s plain form before."""
+    assert _messages._plain_c is not None
+    return "".join(_messages._plain_c(value, 0))
+
+
+def _written(value: object) -> tuple[str, str]:
+    try:
+        return ("text", _messages._result_text(value))
+    except Exception as error:  # compared with the plain form's error
+        return (type(error).__name__, str(error))
+
+
+def _written_plain(value: object) -> tuple[str, str]:
+    try:
+        if type(value) is dict and _plain_json(value):
+            return ("text", _c_text(value))
+        return (
+            "text",
+            _json.dumps_fast(value) if _c_writes_as_dumps(value) else _json.dumps(value),
+        )
+    except Exception as error:  # compared with the fast form's error
+        return (type(error).__name__, str(error))
+
+
+def test_every_code_point_is_written_as_the_c_encoder_writes_it() -> None:
+    """Every code point (a lone surrogate too), in a key and a value, alone and between
+    others: the same text as the C encoder's."""
+    for start in range(0, 0x110000, 0x800):
+        text = "".join(chr(point) for point in range(start, start + 0x800))
+        for value in ({text: text}, {"k": [text, (text,)], text[:7]: {text[-5:]: '"\\'}}):
+            assert _messages._result_text(value) == _c_text(value)
+    assert _messages._result_text({"a": "\ud800"}) == _c_text({"a": "\ud800"}) == '{"a":"\ud800"}'
+
+
+_TEXT = st.text(st.characters(codec=None), max_size=6) | st.sampled_from(
+    ["\ud800", "\udfff", '"', "\\", "\x00\x1f\x7f", "\u2028\u2029", "é€😀", "null", "1e-7"]
+)
+_SCALARS = (
+    _TEXT
+    | st.booleans()
+    | st.none()
+    | st.integers()
+    | st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64, 10**40])
+    | st.floats(allow_nan=True)
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(_TEXT, inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=st.dictionaries(_TEXT, _VALUES, max_size=4))
+def test_a_result_is_written_as_before(value: dict[str, object]) -> None:
+    """Any result of plain values (text of every kind, ints either side of 64 bits, lists,
+    tuples, dicts; floats, which are not plain): the same text or error as before."""
+    assert _written(value) == _written_plain(value)
+
+
+def test_nesting_past_orjsons_depth_and_values_not_plain_take_the_c_encoder() -> None:
+    """orjson refuses nesting past its depth: the C encoder writes it; a value that is
+    not plain (a subclass, a float) never reaches orjson."""
+    deep: object = "x"
+    for _ in range(300):
+        deep = [deep]
+    value = {"deep": deep}
+    assert _plain_json(value)
+    assert _messages._result_text(value) == _c_text(value)
+
+    class _Text(str):
+        pass
+
+    class _Int(int):
+        pass
+
+    for odd in ({"a": _Text("b")}, {_Text("a"): 1}, {"a": _Int(1)}, {"a": 1.5}, {"a": {1: 2}}):
+        assert _written(odd) == _written_plain(odd)

@@ -124,16 +124,35 @@ def _refuse(value: object) -> object:
 
 _plain_c: Final = _plain_chunks()
 
+# orjson's dumps, imported on the first plain result (not with the package: import time).
+_orjson_dumps: Callable[[Any], bytes] | None = None
+
+
+def _load_orjson() -> Callable[[Any], bytes]:
+    global _orjson_dumps
+    import orjson
+
+    _orjson_dumps = orjson.dumps
+    return orjson.dumps
+
 
 def _result_text(value: Any) -> str:
-    """``_json.dumps(value)``: a dict of plain JSON (``_plain_json``) by the C encoder
-    itself, which writes it as ``dumps`` does; else in C (``dumps_fast``) when
-    ``_c_writes_as_dumps(value)``. One spelling differs, as in ``dumps_fast``: a float
-    with a negative exponent is written as ``repr`` writes it (``1e-07``, where ``dumps``
-    writes ``0.0000001``), the same number when read back; the same value always takes
-    the same path, so its text does not change from one transition or run to the next."""
+    """``_json.dumps(value)``: a dict of plain JSON (``_plain_json``) as the C encoder
+    itself writes it (which is as ``dumps`` does), by orjson, whose UTF-8 is that very
+    text for every value ``_plain_json`` passes (exact text, bools, ``None``, ints, dicts
+    of text keys in their order, lists and tuples: tests/test_fast_runner4.py, every code
+    point); what orjson refuses (a lone surrogate, an int beyond 64 bits, nesting past its
+    depth) by the C encoder. Else in C (``dumps_fast``) when ``_c_writes_as_dumps(value)``.
+    One spelling differs, as in ``dumps_fast``: a float with a negative exponent is
+    written as ``repr`` writes it (``1e-07``, where ``dumps`` writes ``0.0000001``), the
+    same number when read back; the same value always takes the same path, so its text
+    does not change from one transition or run to the next."""
     if type(value) is dict and _plain_c is not None and _plain_json(value):
-        return "".join(_plain_c(value, 0))
+        dumps = _orjson_dumps or _load_orjson()
+        try:
+            return dumps(value).decode()
+        except TypeError:  # orjson.JSONEncodeError
+            return "".join(_plain_c(value, 0))
     if _c_writes_as_dumps(value):
         return _json.dumps_fast(value)
     return _json.dumps(value)
