@@ -540,7 +540,7 @@ class GramMasks:
         word of one letter needs."""
         if len(self._bits) > _NARROW_BITS or len(words[0]) < 2:
             return self._joined_wide(words)
-        cache, made = self._words, self._made
+        cache, made, bits = self._words, self._made, self._bits
         get = cache.get
         before = words[0]
         segment = f"{before} "
@@ -555,7 +555,15 @@ class GramMasks:
             before = word
             found = get(segment)
             if found is None:
-                found = cache[segment] = made(segment)
+                # made(segment), without its frame (a segment of four characters or more:
+                # its trigrams are its slices of three).
+                found = 0
+                for gram in map("".join, zip(segment, segment[1:], segment[2:])):  # noqa: B905
+                    bit = bits.get(gram)
+                    if bit is None:
+                        bit = bits[gram] = len(bits)
+                    found |= 1 << bit
+                cache[segment] = found
                 fresh |= found
             else:
                 mask |= found

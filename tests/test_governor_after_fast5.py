@@ -2,7 +2,8 @@
 ``start`` asked only when one of its tests may hold, the window's masks and the result's
 read in place. Checked against ``start`` then ``best`` (the same float and the same caches
 after, at the bounds of the masks kept and of the vocabulary) and against the set formula,
-to the bit."""
+to the bit. And ``_joined``'s mask of a middle segment new to the cache (a number, an id)
+made in its own frame, checked against ``_made``'s through the general loop."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statemachine import LoopGovernor, LoopState
-from statemachine._similarity import _FLOOR, _GROWTH, _MASKS_KEPT, GramMasks, trigrams
+from statemachine._similarity import _FLOOR, _GROWTH, _MASKS_KEPT, GramMasks, _grams_of, trigrams
 
 # Letters that repeat, digits, a colon, case and a letter that folds: the segments' edges.
 _TEXT = st.text(alphabet="aAb0: 1\u00e9", min_size=1, max_size=14)
@@ -104,3 +105,25 @@ def test_gain_with_numbered_results_is_the_set_formula_s() -> None:
         assert repr(governor.gain(loop, result)) == repr(_gain_by_sets(window, result))
         masks = masks or loop._masks()
         assert loop._masks() is masks
+
+
+# Words whose trigrams repeat within a segment ("0000", "aaaa") and edges of one letter.
+_WORD = st.text(alphabet="a0:b", min_size=1, max_size=7)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_WORD, min_size=3, max_size=7), min_size=1, max_size=8))
+def test_a_new_middle_segment_is_made_as_made_makes_it(texts: list[list[str]]) -> None:
+    """``_joined`` makes a middle segment new to the cache in its own frame: two
+    vocabularies fed the same texts (one through ``_joined``, one through the general
+    loop, whose segments ``_made`` makes) give the same masks, the same cached segment
+    masks and the same bits, a trigram repeated within a segment counted once."""
+    fast, general = GramMasks(), GramMasks()
+    for words in texts:
+        if len(words[0]) < 2:  # _joined hands these to the general loop itself
+            words = ["ab", *words]
+        assert fast._joined(words) == general._joined_wide(words)
+        assert fast._words == general._words
+        assert fast._bits == general._bits
+        for segment, mask in fast._words.items():
+            assert mask == sum(1 << fast._bits[gram] for gram in set(_grams_of(segment)))
