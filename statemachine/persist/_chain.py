@@ -11,7 +11,7 @@ add up to that snapshot's stored size. A state grows with its run, so a fixed in
 would make snapshots cost more per transition the longer the run; by this rule they
 never cost more bytes than the deltas between them, so the bytes per transition stay
 flat, and a load reads one snapshot and at most about its stored size again in deltas
-(twice that after a compressed snapshot of less than 128 KiB, below).
+(three times that after a compressed snapshot of less than 128 KiB, below).
 A store that did not write the run's last checkpoint (another process, a restart) reads
 the sizes from the stored chain, so every process applies the same rule to the same
 rows. A caller's own delta ops are used when they apply (see ``_delta``).
@@ -24,13 +24,15 @@ their text: ``snapshot_every``, not their size, spaces those. Snapshots stored a
 by earlier versions load as they always did. It is compressed before it is sealed, so
 its stored size says how repetitive it is, as a delta's size says how large a change is.
 Since 2026-12-03 (issue 23) the deltas after a compressed snapshot of less than
-``_SPAN_BELOW`` (128 KiB) add up to twice its stored size before the next
-(``_COMPRESSED_SPAN``; after a larger one, or one stored as text, to its size): its bytes
-hold several times as much state as a text snapshot's, so a load still replays fewer
-changes than after a text snapshot of the same state, and a run writes and compresses
-half as many of those snapshots, for fewer bytes. A larger snapshot keeps the rule before,
-so a load of a long run replays at most what it did. A load reads the last snapshot
-wherever it is, so runs saved under the earlier rule load and continue as before.
+``_SPAN_BELOW`` (128 KiB) add up to three times its stored size before the next
+(``_COMPRESSED_SPAN``; twice in the issue's tenth round; after a larger one, or one stored
+as text, to its size): its bytes hold several times as much state as a text snapshot's,
+so a load still replays fewer changes than after a text snapshot of the same state, and
+a run writes and compresses a third as many of those snapshots, for fewer bytes. The
+changes after one add up to less than 384 KiB, about what follows a snapshot of 384 KiB,
+and a larger snapshot keeps the rule before, so a load of a long run replays at most about
+what it did. A load reads the last snapshot wherever it is, so runs saved under the
+earlier rules load and continue as before.
 A snapshot of the phase codec's documents (the runner's) inflates, since 2026-12-03 (issue
 23), to the form ``_TEXTS_AFTER`` starts: its JSON with each long text of a list (a full
 chunk of the transcript or the action log, itself JSON) left out, then those texts as they
@@ -132,7 +134,7 @@ _ZLIB: Final = b"x"
 # The deltas after a compressed snapshot of fewer than _SPAN_BELOW bytes add up to this many
 # times its stored size before the next snapshot (after any other, to its size): see the
 # module's docstring.
-_COMPRESSED_SPAN: Final = 2
+_COMPRESSED_SPAN: Final = 3
 _SPAN_BELOW: Final = 128 * 1024
 # A compressed snapshot that inflates to this byte first holds its long texts after its
 # JSON (see ``_texts_after``); JSON text never starts with it.
@@ -462,7 +464,7 @@ class _Chain:
 
     def span(self, blob: bytes) -> int:
         """The bytes of deltas that follow the snapshot ``blob`` before the next is due
-        (``_Since.size``): twice its size when it is stored compressed in fewer than
+        (``_Since.size``): three times its size when it is stored compressed in fewer than
         ``_SPAN_BELOW`` bytes, else its size."""
         if self.sealer is None and len(blob) < _SPAN_BELOW and blob[_DIGEST : _DIGEST + 1] == _ZLIB:
             return len(blob) * _COMPRESSED_SPAN
@@ -773,8 +775,8 @@ class _Chain:
         """Whether checkpoint ``seq`` is a full snapshot (see the module's docstring).
 
         At least ``snapshot_every`` checkpoints after the last snapshot, and once the
-        deltas stored since add up to that snapshot's size (twice it for a compressed one
-        of less than ``_SPAN_BELOW``: ``span``).
+        deltas stored since add up to that snapshot's size (three times it for a compressed
+        one of less than ``_SPAN_BELOW``: ``span``).
         """
         return seq - since.seq >= self.snapshot_every and since.deltas >= since.size
 

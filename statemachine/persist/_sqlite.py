@@ -16,7 +16,7 @@ import anyio.to_thread
 
 from .._errors import CheckpointCorruptError
 from .._fast._pydantic import _trusted
-from ._base import _Store
+from ._base import _new_tuple, _Store
 from ._lifecycle import ENDINGS, RunStatus
 from ._protocol import CheckpointEntry, LeaseRecord, RunRecord, Sealer
 from ._rows import _EPOCH, _SAVED_FIELDS, _SETTLED, _Change, _EffectRow, _Row, _system_clock
@@ -762,7 +762,12 @@ class SQLiteCheckpointer(_Store):
             "AND kind = 'full'), 0) ORDER BY seq",
             {"run_id": run_id},
         ).fetchall()
-        return [_Row(seq, kind == "full", phase, bytes(blob)) for seq, kind, phase, blob in rows]
+        # Each made as _Row's own __new__ makes it (its slots, then the default), without
+        # its frame: a load reads every row from its last snapshot on.
+        return [
+            _new_tuple(_Row, (seq, kind == "full", phase, bytes(blob), _EPOCH))
+            for seq, kind, phase, blob in rows
+        ]
 
     def _rows(self, run_id: str) -> list[CheckpointEntry]:
         rows = self._db.execute(
