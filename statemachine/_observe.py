@@ -322,6 +322,9 @@ class _Told:
         at INFO), or while structlog captures events (``structlog.testing.capture_logs``,
         ``statemachine.testing.capture``). Otherwise structlog's processors would render
         a line per transition only for the logger to drop it.
+
+        The runner's own loop (``Runner._steps``) asks the same in its frame: a change
+        here is a change there (tests/test_fast_runner4.py).
         """
         if self._logger.isEnabledFor(_INFO):
             return True

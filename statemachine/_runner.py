@@ -579,7 +579,12 @@ class Runner(Generic[C, D]):
                         isinstance(before, AwaitApproval) or isinstance(state, AwaitApproval)
                     ):  # the only phases Instruments.waits counts
                         self._metrics.waits(before, state)
-                    if told.events_wanted():
+                    # told.events_wanted(), read in this frame (the same reads in order).
+                    if told._logger.isEnabledFor(_INFO) or (
+                        (capture := told._capture) is not None
+                        and (processors := told._processors)
+                        and isinstance(processors[-1], capture)
+                    ):
                         log.info("transition", **_transition_keys(rt, before, state))
                 else:
                     state = await self._step(rt, before, in_run, log, watch, told)

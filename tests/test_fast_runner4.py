@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import anyio
 import pytest
 import test_watch_quick as quick_cases
 from hypothesis import given, settings
@@ -327,3 +328,49 @@ def test_nesting_past_orjsons_depth_and_values_not_plain_take_the_c_encoder() ->
 
     for odd in ({"a": _Text("b")}, {_Text("a"): 1}, {"a": _Int(1)}, {"a": 1.5}, {"a": {1: 2}}):
         assert _written(odd) == _written_plain(odd)
+
+
+# --- the loop's log event, asked in its own frame ------------------------------------------
+
+
+@pytest.mark.parametrize("at", [(0, 3), (2, 5), (4, 4), (1, 99)])
+def test_the_loop_logs_a_transition_while_a_capture_is_on(at: tuple[int, int]) -> None:
+    """A capture started and ended from inside a run (between two transitions): the loop
+    logs each transition after the one that started it, up to the one that ended it, as
+    ``events_wanted`` answers then."""
+    import contextlib
+
+    from structlog.testing import capture_logs
+
+    from statemachine import Agent, Budget, Runner
+    from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
+
+    start, end = at
+    seen = [0]
+    captured: list[list[dict[str, Any]]] = []
+    stack = contextlib.ExitStack()
+
+    def moved(before: object, after: object) -> None:
+        seen[0] += 1
+        if seen[0] == start:
+            captured.append(stack.enter_context(capture_logs()))
+        if seen[0] == end:
+            stack.close()
+
+    agent = Agent[None](name="a", tools=[quick_cases.lookup], budget=Budget(), max_steps=100)
+    turns = [tool_call("lookup", f'{{"key": "k{n}"}}') for n in range(3)]
+    runner = Runner(
+        agent,
+        model=ScriptedModel([*turns, reply("done")]),
+        gate=AutoDenyGate(),
+        on_transition=moved,
+    )
+    with stack:
+        result = anyio.run(runner.run, None, "go")
+    total = len(result.path) - 1
+    events = [e for got in captured for e in got if e.get("event") == "transition"]
+    if start == 0:  # never started
+        assert events == []
+    else:
+        assert len(events) == min(end, total) - start
+        assert [e["step"] for e in events] == list(range(start + 1, min(end, total) + 1))
