@@ -42,6 +42,7 @@ import enum
 import functools
 import hashlib
 import importlib
+import operator
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -241,11 +242,33 @@ def _encode(value: Any) -> Any:
             "name": value.name,
         }
     if kind is ActionRecord:  # its fields, text as it is, the gain encoded
-        record = value.model_dump()
-        for key, item in record.items():
-            if type(item) is not str:
-                record[key] = _encode(item)
-        return record
+        # Read in place, in model_dump's order: eight exact texts and no gain (a record
+        # not yet settled) or a gain, encoded (a float as above); anything else (fields
+        # set around the class's converters) the long way below, field by field.
+        call_id, tool, effect, exact, key, text, outcome, result, gain = _RECORD_VALUES(value)
+        if (
+            str
+            is type(call_id)
+            is type(tool)
+            is type(effect)
+            is type(exact)
+            is type(key)
+            is type(text)
+            is type(outcome)
+            is type(result)
+        ):
+            return {
+                "call_id": call_id,
+                "tool": tool,
+                "effect": effect,
+                "exact": exact,
+                "key": key,
+                "text": text,
+                "outcome": outcome,
+                "result": result,
+                "gain": None if gain is None else _encode(gain),
+            }
+        return _record_long(value)
     if isinstance(value, str):
         return str.__str__(value)  # an enum member or other subclass, as plain text
     if isinstance(value, int):
@@ -587,6 +610,20 @@ def _try_encode(encode: Callable[[Any], Any], value: Any) -> Any:
 
 
 _FAILED: Final = object()
+
+
+# An ActionRecord's fields, in model_dump's order, read at once (by exact type only).
+_RECORD_VALUES: Final = operator.attrgetter(*_RECORD_FIELDS)
+
+
+def _record_long(value: ActionRecord) -> dict[str, Any]:
+    """``_encode`` of an ActionRecord the long way: its model_dump, text as it is and
+    every other value encoded."""
+    record = value.model_dump()
+    for key, item in record.items():
+        if type(item) is not str:
+            record[key] = _encode(item)
+    return record
 
 
 def _try_rebuild(build: Callable[[], Any]) -> Any:
