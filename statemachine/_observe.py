@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import types
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
@@ -245,8 +246,10 @@ class _Told:
     __slots__ = (
         "_capture",
         "_in",
+        "_levels",
         "_logger",
         "_out",
+        "_plain",
         "_processors",
         "attaching",
         "current",
@@ -274,6 +277,15 @@ class _Told:
         testing = sys.modules.get("structlog.testing")
         self._capture: type[Any] | None = None if testing is None else testing.LogCapture
         self._processors: list[Any] = sys.modules["structlog"].get_config()["processors"]
+        # What the runner's loop reads in place of the two questions (``_levels_of``,
+        # ``_plain_of``), found out once per drive.
+        self._levels = _levels_of(self._logger)
+        processors = self._processors
+        self._plain = (
+            None
+            if self._capture is None or type(processors) is not list or not processors
+            else _plain_of(type(processors[-1]), self._capture)
+        )
         # The last context ``within`` was asked about, and the one it made from it.
         self._out: Context | None = None
         self._in: Context | None = None
@@ -323,8 +335,10 @@ class _Told:
         ``statemachine.testing.capture``). Otherwise structlog's processors would render
         a line per transition only for the logger to drop it.
 
-        The runner's own loop (``Runner._steps``) asks the same in its frame: a change
-        here is a change there (tests/test_fast_runner4.py).
+        The runner's own loop (``Runner._steps``) asks the same in its frame, reading the
+        logger's cached answer (``_levels``) and the last processor's class (``_plain``) in
+        place: a change here is a change there (tests/test_fast_runner4.py,
+        tests/test_fast_runner5.py).
         """
         if self._logger.isEnabledFor(_INFO):
             return True
@@ -334,6 +348,62 @@ class _Told:
             and bool(processors)
             and (isinstance(processors[-1], self._capture))
         )
+
+
+def _levels_of(logger: object) -> dict[int, object]:
+    """The dict ``logging.Logger.isEnabledFor`` answers from (the logger's ``_cache``, its
+    answer by level), for a logger exactly of ``logging.Logger`` whose class holds the
+    standard library's ``isEnabledFor`` and which has none of its own; for any other, a
+    new empty dict, where no answer is ever found. Asked once per drive, as
+    ``Runner._own_advance`` is.
+
+    The loop reads the INFO answer there: exactly ``False`` is ``isEnabledFor``'s answer
+    too (it answers ``False`` for a disabled logger as well, so ``disabled`` need not be
+    read), and anything else (``True``, or no answer yet) asks ``isEnabledFor``. The
+    standard library clears every logger's cache in place (the very dict) when a level
+    changes (``setLevel``, ``logging.disable``), so a change made during a run is read at
+    the next transition, as ``isEnabledFor`` reads it.
+    """
+    import logging
+
+    kind = logging.Logger
+    own: object = getattr(logger, "__dict__", None) if type(logger) is kind else None
+    asks = vars(kind).get("isEnabledFor")
+    code = asks.__code__ if type(asks) is types.FunctionType else None
+    if (
+        type(own) is not dict
+        or "isEnabledFor" in own
+        or code is None
+        or code.co_name != "isEnabledFor"
+        or not code.co_filename.replace("\\", "/").endswith("logging/__init__.py")
+        or any("isEnabledFor" in vars(base) or "_cache" in vars(base) for base in kind.__mro__[1:])
+        or "_cache" in vars(kind)
+    ):
+        return {}
+    cache = own.get("_cache")
+    return cache if type(cache) is dict else {}
+
+
+def _plain_of(kind: type[Any], capture: type[Any]) -> type[Any] | None:
+    """``kind``, when ``isinstance(obj, capture)`` is ``False`` for every object of exactly
+    that class; else ``None``. So it is when ``capture``'s metaclass is ``type`` itself (no
+    ``__instancecheck__`` of its own), ``kind`` is not a subclass of it, and an object of
+    ``kind`` answers ``__class__`` with its own class (what ``isinstance`` asks when the
+    type does not match): no class in ``kind``'s MRO but ``object`` names ``__class__``
+    or ``__getattribute__``. Asked once per drive: the loop asks ``isinstance`` only of a
+    last processor of another class."""
+    if (
+        type(capture) is not type
+        or type(kind) is not type
+        or issubclass(kind, capture)
+        or any(
+            "__class__" in vars(base) or "__getattribute__" in vars(base)
+            for base in kind.__mro__
+            if base is not object
+        )
+    ):
+        return None
+    return kind
 
 
 def _current_context_reader() -> Callable[[], Context]:

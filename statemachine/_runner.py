@@ -534,6 +534,10 @@ class Runner(Generic[C, D]):
         plain = told.untraced is not None and not told.metered
         direct = plain and _own_advance()
         waits = self._checkpointer is None
+        # _Went.add's append of the path, in this frame, for the _Went made above (of
+        # that class itself, made in _run) when it keeps no phases: the same reads
+        # (kind, then step) in the same order.
+        path = went._path.append if type(went) is _Went and went._keep is False else None
         with driving.scope as scope:
             while isinstance(state, Active):
                 if driving.hand_back is not None and driving.hand_back.is_set():
@@ -579,16 +583,25 @@ class Runner(Generic[C, D]):
                         isinstance(before, AwaitApproval) or isinstance(state, AwaitApproval)
                     ):  # the only phases Instruments.waits counts
                         self._metrics.waits(before, state)
-                    # told.events_wanted(), read in this frame (the same reads in order).
-                    if told._logger.isEnabledFor(_INFO) or (
+                    # told.events_wanted(), read in this frame: the logger's cached answer
+                    # when it is exactly False (_Told._levels; anything else asks the
+                    # logger), then isinstance only for a last processor of a class other
+                    # than the one known not to capture (_Told._plain).
+                    if (
+                        told._levels.get(_INFO) is not False and told._logger.isEnabledFor(_INFO)
+                    ) or (
                         (capture := told._capture) is not None
                         and (processors := told._processors)
-                        and isinstance(processors[-1], capture)
+                        and type(last := processors[-1]) is not told._plain
+                        and isinstance(last, capture)
                     ):
                         log.info("transition", **_transition_keys(rt, before, state))
                 else:
                     state = await self._step(rt, before, in_run, log, watch, told)
-                went.add(state)
+                if path is None:
+                    went.add(state)
+                else:
+                    path((state.kind, state.step))
                 # Without a checkpointer there is nothing to save: no coroutine to await.
                 record = await saver.save(state) if saving else None
                 if on_transition is not None:

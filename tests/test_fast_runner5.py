@@ -1,0 +1,296 @@
+"""The run loop's question whether a transition's log event is wanted, read in place
+(the logger's cached answer, the last processor's class), answers as
+``_Told.events_wanted`` would at every transition: levels set, loggers disabled and
+``logging.disable`` called from inside a run (between two transitions), and structlog
+processors of every kind last (a capture, a subclass of one, a class that claims to be
+one, an object whose class is changed in place); and the loop's path of phases is the one
+``_Went.add`` writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+import pytest
+import structlog
+import test_watch_quick as quick_cases
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from structlog.testing import LogCapture
+
+from statemachine import Agent, Budget, Runner
+from statemachine._observe import _levels_of, _plain_of
+from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
+
+_CALLS = 3  # three tool calls and an answer: 12 transitions
+_TRANSITIONS = 3 * _CALLS + 3
+
+
+def _runner(on_transition: Callable[[Any, Any], None], *, keep: bool = False) -> Runner[None]:
+    agent = Agent[None](name="a", tools=[quick_cases.lookup], budget=Budget(), max_steps=100)
+    turns = [tool_call("lookup", f'{{"key": "k{n}"}}') for n in range(_CALLS)]
+    return Runner(
+        agent,
+        model=ScriptedModel([*turns, reply("done")]),
+        gate=AutoDenyGate(),
+        on_transition=on_transition,
+        keep_states=keep,
+    )
+
+
+class _Records(logging.Handler):
+    """The records that reach the ``statemachine`` logger's handlers."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.NOTSET)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextmanager
+def _logging_restored() -> Iterator[logging.Logger]:
+    """The ``statemachine`` logger, the root logger's level and ``logging.disable`` put
+    back as they were after the block."""
+    logger = logging.getLogger("statemachine")
+    root = logging.getLogger()
+    level, root_level, disabled = logger.level, root.level, logger.disabled
+    handlers, propagate = list(logger.handlers), logger.propagate
+    off = logging.root.manager.disable
+    try:
+        yield logger
+    finally:
+        logger.handlers[:] = handlers
+        logger.propagate = propagate
+        logger.disabled = disabled
+        logger.setLevel(level)
+        root.setLevel(root_level)
+        logging.disable(off)
+
+
+def _reference(logger: logging.Logger) -> bool:
+    """``isEnabledFor(INFO)`` worked out from the levels, as the standard library does on a
+    cache miss, without reading or filling the cache."""
+    if logger.disabled or logger.manager.disable >= logging.INFO:
+        return False
+    return logger.getEffectiveLevel() <= logging.INFO
+
+
+_CHANGES: dict[str, Callable[[logging.Logger], None]] = {
+    "none": lambda logger: None,
+    "info": lambda logger: logger.setLevel(logging.INFO),
+    "warning": lambda logger: logger.setLevel(logging.WARNING),
+    "notset": lambda logger: logger.setLevel(logging.NOTSET),
+    "debug": lambda logger: logger.setLevel(logging.DEBUG),
+    "root info": lambda logger: logging.getLogger().setLevel(logging.INFO),
+    "root warning": lambda logger: logging.getLogger().setLevel(logging.WARNING),
+    "disabled": lambda logger: setattr(logger, "disabled", True),
+    "enabled": lambda logger: setattr(logger, "disabled", False),
+    "disable info": lambda logger: logging.disable(logging.INFO),
+    "disable none": lambda logger: logging.disable(logging.NOTSET),
+    "asked": lambda logger: _ask(logger),  # fills the cache
+}
+
+
+def _ask(logger: logging.Logger) -> None:
+    logger.isEnabledFor(logging.INFO)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(["warning", "info", "notset", "disabled"]),
+    st.lists(st.sampled_from(sorted(_CHANGES)), min_size=_TRANSITIONS, max_size=_TRANSITIONS),
+)
+def test_the_loop_logs_exactly_while_the_logger_takes_info(first: str, changes: list[str]) -> None:
+    """Levels changed, the logger disabled and enabled, ``logging.disable`` called between
+    two transitions: the loop logs exactly the transitions for which the logger takes INFO
+    at that time (worked out from the levels, as ``isEnabledFor`` does)."""
+    with _logging_restored() as logger:
+        records = _Records()
+        logger.handlers[:] = [records]
+        logger.propagate = False
+        logging.getLogger().setLevel(logging.WARNING)
+        _CHANGES[first](logger)
+        expected = [_reference(logger)]  # for the first transition
+        seen = [0]
+
+        def moved(before: object, after: object) -> None:
+            _CHANGES[changes[seen[0]]](logger)
+            seen[0] += 1
+            expected.append(_reference(logger))
+
+        result = anyio.run(_runner(moved).run, None, "go")
+    steps = [after for _kind, after in result.path[1:]]
+    assert len(steps) == _TRANSITIONS
+    logged = [record for record in records.records if "transition" in record.getMessage()]
+    wanted = [step for step, yes in zip(steps, expected, strict=False) if yes]
+    assert len(logged) == len(wanted)
+    for record, step in zip(logged, wanted, strict=True):
+        assert f"step={step} " in record.getMessage() or f"step={step}\x1b" in record.getMessage()
+
+
+class _Counting:
+    """A last processor that is not a capture: counts the events it is given."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.entries: list[dict[str, Any]] = []  # a capture's, once moved to one
+
+    def __call__(self, logger: object, name: str, event: dict[str, Any]) -> Any:
+        self.events.append(event["event"])
+        raise structlog.DropEvent
+
+
+class _Subclass(LogCapture):
+    """A capture of a class of its own."""
+
+
+class _Claims(_Counting):
+    """Not a capture, but answers ``__class__`` with one: ``isinstance`` says it is."""
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type[Any]:
+        return LogCapture
+
+
+class _Other(_Counting):
+    """Another class with the same layout, to which an object is moved in place."""
+
+
+class _Moved(LogCapture):
+    """A capture, to which a ``_Counting`` object is moved in place."""
+
+
+def _events(last: object) -> list[str]:
+    """The events ``last`` was given, as a counter or as a capture."""
+    counted: list[str] = getattr(last, "events", [])
+    captured: list[dict[str, Any]] = getattr(last, "entries", [])
+    return [*counted, *(entry["event"] for entry in captured)]
+
+
+_LASTS: dict[str, Callable[[], object]] = {
+    "counting": _Counting,
+    "capture": LogCapture,
+    "subclass": _Subclass,
+    "claims": _Claims,
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.sampled_from(sorted(_LASTS)),
+    st.lists(
+        st.sampled_from(["none", "counting", "capture", "subclass", "claims", "moved", "other"]),
+        min_size=_TRANSITIONS,
+        max_size=_TRANSITIONS,
+    ),
+)
+def test_the_loop_asks_isinstance_of_every_last_processor_that_may_capture(
+    first: str, changes: list[str]
+) -> None:
+    """The structlog processors' last replaced in place between two transitions (as
+    ``capture_logs`` does), or its object moved to another class in place: with the
+    logger off, the loop logs exactly the transitions for which ``isinstance(last,
+    LogCapture)`` holds then (a capture, a subclass, a class claiming to be one)."""
+    processors = structlog.get_config()["processors"]
+    kept = list(processors)
+    lasts: list[object] = []
+
+    def put(name: str) -> None:
+        if name == "none":
+            return
+        if name in ("moved", "other"):
+            last = processors[-1]
+            if type(last) in (_Counting, _Other, _Moved):
+                last.__class__ = _Moved if name == "moved" else _Other
+            return
+        last = _LASTS[name]()
+        lasts.append(last)
+        processors[-1] = last
+
+    try:
+        with _logging_restored() as logger:
+            logger.setLevel(logging.WARNING)
+            logger.propagate = False
+            processors[:] = [*kept[:-1], kept[-1]]
+            put(first)
+            expected = [isinstance(processors[-1], LogCapture)]
+            seen = [0]
+
+            def moved(before: object, after: object) -> None:
+                put(changes[seen[0]])
+                seen[0] += 1
+                expected.append(isinstance(processors[-1], LogCapture))
+
+            anyio.run(_runner(moved).run, None, "go")
+            logged = sum(_events(last).count("transition") for last in lasts)
+    finally:
+        processors[:] = kept
+    assert logged == sum(expected[:_TRANSITIONS])
+
+
+def test_the_cached_answer_is_read_only_for_a_logger_of_the_library_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_levels_of`` gives the logger's own cache for an exact ``logging.Logger`` with
+    the standard library's ``isEnabledFor``, and an empty dict for a subclass, a logger
+    with an ``isEnabledFor`` of its own, or a class whose ``isEnabledFor`` was replaced."""
+    logger = logging.Logger("x")
+    assert _levels_of(logger) is vars(logger)["_cache"]
+
+    class _Sub(logging.Logger):
+        pass
+
+    assert _levels_of(_Sub("y")) == {}
+    own = logging.Logger("z")
+    own.isEnabledFor = lambda level: True  # type: ignore[method-assign]
+    assert _levels_of(own) == {}
+    assert _levels_of(object()) == {}
+    plain = logging.Logger.isEnabledFor
+    monkeypatch.setattr(logging.Logger, "isEnabledFor", lambda self, level: plain(self, level))
+    assert _levels_of(logging.Logger("w")) == {}
+
+
+def test_a_class_is_plain_only_when_isinstance_cannot_answer_true() -> None:
+    """``_plain_of`` names a class only when no object of exactly it is a capture by
+    ``isinstance``."""
+    assert _plain_of(_Counting, LogCapture) is _Counting
+    assert _plain_of(_Other, LogCapture) is _Other
+    assert _plain_of(_Subclass, LogCapture) is None
+    assert _plain_of(LogCapture, LogCapture) is None
+    assert _plain_of(_Claims, LogCapture) is None
+
+    class _Looks(_Counting):
+        def __getattribute__(self, name: str) -> Any:
+            return object.__getattribute__(self, name)
+
+    assert _plain_of(_Looks, LogCapture) is None
+
+    class _Meta(type):
+        def __instancecheck__(cls, obj: object) -> bool:
+            return True
+
+    class _AnyCapture(metaclass=_Meta):
+        pass
+
+    assert _plain_of(_Counting, _AnyCapture) is None
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_path_is_written_as_went_add_writes_it(keep: bool) -> None:
+    """The loop's path of kinds and steps, with and without the phases kept: the same as
+    the phases' own kinds and steps."""
+    states: list[Any] = []
+
+    def moved(before: object, after: object) -> None:
+        states.append(after)
+
+    result = anyio.run(_runner(moved, keep=keep).run, None, "go")
+    assert len(result.path) == _TRANSITIONS + 1
+    assert list(result.path[1:]) == [(state.kind, state.step) for state in states]
+    assert len(result.states) == (_TRANSITIONS + 1 if keep else 1)
