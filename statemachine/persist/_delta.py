@@ -43,6 +43,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 import attrs
+from pydantic import BaseModel
 
 from .. import _json
 from .._actions import _RECORD_FIELDS, CHUNK, ActionLog, ActionRecord
@@ -1085,6 +1086,126 @@ def _call_kept(call: Any, seen: tuple[Any, ...] | None, encoded: Any) -> bool:
     )
 
 
+# --- a call of text arguments, encoded in place ---------------------------------------
+
+# The keys of a pydantic core schema (``__pydantic_core_schema__``) that the fast way
+# below knows to leave a model's JSON dump the object of its fields' values: a model of
+# fields (no serializer, alias, exclusion or computed field; every other key is read as
+# one that may change the dump), each field text, with or without a default.
+_MODEL_KEYS: Final = frozenset(
+    {"type", "cls", "schema", "config", "custom_init", "root_model", "post_init", "ref", "metadata"}
+)
+_FIELDS_KEYS: Final = frozenset(
+    {"type", "fields", "model_name", "computed_fields", "extra_behavior", "strict"}
+)
+_FIELD_KEYS: Final = frozenset({"type", "schema", "metadata", "frozen"})
+_DEFAULT_KEYS: Final = frozenset({"type", "schema", "default", "default_factory", "metadata"})
+_STR_KEYS: Final = frozenset({"type", "metadata", "strict", "min_length", "max_length"})
+
+
+@by_class
+def _text_args(cls: type[Any]) -> tuple[str, ...] | None:
+    """The fields of the arguments model class ``cls``, in order, when its JSON dump of
+    an instance holding exactly those keys in its ``__dict__`` and an exact ``str`` under
+    each (what ``_encode`` writes for it: ``model_dump(mode="json")``, its ``_Plan.TEXT``)
+    is the object of those keys and values; ``None`` otherwise.
+
+    Told by its core schema (only the keys above: a field's alias, ``exclude``,
+    ``exclude_if`` or serializer, a literal, a computed field or a serializer of the
+    model each adds a key or a type the fast way does not take), and then by a dump of
+    an instance made without validation, holding texts of its own (a serializer set
+    around the schema would write something else). The keys returned are the schema's,
+    which validation also puts in an instance's ``__dict__`` (the very objects)."""
+    if not issubclass(cls, BaseModel):
+        return None
+    if issubclass(cls, str | int | float | Decimal) or _plan(cls) is not _Plan.TEXT:
+        return None
+    schema = cls.__dict__.get("__pydantic_core_schema__")
+    if type(schema) is not dict or not schema.keys() <= _MODEL_KEYS:
+        return None
+    if schema.get("type") != "model" or schema.get("cls") is not cls or schema.get("root_model"):
+        return None
+    inner = schema.get("schema")
+    if type(inner) is not dict or not inner.keys() <= _FIELDS_KEYS:
+        return None
+    if inner.get("type") != "model-fields" or inner.get("computed_fields"):
+        return None
+    if inner.get("extra_behavior") not in (None, "ignore", "forbid"):
+        return None
+    fields = inner.get("fields")
+    if type(fields) is not dict or tuple(fields) != tuple(cls.model_fields):
+        return None
+    for field in fields.values():
+        if type(field) is not dict or not field.keys() <= _FIELD_KEYS:
+            return None
+        kind = field.get("schema")
+        if field.get("type") != "model-field" or type(kind) is not dict:
+            return None
+        if kind.get("type") == "default":
+            if not kind.keys() <= _DEFAULT_KEYS:
+                return None
+            kind = kind.get("schema")
+            if type(kind) is not dict:
+                return None
+        if kind.get("type") != "str" or not kind.keys() <= _STR_KEYS:
+            return None
+    names = tuple(fields)
+    if not all(type(name) is str for name in names):
+        return None
+    texts = tuple(f"text of {name}" for name in names)
+    try:
+        made = BaseModel.model_construct.__func__(cls, **dict(zip(names, texts, strict=True)))  # type: ignore[attr-defined]
+        dumped = made.model_dump(mode="json")
+    except Exception:  # a class this cannot dump: the plain way
+        return None
+    if type(dumped) is not dict or tuple(dumped) != names:
+        return None
+    if not all(type(value) is str for value in dumped.values()):
+        return None
+    if tuple(dumped.values()) != texts:
+        return None
+    return names
+
+
+def _call_made(call: Any) -> tuple[Any, ...] | None:
+    """``_dump_call(call)`` and :func:`_call_seen` of it at once, the encoding last in
+    the record (``record[8]``), for a call of exactly ``ReadCall`` or ``WriteCall`` of a
+    tool of exactly ``ReadTool`` or ``WriteTool`` whose arguments are of a class
+    :func:`_text_args` takes and hold its fields' keys (the very objects, in order) with
+    an exact ``str`` under each: the arguments' encoding is then the object of those
+    keys and values, written here without ``model_dump``. ``None`` for anything else
+    (then the caller takes ``_dump_field`` and ``_call_seen``)."""
+    kind = type(call)
+    if kind is ReadCall:
+        label = "read"
+    elif kind is WriteCall:
+        label = "write"
+    else:
+        return None
+    tool, args = call.tool, call.args
+    if type(tool) is not ReadTool and type(tool) is not WriteTool:
+        return None
+    model = type(args)
+    names = _text_args(model)
+    if names is None:
+        return None
+    held = args.__dict__
+    if type(held) is not dict or len(held) != len(names) or not all(map(_is, held, names)):
+        return None
+    values = tuple(held.values())
+    for value in values:
+        if type(value) is not str:
+            return None
+    name, args_hash = tool.name, call.args_hash
+    encoded = {
+        "type": label,
+        "tool": name if type(name) is str else _encode(name),
+        "args": dict(zip(names, values, strict=True)),
+        "args_hash": args_hash if type(args_hash) is str else _encode(args_hash),
+    }
+    return (call, tool, name, args_hash, args, model, names, values, encoded)
+
+
 # --- the library's phases, pair by pair -----------------------------------------------
 
 # What :func:`_fields_change` does, written out for one pair of the library's own phase
@@ -1121,6 +1242,9 @@ def _pair(old: type[Any], new: type[Any]) -> _Pair | None:
         "Spend": Spend,
         "_call_seen": _call_seen,
         "_call_kept": _call_kept,
+        "_call_made": _call_made,
+        "_encode": _encode,
+        "_is": _is,
         "_transcript_change": _transcript_change,
         "_chunked_change": _chunked_change,
         "_MESSAGE_KEYS": _MESSAGE_KEYS,
@@ -1161,7 +1285,17 @@ def _pair_source(old: type[Phase[Any]], new: type[Phase[Any]], namespace: dict[s
             namespace[f"T{at}"] = scalar
         lines.append(f"    value = phase.{name}")
         if name not in had:  # a field the phase before had not: encoded whole
-            if scalar is not None:
+            if name == "call":
+                lines += [  # _dump_field and _call_seen at once, for a call of text
+                    "    made = _call_made(value)",
+                    "    if made is not None:",
+                    f"        fields[{name!r}] = merged[{name!r}] = made[8]",
+                    "        calls[0] = made",
+                    "    else:",
+                    f"        fields[{name!r}] = merged[{name!r}] = _dump_field(cls, F{at}, value)",
+                    f"        calls[0] = _call_seen(value, fields[{name!r}])",
+                ]
+            elif scalar is not None:
                 lines += [
                     f"    if type(value) is T{at}:",
                     f"        fields[{name!r}] = merged[{name!r}] = value",
@@ -1172,8 +1306,6 @@ def _pair_source(old: type[Phase[Any]], new: type[Phase[Any]], namespace: dict[s
                 lines.append(
                     f"    fields[{name!r}] = merged[{name!r}] = _dump_field(cls, F{at}, value)"
                 )
-            if name == "call":
-                lines.append(f"    calls[0] = _call_seen(value, fields[{name!r}])")
             continue
         lines += [
             "    try:",
@@ -1206,15 +1338,21 @@ def _pair_source(old: type[Phase[Any]], new: type[Phase[Any]], namespace: dict[s
                 "        and not previous._head",
                 "        and not value._head",
                 "    ):",
-                f"        fields[{name!r}], changes = _chunked_change(",
-                "            (previous._chunks, previous._tail),",
-                "            (value._chunks, value._tail),",
-                "            value,",
-                "            encoded,",
-                f"            ['fields', {name!r}],",
-                "            _MESSAGE_KEYS,",
-                "        )",
-                "        ops.extend(changes)",
+                "        chunks, tail, new_tail = previous._chunks, previous._tail, value._tail",
+                *_APPENDED,
+                "            added = [_encode(new_tail[-1])]",
+                f"            fields[{name!r}] = encoded + added",
+                f"            ops.append(['append', ['fields', {name!r}], added])",
+                "        else:",
+                f"            fields[{name!r}], changes = _chunked_change(",
+                "                (chunks, tail),",
+                "                (value._chunks, new_tail),",
+                "                value,",
+                "                encoded,",
+                f"                ['fields', {name!r}],",
+                "                _MESSAGE_KEYS,",
+                "            )",
+                "            ops.extend(changes)",
                 "    elif isinstance(previous, Sequence):",
                 f"        fields[{name!r}], changes = _transcript_change(",
                 f"            previous, encoded, value, ['fields', {name!r}]",
@@ -1248,13 +1386,38 @@ def _pair_source(old: type[Phase[Any]], new: type[Phase[Any]], namespace: dict[s
     return "\n".join(lines) + "\n"
 
 
+def _appended(encoded: str) -> list[str]:
+    """The test of :func:`_chunked_change`'s first case (one item appended to the tail,
+    the chunks the very same), as the generated functions write it in place: ``chunks``
+    and ``tail`` are the sequence's before, ``new_tail`` its tail now (of ``value``) and
+    ``encoded`` names its encoding before. Stricter only in the types it takes (an exact
+    tuple on both sides, a list encoded): anything else goes to ``_chunked_change``."""
+    return [
+        "        if (",
+        "            value._chunks is chunks",
+        "            and type(new_tail) is tuple",
+        "            and type(tail) is tuple",
+        "            and len(new_tail) == len(tail) + 1",
+        f"            and type({encoded}) is list",
+        f"            and len({encoded}) == len(chunks) + len(tail)",
+        "            and all(map(_is, new_tail, tail))",
+        "        ):",
+    ]
+
+
+_APPENDED: Final = _appended("encoded")
+
+
 def _loop_source(names: tuple[str, ...]) -> str:
     """The source of ``change(old, encoded, new, ops)``: :func:`_loop_change` written
     out for a loop memory of exactly ``LoopState`` (fields ``names``, identifiers, in
     order) on either side, whose encoding before, ``encoded``, is exactly a dict of
     those fields in that order (else it asks :func:`_loop_change`): a field holding the
     very object it held keeps its encoding without a look (the dict is copied in C), and
-    a field of an exact ``int`` or ``str`` (its own encoding) is compared as itself."""
+    a field of an exact ``int`` or ``str`` (its own encoding) is compared as itself. An
+    action log grown by one record (:func:`_appended`), and an exact tuple moved on or
+    grown by one exact ``str`` or ``int`` (the evidence window: ``_tuple_change``'s
+    shift and append of one), are written in place, as those functions write them."""
     lines = [
         "def change(old, encoded, new, ops):",
         "    if type(encoded) is not dict or tuple(encoded) != NAMES:",
@@ -1270,15 +1433,51 @@ def _loop_source(names: tuple[str, ...]) -> str:
             "    if value is before:",
             "        pass",
             "    elif type(value) is ActionLog and type(before) is ActionLog:",
-            f"        result[{name!r}], changes = _chunked_change(",  # as _log_change asks
-            "            (before._chunks, before._tail),",
-            "            (value._chunks, value._tail),",
-            "            value,",
-            f"            encoded[{name!r}],",
-            f"            ['fields', 'loop', {name!r}],",
-            "            _RECORD_FIELDS,",
-            "        )",
-            "        ops.extend(changes)",
+            "        chunks, tail, new_tail = before._chunks, before._tail, value._tail",
+            f"        was = encoded[{name!r}]",
+            *_appended("was"),
+            "            added = [_encode(new_tail[-1])]",
+            f"            result[{name!r}] = was + added",
+            f"            ops.append(['append', ['fields', 'loop', {name!r}], added])",
+            "        else:",
+            f"            result[{name!r}], changes = _chunked_change(",  # as _log_change asks
+            "                (chunks, tail),",
+            "                (value._chunks, new_tail),",
+            "                value,",
+            "                was,",
+            f"                ['fields', 'loop', {name!r}],",
+            "                _RECORD_FIELDS,",
+            "            )",
+            "            ops.extend(changes)",
+            "    elif type(value) is tuple and type(before) is tuple:",
+            f"        was = encoded[{name!r}]",
+            "        size = len(before)",
+            "        if (",  # _tuple_change's shift of one: a window moved on by an item
+            "            size > 1",
+            "            and len(value) == size",
+            "            and value[0] is not before[0]",
+            "            and type(was) is list",
+            "            and (type(value[-1]) is str or type(value[-1]) is int)",
+            "            and all(map(_is, value, before[1:]))",
+            "        ):",
+            "            added = [value[-1]]",  # an exact str or int: its own encoding
+            f"            result[{name!r}] = was[1:] + added",
+            f"            ops.append(['shift', ['fields', 'loop', {name!r}], 1, added])",
+            "        elif (",  # its append of one
+            "            len(value) == size + 1",
+            "            and type(was) is list",
+            "            and (type(value[-1]) is str or type(value[-1]) is int)",
+            "            and all(map(_is, value, before))",
+            "        ):",
+            "            added = [value[-1]]",
+            f"            result[{name!r}] = was + added",
+            f"            ops.append(['append', ['fields', 'loop', {name!r}], added])",
+            "        else:",
+            f"            result[{name!r}], op = _tuple_change(",
+            f"                before, was, value, ['fields', 'loop', {name!r}]",
+            "            )",
+            "            if op is not None:",
+            "                ops.append(op)",
             "    elif isinstance(value, tuple) and isinstance(before, tuple):",
             f"        result[{name!r}], op = _tuple_change(",
             f"            before, encoded[{name!r}], value, ['fields', 'loop', {name!r}]",
@@ -1313,6 +1512,7 @@ def _loop_made() -> Callable[[LoopState, Any, LoopState, list[list[Any]]], dict[
         "_log_change": _log_change,
         "_chunked_change": _chunked_change,
         "_RECORD_FIELDS": _RECORD_FIELDS,
+        "_is": _is,
         "_tuple_change": _tuple_change,
         "_loop_change": _loop_change,
         "_encode": _encode,
