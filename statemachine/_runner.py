@@ -579,9 +579,24 @@ class Runner(Generic[C, D]):
                         if token is not None:
                             otel_context.detach(token)
                     rt.clock()  # _step's reading of the time taken, unused without instruments
+                    # The only phases Instruments.waits counts. The library's Planning,
+                    # ToolCalling and Observing (by identity) are not AwaitApproval, and
+                    # isinstance answering False costs ~460 instructions (it asks the
+                    # object's __class__ then): only another class is asked.
                     if waits and (
-                        isinstance(before, AwaitApproval) or isinstance(state, AwaitApproval)
-                    ):  # the only phases Instruments.waits counts
+                        (
+                            (took := type(before)) is not Planning
+                            and took is not ToolCalling
+                            and took is not Observing
+                            and isinstance(before, AwaitApproval)
+                        )
+                        or (
+                            (made := type(state)) is not Planning
+                            and made is not ToolCalling
+                            and made is not Observing
+                            and isinstance(state, AwaitApproval)
+                        )
+                    ):
                         self._metrics.waits(before, state)
                     # told.events_wanted(), read in this frame: the logger's cached answer
                     # when it is exactly False (_Told._levels; anything else asks the

@@ -294,3 +294,62 @@ def test_the_path_is_written_as_went_add_writes_it(keep: bool) -> None:
     assert len(result.path) == _TRANSITIONS + 1
     assert list(result.path[1:]) == [(state.kind, state.step) for state in states]
     assert len(result.states) == (_TRANSITIONS + 1 if keep else 1)
+
+
+# --- the approvals waiting, counted without a store -------------------------------------
+
+
+class _DeskGate:
+    """Every request is sent to a person: the run waits."""
+
+    async def decide(self, request: Any) -> Any:
+        from statemachine import Pending
+
+        return Pending(reason="sent to the desk")
+
+
+@pytest.mark.parametrize("decided", [True, False])
+def test_every_transition_from_or_to_an_approval_is_counted_as_waiting(
+    decided: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a store or instruments of its own, the loop hands ``Instruments.waits``
+    exactly the transitions that leave or reach ``AwaitApproval`` (the library's Planning,
+    ToolCalling and Observing are never asked ``isinstance``), waiting then decided."""
+    from agents.travel import FakeProvider, travel_agent
+    from agents.travel._scenarios import ASK, FLIGHT, TRIP
+    from statemachine import AwaitApproval, Phase
+    from statemachine._observe import Instruments
+    from statemachine.testing import ScriptedGate
+
+    counted: list[tuple[str, str]] = []
+    plain = Instruments.waits
+
+    def waits(self: Instruments, before: Phase[Any], after: Phase[Any]) -> None:
+        counted.append((before.kind, after.kind))
+        plain(self, before, after)
+
+    monkeypatch.setattr(Instruments, "waits", waits)
+    moved: list[tuple[Any, Any]] = []
+
+    def on(before: Any, after: Any) -> None:
+        moved.append((before, after))
+
+    weather = tool_call("get_weather", {"city": "Lisbon"})
+    model = ScriptedModel([weather, tool_call("book_flight", FLIGHT), reply("Booked.")])
+    runner = Runner(travel_agent(FakeProvider()), model=model, gate=_DeskGate(), on_transition=on)
+
+    async def both() -> None:
+        paused = await runner.run(TRIP, ASK)
+        assert paused.status == "paused"
+        if decided:
+            done = await runner.drive(paused.final, run_id=paused.run_id, gate=ScriptedGate([True]))
+            assert done.ok
+
+    anyio.run(both)
+    expected = [
+        (before.kind, after.kind)
+        for before, after in moved
+        if isinstance(before, AwaitApproval) or isinstance(after, AwaitApproval)
+    ]
+    assert ("Planning", "AwaitApproval") in expected
+    assert counted == expected
