@@ -353,3 +353,73 @@ def test_every_transition_from_or_to_an_approval_is_counted_as_waiting(
     ]
     assert ("Planning", "AwaitApproval") in expected
     assert counted == expected
+
+
+# --- a transcript with messages appended, in _appended's frame -----------------------------
+
+
+def _said(at: int) -> Any:
+    from statemachine import Message
+
+    return Message(role="tool", content=f"m{at}", tool_call_id=f"c{at}", name="lookup")
+
+
+_MESSAGES = [_said(at) for at in range(140)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 130),
+    st.integers(1, 4),
+    st.integers(0, 2),
+    st.sampled_from(["made", "appended", "prefixed"]),
+)
+def test_a_transcript_appended_to_is_as_appended_makes_it(
+    size: int, added: int, prefix: int, how: str
+) -> None:
+    """``_appended`` of a ``Transcript`` itself, of any length (either side of a chunk's
+    bounds, made at once, grown one message at a time, or with messages put before it):
+    the same head, chunks and tail, the very same objects where ``appended`` shares them,
+    and the same messages read back, as ``Transcript.appended`` makes."""
+    from statemachine._fast._messages import _appended
+    from statemachine._model import Transcript
+
+    messages = _MESSAGES[:size]
+    if how == "made":
+        transcript = Transcript(messages)
+    else:
+        transcript = Transcript()
+        for message in messages:
+            transcript = transcript.appended(message)
+    if how == "prefixed":
+        transcript = transcript.prefixed(*_MESSAGES[size : size + prefix])
+    new = tuple(_MESSAGES[130 : 130 + added])
+    before = tuple(transcript)
+    mine = _appended(transcript, *new)
+    theirs = transcript.appended(*new)
+    assert type(mine) is Transcript
+    assert mine._head is theirs._head
+    assert len(mine._chunks) == len(theirs._chunks)
+    for a, b in zip(mine._chunks, theirs._chunks, strict=True):
+        # A chunk of the transcript appended to is shared; one cut from the new tail
+        # is made anew by each call, of the very same messages.
+        assert a is b or all(x is y for x, y in zip(a, b, strict=True))
+    assert len(mine._tail) == len(theirs._tail)
+    assert all(a is b for a, b in zip(mine._tail, theirs._tail, strict=True))
+    assert tuple(mine) == tuple(theirs) == (*before, *new)
+    assert tuple(transcript) == before  # the transcript appended to is unchanged
+
+
+def test_a_tuple_or_a_subclass_becomes_a_transcript_of_its_messages() -> None:
+    """A tuple (a phase built by hand) or a ``Transcript`` subclass is made into a
+    ``Transcript`` of its messages and the new ones, as before."""
+    from statemachine._fast._messages import _appended
+    from statemachine._model import Transcript
+
+    class _Mine(Transcript):
+        pass
+
+    for held in (tuple(_MESSAGES[:3]), _Mine(_MESSAGES[:3])):
+        made = _appended(held, _MESSAGES[3])
+        assert type(made) is Transcript
+        assert tuple(made) == tuple(_MESSAGES[:4])

@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from .. import _json
-from .._model import Message, ModelRequest, ToolRequest, Transcript
+from .._model import _CHUNK, Message, ModelRequest, ToolRequest, Transcript
 from ._canonical import _plain_json
 from ._pydantic import _set_dict, _set_extra, _set_fields_set, _set_private
 
@@ -96,8 +96,18 @@ def _appended(transcript: Sequence[Message], *new: Message) -> Transcript:
     """``transcript`` with ``new`` after it, sharing its messages when it is a transcript.
 
     A phase built by hand may hold a tuple: it becomes a transcript here.
+
+    For a ``Transcript`` itself, ``Transcript.appended``'s steps in this frame while the
+    tail stays within a chunk (the same operations in the same order, without its frame
+    and the call's unpacking: tests/test_fast_runner5.py); a tail that fills a chunk is
+    cut by ``appended`` itself.
     """
     if type(transcript) is Transcript:
+        tail = transcript._tail + new
+        if len(tail) <= _CHUNK:
+            made: Transcript = _new(Transcript)
+            made._head, made._chunks, made._tail = transcript._head, transcript._chunks, tail
+            return made
         return transcript.appended(*new)
     return Transcript((*transcript, *new))
 
