@@ -23,8 +23,8 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from itertools import chain, filterfalse, repeat
-from operator import and_, mul, truediv
+from itertools import chain, compress, filterfalse, repeat
+from operator import and_, ge, mul, truediv
 from typing import Any, Protocol, TypeVar, final, runtime_checkable
 
 from ._errors import ConfigError
@@ -406,6 +406,13 @@ _TRIGRAMS_KEPT = 1 << 14
 _GROWTH = 3
 _FLOOR = 4096
 
+# What a window holds of its texts: the texts, their masks, their sizes (as floats) and
+# their scales (1 / sqrt(size)), each in the texts' order.
+_Window = tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...], tuple[float, ...]]
+
+# A pair's rank within this factor of the highest is a candidate (see _highest).
+_NEAR = 1.0 - 1e-9
+
 
 @final
 class GramMasks:
@@ -428,9 +435,9 @@ class GramMasks:
         self._words: dict[str, int] = {}
         # The segments seen once, whose masks are not kept yet (see _joined).
         self._seen: set[str] = set()
-        # The latest evidence window compared, and its texts' masks and sizes, in order.
-        # (Sizes as floats: see best.)
-        self._window: tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...]] | None = None
+        # The latest evidence window compared, and its texts' masks, sizes and scales
+        # (1 / sqrt(size)), in order. (Sizes as floats, and the scales: see _highest.)
+        self._window: _Window | None = None
         # How many trigrams the vocabulary held when the window's masks were last made
         # from nothing (the window's own trigrams, after a start): 0 until then.
         self._base = 0
@@ -478,17 +485,26 @@ class GramMasks:
     def _signed(self, window: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """The masks and sizes (as floats) of ``window``'s texts, kept for the window last
         compared."""
+        masks, sizes, _ = self._scaled(window)
+        return masks, sizes
+
+    def _scaled(
+        self, window: tuple[str, ...]
+    ) -> tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]]:
+        """The masks, sizes (as floats) and scales (``1 / sqrt(size)``) of ``window``'s
+        texts, kept for the window last compared."""
         kept = self._window
         if kept is not None and kept[0] is window:
-            return kept[1], kept[2]
+            return kept[1], kept[2], kept[3]
         found = list(map(self.masks.get, window))
         theirs = [known or self.mask(seen) for known, seen in zip(found, window, strict=True)]
         masks = tuple(mask for mask, _ in theirs)
         sizes = tuple(float(size) for _, size in theirs)
-        self._window = (window, masks, sizes)
+        scales = tuple(map(truediv, repeat(1.0), map(math.sqrt, sizes)))
+        self._window = (window, masks, sizes, scales)
         if not self._base:  # the first window since a start: what the vocabulary follows
             self._base = len(self._bits)
-        return masks, sizes
+        return masks, sizes, scales
 
     def advance(
         self, evidence: tuple[str, ...], result: str, kept: str, size: int
@@ -511,10 +527,10 @@ class GramMasks:
         full = len(window) == size
         after = (window[1:] if full else window) + (kept,)
         latest = self._window
-        if latest is not None and latest[0] is window:  # _signed's look, without its frame
-            masks, sizes = latest[1], latest[2]
+        if latest is not None and latest[0] is window:  # _scaled's look, without its frame
+            masks, sizes, scales = latest[1], latest[2], latest[3]
         else:
-            masks, sizes = self._signed(window) if window else ((), ())
+            masks, sizes, scales = self._scaled(window) if window else ((), (), ())
         # self.mask(result), without its frame.
         known = self.masks.get(result)
         if known is None:
@@ -524,14 +540,25 @@ class GramMasks:
         mine, count = known
         best = 0.0
         if window:
-            shared = map(int.bit_count, map(and_, repeat(mine), masks))
-            roots = map(math.sqrt, map(mul, repeat(float(count)), sizes))
-            best = max(map(truediv, shared, roots))
+            # _highest(mine, count, masks, sizes, scales), without its frame (see there).
+            ranks = list(map(mul, scales, map(int.bit_count, map(and_, repeat(mine), masks))))
+            order = sorted(ranks)
+            top = order[-1]
+            if top:
+                at = ranks.index(top)
+                best = (mine & masks[at]).bit_count() / math.sqrt(float(count) * sizes[at])
+                if len(order) > 1 and order[-2] >= top * _NEAR:
+                    best = _nearest(mine, count, masks, sizes, ranks, top * _NEAR, best)
         if kept != result:  # a result longer than the evidence keeps of it
             mine, count = self.mask(kept)
         if full:
-            masks, sizes = masks[1:], sizes[1:]
-        self._window = (after, masks + (mine,), sizes + (float(count),))  # noqa: RUF005
+            masks, sizes, scales = masks[1:], sizes[1:], scales[1:]
+        self._window = (
+            after,
+            masks + (mine,),  # noqa: RUF005
+            sizes + (float(count),),  # noqa: RUF005
+            scales + (1.0 / math.sqrt(count),),  # noqa: RUF005
+        )
         return best, after
 
     def _joined(self, words: list[str]) -> int:
@@ -668,10 +695,10 @@ class GramMasks:
         ):
             self.start(size)
         latest = self._window
-        if latest is not None and latest[0] is window:  # _signed's look
-            masks, sizes = latest[1], latest[2]
+        if latest is not None and latest[0] is window:  # _scaled's look
+            masks, sizes, scales = latest[1], latest[2], latest[3]
         else:
-            masks, sizes = self._signed(window)
+            masks, sizes, scales = self._scaled(window)
         # self.mask(text), without its frame.
         known = self.masks.get(text)
         if known is None:
@@ -679,21 +706,82 @@ class GramMasks:
             mine = self._made(_fold(text)) if len(words) < 2 else self._joined(words)
             known = self.masks[text] = (mine, mine.bit_count())
         mine, count = known
-        # best's comparison (see there).
-        shared = map(int.bit_count, map(and_, repeat(mine), masks))
-        roots = map(math.sqrt, map(mul, repeat(float(count)), sizes))
-        best: float = max(map(truediv, shared, roots))
+        # _highest(mine, count, masks, sizes, scales), without its frame (see there).
+        ranks = list(map(mul, scales, map(int.bit_count, map(and_, repeat(mine), masks))))
+        order = sorted(ranks)
+        top = order[-1]
+        if not top:
+            return 0.0
+        at = ranks.index(top)
+        best = (mine & masks[at]).bit_count() / math.sqrt(float(count) * sizes[at])
+        if len(order) > 1 and order[-2] >= top * _NEAR:
+            return _nearest(mine, count, masks, sizes, ranks, top * _NEAR, best)
         return best
 
     def best(self, text: str, window: tuple[str, ...]) -> float:
         """The highest lexical similarity of ``text`` to a text of ``window`` (not empty)."""
-        masks, sizes = self._signed(window)
+        masks, sizes, scales = self._scaled(window)
         mine, size = self.mask(text)
-        # |A & B| / sqrt(|A| |B|) for each, in C (a text has a trigram: no size is 0).
-        # |A| |B| as the product of two floats: each size is an int a float holds exactly,
-        # and the product is a*b rounded once to the nearest float, as math.sqrt's own
-        # conversion of the int a*b rounds it: the same float, with no int made per mask.
-        shared = map(int.bit_count, map(and_, repeat(mine), masks))
-        roots = map(math.sqrt, map(mul, repeat(float(size)), sizes))
-        best: float = max(map(truediv, shared, roots))
-        return best
+        return _highest(mine, size, masks, sizes, scales)
+
+
+def _highest(
+    mine: int,
+    count: int,
+    masks: tuple[int, ...],
+    sizes: tuple[float, ...],
+    scales: tuple[float, ...],
+) -> float:
+    """The highest ``|A & B| / sqrt(|A| |B|)`` of the text of mask ``mine`` (``count``
+    trigrams) and the texts of ``masks`` (not empty; sizes and scales in the same order),
+    the float of that formula exactly as :func:`lexical_similarity` computes it.
+
+    |A| |B| as the product of two floats: each size is an int a float holds exactly, and
+    the product is a*b rounded once to the nearest float, as math.sqrt's own conversion
+    of the int a*b rounds it (a text has a trigram: no size is 0).
+
+    The formula takes three float steps a pair (a product, a root, a division). Instead
+    each pair is ranked by one, ``r = |A & B| * (1 / sqrt(|B|))`` (the scale kept with
+    each text as it enters the window), and the formula is worked out only for the pairs
+    ranked within ``_NEAR`` of the highest rank (nearly always the one pair). That gives
+    the same float: with u = 2**-53 and each step rounded to nearest, the formula's
+    float is v = s / sqrt(a b) (1 + e) with |e| < 3u, and the rank is r = s / sqrt(b)
+    (1 + f) with |f| < 4u (the counts are exact as floats), so r = sqrt(a) v (1 + g) with
+    |g| < 8u, sqrt(a) the same for every pair. For the pair k of the highest v and the
+    pair i of the highest rank, v_k >= v_i gives r_k >= r_i (1 + g_k) / (1 + g_i) >
+    r_i (1 - 17u), far above r_i * _NEAR (1e-9 below it): the pair of the highest v is
+    always among the candidates. No rank above 0: nothing shared, 0.0 (each v is 0.0).
+
+    The ranks are sorted (a sort of floats compares them in C without a call per pair,
+    cheaper than two ``max``): the highest and the next; the highest's pair is the first
+    of that rank (with two of it, the next equals the highest: every candidate is worked
+    out).
+    """
+    ranks = list(map(mul, scales, map(int.bit_count, map(and_, repeat(mine), masks))))
+    order = sorted(ranks)
+    top = order[-1]
+    if not top:
+        return 0.0
+    at = ranks.index(top)
+    best = (mine & masks[at]).bit_count() / math.sqrt(float(count) * sizes[at])
+    if len(order) > 1 and order[-2] >= top * _NEAR:
+        return _nearest(mine, count, masks, sizes, ranks, top * _NEAR, best)
+    return best
+
+
+def _nearest(
+    mine: int,
+    count: int,
+    masks: tuple[int, ...],
+    sizes: tuple[float, ...],
+    ranks: list[float],
+    limit: float,
+    best: float,
+) -> float:
+    """The highest of ``best`` and the formula of :func:`_highest` for each pair ranked at
+    ``limit`` or above."""
+    for at in compress(range(len(ranks)), map(ge, ranks, repeat(limit))):
+        value = (mine & masks[at]).bit_count() / math.sqrt(float(count) * sizes[at])
+        if value > best:
+            best = value
+    return best
