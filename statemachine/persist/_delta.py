@@ -1439,6 +1439,40 @@ def _loop_source(names: tuple[str, ...]) -> str:
             "            added = [_encode(new_tail[-1])]",
             f"            result[{name!r}] = was + added",
             f"            ops.append(['append', ['fields', 'loop', {name!r}], added])",
+            "        elif (",  # _chunked_change's second case: the last record settled
+            "            value._chunks is chunks",
+            "            and type(new_tail) is tuple",
+            "            and type(tail) is tuple",
+            "            and tail",
+            "            and len(new_tail) == len(tail)",
+            "            and type(new_tail[-1]) is ActionRecord",
+            "            and type(tail[-1]) is ActionRecord",
+            "            and type(was) is list",
+            "            and len(was) == len(chunks) + len(tail)",
+            "            and new_tail[-1] is not tail[-1]",
+            "            and all(map(_is, new_tail, tail[:-1]))",
+            "        ):",
+            "            made = _record_fields(new_tail[-1], tail[-1], was[-1])",
+            "            if made is None:",  # what _chunked_change does then
+            f"                result[{name!r}], changes = _chunked_plain(",
+            "                    (chunks, tail),",
+            "                    (value._chunks, new_tail),",
+            "                    value,",
+            "                    was,",
+            f"                    ['fields', 'loop', {name!r}],",
+            "                    _RECORD_FIELDS,",
+            "                )",
+            "                ops.extend(changes)",
+            "            else:",
+            "                settled, changed = made",
+            f"                result[{name!r}] = [*was[:-1], settled]",
+            "                if len(changed) == 1:",  # _merge's op, in place
+            "                    ((key, item),) = changed.items()",
+            f"                    at = ['fields', 'loop', {name!r}, len(was) - 1, key]",
+            "                    ops.append(['set', at, item])",
+            "                elif changed:",
+            f"                    at = ['fields', 'loop', {name!r}, len(was) - 1]",
+            "                    ops.append(['merge', at, changed])",
             "        else:",
             f"            result[{name!r}], changes = _chunked_change(",  # as _log_change asks
             "                (chunks, tail),",
@@ -1511,6 +1545,9 @@ def _loop_made() -> Callable[[LoopState, Any, LoopState, list[list[Any]]], dict[
         "ActionLog": ActionLog,
         "_log_change": _log_change,
         "_chunked_change": _chunked_change,
+        "_chunked_plain": _chunked_plain,
+        "_record_fields": _record_fields,
+        "ActionRecord": ActionRecord,
         "_RECORD_FIELDS": _RECORD_FIELDS,
         "_is": _is,
         "_tuple_change": _tuple_change,
@@ -1522,11 +1559,6 @@ def _loop_made() -> Callable[[LoopState, Any, LoopState, list[list[Any]]], dict[
     made: Callable[[LoopState, Any, LoopState, list[list[Any]]], dict[str, Any]]
     made = namespace["change"]
     return made
-
-
-# :func:`_loop_change` for a loop memory of exactly ``LoopState`` before and now (the
-# functions of :func:`_pair` ask it only then).
-_loop_fields: Final = _loop_made()
 
 
 def _by_fields_source(names: tuple[str, ...]) -> str:
@@ -1581,3 +1613,9 @@ def _by_fields_made(
 
 # ``_by_fields`` for two action records (exact ``ActionRecord``: the caller's test).
 _record_fields: Final = _by_fields_made(_RECORD_FIELDS)
+
+
+# :func:`_loop_change` for a loop memory of exactly ``LoopState`` before and now (the
+# functions of :func:`_pair` ask it only then); made after ``_record_fields``, which it
+# holds.
+_loop_fields: Final = _loop_made()
