@@ -189,7 +189,11 @@ _TOO_LONG: Final = b"0" * (_PLAIN_DIGITS + 1)
 def _disagrees(text: str) -> bool:
     if "e+" in text:
         return True
-    return len(text) > _PLAIN_DIGITS and _TOO_LONG in text.encode().translate(_ZEROS)
+    # "surrogatepass": a lone surrogate (a text the C writer passes through) is not a digit
+    # either, and must not stop the look for a long run of them.
+    return len(text) > _PLAIN_DIGITS and _TOO_LONG in text.encode(
+        "utf-8", "surrogatepass"
+    ).translate(_ZEROS)
 
 
 class _Fallback(Exception):
