@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 from pydantic import BaseModel
 
 from . import _json
-from ._actions import ActionRecord
+from ._actions import CHUNK, ActionLog, ActionRecord
 from ._budget import Spend
 from ._errors import SetupError
 from ._fast._attrs import _COPIERS, _by_init, _kept, _site
 from ._fast._classes import _per_class, _PerClass
 from ._fast._messages import _appended, _asking, _message, _request, _told
-from ._governor import Decision, LoopState, Verdict
+from ._governor import Decision, LoopState, Verdict, _Line
 from ._model import Message, ToolRequest, Transcript
 from ._runtime import Runtime
 from ._seal import _own_ticket
@@ -94,9 +94,12 @@ def _with_ids(
     A reply of one call (a tuple of one exact ``ToolRequest`` of text, as a validated
     reply holds) is done here, as ``_each_with_id`` does it: its set of ids seen is empty
     and its ids given are the call's own. Anything else goes through ``_each_with_id``.
-    A ``LoopState`` itself (not a subclass) is asked whether an id is free
-    (``LoopState._call_free``, one frame) for the model's id and for ``call-<step>``;
-    when neither is, the index is read as for any state.
+    A ``LoopState`` itself (not a subclass) whose index is a line of its own covering its
+    ``ActionLog`` (nearly always) is read here for the model's id, or ``call-<step>`` when
+    none is given: an id the line has no call of is free (``_call_free``'s first answer).
+    Otherwise it is asked whether an id is free (``LoopState._call_free``, one frame)
+    for the model's id and for ``call-<step>``; when neither is, the index is read as for
+    any state.
     """
     if type(requests) is tuple and len(requests) == 1:
         request = requests[0]
@@ -108,6 +111,25 @@ def _with_ids(
         given_id, name, arguments = fields.get("id"), fields.get("name"), fields.get("arguments")
         if type(given_id) is str and type(name) is str and type(arguments) is str:
             if type(loop) is LoopState:  # its one question, asked of it (a subclass: below)
+                # _call_free's first answer, read here (no frame): an index that is a line
+                # of its own covering its ActionLog, without a call of the id.
+                private = loop.__pydantic_private__
+                line = private.get("_index") if type(private) is dict else None
+                log: Any = loop.actions
+                if (
+                    type(line) is _Line
+                    and line.parent is None
+                    and type(log) is ActionLog
+                    and line.size >= len(log._chunks) * CHUNK + len(log._tail)
+                ):
+                    calls = line.calls
+                    if given_id:
+                        if given_id not in calls:
+                            return requests  # the model's id, kept
+                    else:  # no id given (one the line holds may be free: asked below)
+                        call_id = f"call-{step}"
+                        if call_id not in calls:
+                            return (_request(name, arguments, call_id),)
                 if given_id and loop._call_free(given_id):
                     return requests  # the model's id, kept
                 call_id = f"call-{step}"
