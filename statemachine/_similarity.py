@@ -497,9 +497,12 @@ class GramMasks:
         if kept is not None and kept[0] is window:
             return kept[1], kept[2], kept[3]
         found = list(map(self.masks.get, window))
-        theirs = [known or self.mask(seen) for known, seen in zip(found, window, strict=True)]
-        masks = tuple(mask for mask, _ in theirs)
-        sizes = tuple(float(size) for _, size in theirs)
+        # zip without its keyword (with one it reads its arguments the slow way): found is
+        # one per text of window. The masks and counts split apart in C, without a frame
+        # per text.
+        theirs = [known or self.mask(seen) for known, seen in zip(found, window)]  # noqa: B905
+        masks, counts = zip(*theirs) if theirs else ((), ())  # noqa: B905
+        sizes = tuple(map(float, counts))
         scales = tuple(map(truediv, repeat(1.0), map(math.sqrt, sizes)))
         self._window = (window, masks, sizes, scales)
         if not self._base:  # the first window since a start: what the vocabulary follows
