@@ -497,10 +497,15 @@ class GramMasks:
         if kept is not None and kept[0] is window:
             return kept[1], kept[2], kept[3]
         found = list(map(self.masks.get, window))
-        # zip without its keyword (with one it reads its arguments the slow way): found is
-        # one per text of window. The masks and counts split apart in C, without a frame
-        # per text.
-        theirs = [known or self.mask(seen) for known, seen in zip(found, window)]  # noqa: B905
+        # Every text's mask is cached as a rule (a window made again, of texts compared
+        # before): then found is the masks as they are. zip without its keyword (with one
+        # it reads its arguments the slow way): found is one per text of window. The masks
+        # and counts split apart in C, without a frame per text.
+        theirs = (
+            found
+            if None not in found
+            else [known or self.mask(seen) for known, seen in zip(found, window)]  # noqa: B905
+        )
         masks, counts = zip(*theirs) if theirs else ((), ())  # noqa: B905
         sizes = tuple(map(float, counts))
         scales = tuple(map(truediv, repeat(1.0), map(math.sqrt, sizes)))

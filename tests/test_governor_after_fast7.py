@@ -71,3 +71,17 @@ def test_repeats_and_bits() -> None:
     assert found[1] == found[4]
     assert sizes == tuple(float(mask.bit_count()) for mask in found)
     assert scales == tuple(1.0 / math.sqrt(size) for size in sizes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(window=st.lists(_TEXTS, min_size=1, max_size=12).map(tuple))
+def test_scaled_of_cached_texts(window: tuple[str, ...]) -> None:
+    # Every text's mask cached (found as it is), and a window of the same texts made
+    # again (a new tuple): the masks the cache holds, in the window's order.
+    masks = GramMasks()
+    theirs = [masks.mask(text) for text in window]
+    again = tuple(list(window))
+    found, sizes, scales = masks._scaled(again)
+    assert list(zip(found, map(int, sizes), strict=True)) == theirs
+    assert scales == tuple(1.0 / math.sqrt(size) for size in sizes)
+    assert masks._scaled(again[::-1])[0] == found[::-1]
