@@ -20,6 +20,7 @@ import os
 import re
 import threading
 import warnings
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
@@ -556,7 +557,7 @@ class GramMasks:
                 at = ranks.index(top)
                 best = (mine & masks[at]).bit_count() / math.sqrt(float(count) * sizes[at])
                 if len(order) > 1 and order[-2] >= top * _NEAR:
-                    best = _nearest(mine, count, masks, sizes, ranks, top * _NEAR, best)
+                    best = _nearest(mine, count, masks, sizes, ranks, order, at, best)
         if kept != result:  # a result longer than the evidence keeps of it
             mine, count = self.mask(kept)
         if full:
@@ -723,7 +724,7 @@ class GramMasks:
         at = ranks.index(top)
         best = (mine & masks[at]).bit_count() / math.sqrt(float(count) * sizes[at])
         if len(order) > 1 and order[-2] >= top * _NEAR:
-            return _nearest(mine, count, masks, sizes, ranks, top * _NEAR, best)
+            return _nearest(mine, count, masks, sizes, ranks, order, at, best)
         return best
 
     def best(self, text: str, window: tuple[str, ...]) -> float:
@@ -773,7 +774,7 @@ def _highest(
     at = ranks.index(top)
     best = (mine & masks[at]).bit_count() / math.sqrt(float(count) * sizes[at])
     if len(order) > 1 and order[-2] >= top * _NEAR:
-        return _nearest(mine, count, masks, sizes, ranks, top * _NEAR, best)
+        return _nearest(mine, count, masks, sizes, ranks, order, at, best)
     return best
 
 
@@ -783,11 +784,33 @@ def _nearest(
     masks: tuple[int, ...],
     sizes: tuple[float, ...],
     ranks: list[float],
-    limit: float,
+    order: list[float],
+    at: int,
     best: float,
 ) -> float:
-    """The highest of ``best`` and the formula of :func:`_highest` for each pair ranked at
-    ``limit`` or above."""
+    """The highest of ``best`` (the formula of :func:`_highest` for the pair ``at``, the
+    first of the highest rank) and the formula for each pair ranked within ``_NEAR`` of
+    it (``order``: the ranks sorted).
+
+    A pair ranked exactly as ``at`` and of the same size has its value: the scale is made
+    from the size alone (``1.0 / math.sqrt(size)``, the same float for the same size), so
+    the two shared counts, ints below 2**52, give the same rounded product only when they
+    are equal (two such products differ by a factor of at least 1 + 2**-52 before
+    rounding). A window of texts that share as much with the result as each other (a
+    run's repeated results, a number changed) is mostly such pairs: when every candidate
+    is one, ``best`` is the answer without working any of them out."""
+    top = ranks[at]
+    limit = top * _NEAR
+    ties = len(order) - bisect_left(order, top)
+    if ties == len(order) - bisect_left(order, limit):  # no candidate below the top
+        size = sizes[at]
+        place = at
+        for _ in range(ties - 1):
+            place = ranks.index(top, place + 1)
+            if sizes[place] != size:
+                break
+        else:
+            return best
     for at in compress(range(len(ranks)), map(ge, ranks, repeat(limit))):
         value = (mine & masks[at]).bit_count() / math.sqrt(float(count) * sizes[at])
         if value > best:

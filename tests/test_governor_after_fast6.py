@@ -260,3 +260,72 @@ def test_the_governor_s_gains_are_the_set_formula_s(seed: int, window: int) -> N
         assert gain is not None
         expected = _gain_by_sets(before, result) if before else 1.0
         assert gain.hex() == expected.hex()
+
+
+def _apart(size: int, pairs: list[Pair]) -> tuple[tuple[int, int], list[tuple[int, int]]]:
+    """As _pairs, but each pair's own bits in a place of their own: pairs of the same
+    counts are different masks (different texts that share as much with the result)."""
+    mine = (1 << size) - 1
+    masks: list[tuple[int, int]] = []
+    for at, (shared, own) in enumerate(pairs):
+        mask = ((1 << shared) - 1) | (((1 << (own - shared)) - 1) << (size + at * 100_000))
+        masks.append((mask, mask.bit_count()))
+    return (mine, size), masks
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _SIZE.flatmap(
+        lambda size: st.tuples(
+            st.just(size),
+            st.integers(1, size).flatmap(
+                lambda s: st.tuples(st.just(s), st.integers(s, 4000), st.integers(2, 12))
+            ),
+            st.lists(
+                st.integers(0, size).flatmap(
+                    lambda s: st.tuples(st.just(s), st.integers(max(s, 1), 4000))
+                ),
+                max_size=6,
+            ),
+        )
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_texts_sharing_as_much_tie_at_the_top(
+    case: tuple[int, tuple[int, int, int], list[Pair]], shuffle: random.Random
+) -> None:
+    """Several different texts of the same counts (a run's repeated results, a number
+    changed): ranked exactly alike, the same value; with other pairs, in any order, the
+    formula's float."""
+    size, (shared, own, copies), others = case
+    pairs = [(shared, own)] * copies + others
+    shuffle.shuffle(pairs)
+    _check(*_apart(size, pairs))
+
+
+# Found by search: two pairs of equal true cosines whose ranks are the same float while
+# their formula's floats differ in the last bit (the sizes differ): an exact tie at the top
+# is its value only for a pair of the same size.
+_RANKED_ALIKE = [
+    (1572, [(263, 792), (1315, 19800)]),
+    (2256, [(300, 1040), (900, 9360)]),
+    (2656, [(151, 2013), (1057, 98637)]),
+    (2349, [(222, 2644), (1110, 66100)]),
+]
+
+
+@pytest.mark.parametrize(("size", "pairs"), _RANKED_ALIKE)
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("copies", [1, 3])
+def test_a_tie_at_the_top_of_another_size_is_worked_out(
+    size: int, pairs: list[Pair], reverse: bool, copies: int
+) -> None:
+    """Ranks equal as floats, values not (either pair first, each of them several times
+    over as different texts): the formula's highest float."""
+    first, second = pairs[::-1] if reverse else pairs
+    result, window = _apart(size, [first] * copies + [second] * copies)
+    ranks = [(1.0 / math.sqrt(own)) * (result[0] & mask).bit_count() for mask, own in window]
+    values = [(result[0] & mask).bit_count() / math.sqrt(size * own) for mask, own in window]
+    assert len(set(ranks)) == 1  # one rank
+    assert len(set(values)) == 2  # two values
+    _check(result, window)
