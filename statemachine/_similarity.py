@@ -414,6 +414,12 @@ _Window = tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...], tuple[float
 # A pair's rank within this factor of the highest is a candidate (see _highest).
 _NEAR = 1.0 - 1e-9
 
+# The pieces of a text of one word (JSON, an id), for GramMasks._pieced: the text is cut
+# into chunks before each ',' and ':' (a chunk: one character, then up to the next cut
+# character), and a piece is a chunk with the two characters after it, read by the
+# look-ahead (the group findall gives) while the match takes the chunk alone.
+_PIECES = re.compile(r"(?=(.[^,:]*+.{0,2}+)).[^,:]*+", re.DOTALL)
+
 
 @final
 class GramMasks:
@@ -477,7 +483,7 @@ class GramMasks:
         if known is not None:
             return known
         words = text.lower().split()
-        mask = self._made(_fold(text)) if len(words) < 2 else self._joined(words)
+        mask = self._pieced(words) if len(words) < 2 else self._joined(words)
         known = (mask, mask.bit_count())
         if keep:
             self.masks[text] = known
@@ -544,7 +550,7 @@ class GramMasks:
         known = self.masks.get(result)
         if known is None:
             words = result.lower().split()
-            mine = self._made(_fold(result)) if len(words) < 2 else self._joined(words)
+            mine = self._pieced(words) if len(words) < 2 else self._joined(words)
             known = self.masks[result] = (mine, mine.bit_count())
         mine, count = known
         best = 0.0
@@ -712,7 +718,7 @@ class GramMasks:
         known = self.masks.get(text)
         if known is None:
             words = text.lower().split()
-            mine = self._made(_fold(text)) if len(words) < 2 else self._joined(words)
+            mine = self._pieced(words) if len(words) < 2 else self._joined(words)
             known = self.masks[text] = (mine, mine.bit_count())
         mine, count = known
         # _highest(mine, count, masks, sizes, scales), without its frame (see there).
@@ -732,6 +738,54 @@ class GramMasks:
         masks, sizes, scales = self._scaled(window)
         mine, size = self.mask(text)
         return _highest(mine, size, masks, sizes, scales)
+
+    def _pieced(self, words: list[str]) -> int:
+        """The mask of the text of ``words`` (one word, or none: the text's folded words).
+
+        A text of one word (a tool's JSON result, an id) is mostly what earlier texts were,
+        with a key or a number changed. It is cut into chunks before its ',' and ':', and
+        each piece is a chunk with the two characters after it (``_PIECES``): a trigram of
+        the text lies within the piece of the chunk its first character is in, and every
+        trigram of a piece is one of the text's. So the mask is the OR of the pieces'
+        masks, each made once for the run and kept with the segments of :meth:`_joined`
+        (each a mask of its own trigrams, three characters or more; no piece has white
+        space, every segment has). Only a new piece (``:"k294","``) is made trigram by
+        trigram, its trigrams given bits in the text's order, as :meth:`_made` gives them;
+        a piece of fewer than three characters (at the text's end) has none. A text of one
+        piece or none (no cut after its first character, the empty text) is made whole, as
+        is one of fewer than three characters (its one trigram is itself, which no piece
+        holds), and every text once the vocabulary is wide (each piece's mask as wide as
+        it).
+        """
+        folded = words[0] if words else ""
+        bits = self._bits
+        pieces = _PIECES.findall(folded)
+        if len(pieces) < 2 or len(bits) > _NARROW_BITS:
+            return self._made(folded)
+        cache = self._words
+        get = cache.get
+        mask = 0
+        # New pieces' masks (as wide as the vocabulary) are joined last, so that the
+        # others are joined while they are narrow.
+        fresh = 0
+        for piece in pieces:
+            found = get(piece)
+            if found is None:
+                if len(piece) < 3:
+                    continue  # no trigram of its own (and never kept)
+                # self._made(piece), without its frame (three characters or more).
+                found = 0
+                for gram in map("".join, zip(piece, piece[1:], piece[2:])):  # noqa: B905
+                    bit = bits.get(gram)
+                    if bit is None:
+                        bit = bits[gram] = len(bits)
+                    found |= 1 << bit
+                cache[piece] = found
+                fresh |= found
+            else:
+                mask |= found
+        # Nothing: a text of fewer than three characters (a longer one has a trigram).
+        return mask | fresh or self._made(folded)
 
 
 def _highest(
