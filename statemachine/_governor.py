@@ -58,7 +58,7 @@ from ._similarity import (
     signer_of,
     trigram_similarity,
 )
-from ._tools import ReadCall, WriteCall, WriteTool, _sha256
+from ._tools import ReadCall, ReadTool, WriteCall, WriteTool, _sha256
 
 __all__ = [
     "ActionRecord",
@@ -964,7 +964,9 @@ class LoopGovernor:
         """The record of ``call`` as the model sent it (``raw_arguments``)."""
         # _Call.name (the tool's name) without its frame, for the library's own call classes.
         kind = type(call)
-        name = call.tool.name if kind is ReadCall or kind is WriteCall else call.name
+        ours = kind is ReadCall or kind is WriteCall
+        tool: Any = call.tool if ours else None
+        name = tool.name if ours else call.name
         # SHA-256 in CPython's own C code (as the route's hash): the same digest as hashlib's.
         exact = _sha256(f"{name}\x00{raw_arguments}".encode()).hexdigest()
         if _case_insensitive(type(call.args)):
@@ -978,7 +980,17 @@ class LoopGovernor:
         text = f"{name}({canonical})"
         # As ActionRecord(call_id=..., tool=..., effect=..., exact=..., key=..., text=...)
         # would make it: every value is a str made here (the call id the runner's).
-        effect = "write" if isinstance(call.tool, WriteTool) else "read"
+        # A ReadTool itself (final) is no WriteTool: the isinstance only for the others.
+        if not ours:
+            tool = call.tool  # read here, as the plain path reads it
+        held = type(tool)
+        effect = (
+            "read"
+            if held is ReadTool
+            else "write"
+            if held is WriteTool or isinstance(tool, WriteTool)
+            else "read"
+        )
         # _record(call_id, name, effect, exact, key, text), without its frame.
         made: ActionRecord = _new(ActionRecord)
         setters = _SETTERS

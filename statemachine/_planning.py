@@ -118,7 +118,8 @@ async def _plan(
     tools: object = agent.tools  # ToolRegistry.schemas's own answer for the class itself
     schemas = tools._schemas if type(tools) is ToolRegistry else agent.tools.schemas()
     reply, spent, loop = await _heard(planning, rt, tools=schemas)
-    if isinstance(reply, str):
+    # A ModelReply itself is no str (the usual answer): the isinstance only for others.
+    if type(reply) is not ModelReply and isinstance(reply, str):
         return _unanswered(planning._copy(spent=spent, loop=loop), reply)
     if reply.tool_calls and reply.finish_reason != "length":
         # What _route does with the phase _ask makes, in one copy of this phase (or none:
@@ -424,7 +425,7 @@ async def _finalize(
         f"(The run is finishing: {reason}.)"
     )
     reply, heard = await _ask(planning, rt, tools=(), note=note, answering=True)
-    if isinstance(reply, str):
+    if type(reply) is not ModelReply and isinstance(reply, str):
         return _unanswered(heard, reply, f"finalize ({reason}): ")
     if not reply.text.strip():
         return heard.fail(
