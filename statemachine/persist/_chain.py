@@ -78,11 +78,11 @@ import hashlib
 import json
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from operator import is_not
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
 from .._approval import waits_for_approval
 from .._errors import (
@@ -95,7 +95,16 @@ from .._errors import (
     DecisionRefusedError,
 )
 from .._fast._pydantic import _trusted
-from .._json import JSON, Texts, _refuse_constant, dumps, dumps_bytes, loads, parts_reusing
+from .._json import (
+    JSON,
+    Texts,
+    _encode_str,
+    _refuse_constant,
+    dumps,
+    dumps_bytes,
+    loads,
+    parts_reusing,
+)
 from .._json import Long as _Long
 from .._ledger import EffectRecord
 from ._delta import _apply, _diff, _Seen, _seen_of
@@ -120,7 +129,9 @@ from ._rows import (
     _utc,
 )
 
-__all__ = ["_NO_HEAD", "_Chain", "_every", "_link"]
+# _written, _whole and _compressed: the plain steps the snapshot's one pass (_placed,
+# _head) is tested against, beside the chain's own names.
+__all__ = ["_NO_HEAD", "_Chain", "_compressed", "_every", "_link", "_whole", "_written"]
 
 _DOMAIN: Final = b"statemachine checkpoint chain 1\0"
 _NO_HEAD: Final = bytes(_DIGEST)  # the link before checkpoint 0
@@ -312,12 +323,77 @@ def _split(payload: Any, parts: list[str | _Long]) -> tuple[bytes, list[str]] | 
     return _TEXTS_AFTER + head.encode("utf-8"), texts
 
 
+def _placed(
+    value: Any,
+    texts: Texts,
+    kept: Texts,
+    out: list[str | _Long],
+    path: list[str | int],
+    places: list[list[str | int]],
+    longs: list[str],
+) -> None:
+    """``_written(value, texts, kept, out)`` and, in the same pass, what ``_longs`` finds
+    of ``value`` below ``path``: each long text into ``longs`` and its place with its
+    length (``[*path, index, len(text)]``, as ``_split`` writes it) into ``places``, in
+    order. The same steps as ``_json.parts_reusing`` with ``_PIECE`` (the same parts, the
+    same errors at the same point); ``path`` is as it was when it returns."""
+    if type(value) is dict:
+        out.append("{")
+        for index, (key, item) in enumerate(value.items()):
+            if type(key) is not str:
+                raise TypeError(f"JSON object keys must be strings, got {key!r}")
+            out.append(("," if index else "") + _encode_str(key) + ":")
+            path.append(key)
+            _placed(item, texts, kept, out, path, places, longs)
+            path.pop()
+        out.append("}")
+    elif type(value) is list:
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            if type(item) is dict or type(item) is list:
+                known = texts.get(id(item))
+                if known is not None and known[0] is item:
+                    text = known[1]
+                else:
+                    text = dumps_bytes(item).decode()
+                kept[id(item)] = (item, text)
+                out.append(text)
+            elif type(item) is str and len(item) >= _PIECE:
+                out.append(_Long(item))
+                places.append([*path, index, len(item)])
+                longs.append(item)
+            else:
+                out.append(dumps_bytes(item).decode())
+        out.append("]")
+    else:
+        out.append(dumps_bytes(value).decode())
+
+
+# A part's text in a snapshot's head, by the part's type: a long text's is "null" (it
+# follows the JSON), a text's its own (dict.get's default).
+_NULLED: Final[dict[type, str]] = {_Long: "null"}
+
+
+def _head(parts: list[str | _Long], places: list[list[str | int]]) -> bytes:
+    """``_split``'s first answer from ``_placed``'s parts and places: the same bytes, the
+    parts' long texts put as "null" in C (each part is a ``str`` or a ``_Long``)."""
+    joined = "".join(cast("Iterable[str]", map(_NULLED.get, map(type, parts), parts)))
+    head = "[" + dumps_bytes(places).decode() + "," + joined + "]"
+    return _TEXTS_AFTER + head.encode("utf-8")
+
+
 def _whole(payload: Any, parts: list[str | _Long]) -> bytes:
     """``payload``'s snapshot compressed in one go, in the form ``_TEXTS_AFTER`` starts."""
     split = _split(payload, parts)
     if split is None:  # as _written wrote it: the JSON alone
         return zlib.compress(_text(parts).encode("utf-8"), 1)
-    head, texts = split
+    return _whole_split(*split)
+
+
+def _whole_split(head: bytes, texts: list[str]) -> bytes:
+    """``_whole``'s answer from its ``_split``."""
     return zlib.compress(head + "".join(texts).encode("utf-8"), 1)
 
 
@@ -334,7 +410,11 @@ def _compressed(payload: Any, parts: list[str | _Long], pieces: _Pieces) -> tupl
     split = _split(payload, parts)
     if split is None:
         return zlib.compress(_text(parts).encode("utf-8"), 1), {}
-    head, texts = split
+    return _compressed_split(*split, pieces)
+
+
+def _compressed_split(head: bytes, texts: list[str], pieces: _Pieces) -> tuple[bytes, _Pieces]:
+    """``_compressed``'s answer from its ``_split``."""
     kept: _Pieces = {}
     out = [_HEADER, _deflated(head)]
     adler = zlib.adler32(head)
@@ -808,19 +888,24 @@ class _Chain:
             return self.seal_plain(plain, _aad(run_id, seq)), texts
         parts: list[str | _Long] = []
         kept: Texts = {}
-        _written(payload, texts, kept, parts)
-        # Counted in C, each long text as 1 (a _Long is a tuple of one; its text is at least
-        # _PIECE long): at least _COMPRESS_FROM so, it is; below, the exact count decides.
-        size = sum(map(len, parts))
-        if size < _COMPRESS_FROM:
-            size = sum(len(part) if isinstance(part, str) else len(part.item) for part in parts)
-        if size < _COMPRESS_FROM or self.sealer is not None:  # sealed: never compressed
+        # _written's parts, and the long texts and places _split finds, in one pass.
+        places: list[list[str | int]] = []
+        longs: list[str] = []
+        _placed(payload, texts, kept, parts, [], places, longs)
+        # Below _COMPRESS_FROM // _PIECE long texts (each of at least _PIECE characters),
+        # its text's length decides, counted in C: each text part's, each long text's (its
+        # part, a _Long, is a tuple of one); from there on it is long enough, uncounted.
+        short = len(longs) * _PIECE < _COMPRESS_FROM and (
+            sum(map(len, parts)) - len(longs) + sum(map(len, longs)) < _COMPRESS_FROM
+        )
+        if short or self.sealer is not None:  # sealed: never compressed
             return self.seal_plain(_text(parts).encode("utf-8"), _aad(run_id, seq)), kept
+        head = _head(parts, places)
         pieces = self.pieces.pop(run_id, None)
         if pieces is None:  # the run's first here (a resume): whole, the pieces next time
-            plain, pieces = _whole(payload, parts), {}
+            plain, pieces = _whole_split(head, longs), {}
         else:
-            plain, pieces = _compressed(payload, parts, pieces)
+            plain, pieces = _compressed_split(head, longs, pieces)
         self.pieces[run_id] = pieces
         while len(self.pieces) > _PIECES_RUNS:
             self.pieces.popitem(last=False)
