@@ -734,6 +734,20 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
 _LOOP_FIELDS = tuple(LoopState.model_fields)
 # ActionLog.__new__ (object's: neither it nor its bases define one), for record.
 _new = object.__new__
+
+
+class _MakingRecord(ActionRecord):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
+    """An ``ActionRecord`` being made by ``LoopGovernor.action``: it sets its slots as
+    ``object`` does (plain slot stores, where the frozen class's slots are set through
+    each descriptor's ``__set__``), then becomes an ``ActionRecord`` (``__class__``
+    assignment: the same layout). Never seen as this class outside ``action``; neither
+    class runs code of a user's."""
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
+
+
 # Every field, as the set a state made by _evolve holds (copied for each: its own).
 _LOOP_FIELD_SET = set(_LOOP_FIELDS)
 
@@ -991,18 +1005,20 @@ class LoopGovernor:
             if held is WriteTool or isinstance(tool, WriteTool)
             else "read"
         )
-        # _record(call_id, name, effect, exact, key, text), without its frame.
-        made: ActionRecord = _new(ActionRecord)
-        setters = _SETTERS
-        setters[0](made, call_id)
-        setters[1](made, name)
-        setters[2](made, effect)
-        setters[3](made, exact)
-        setters[4](made, key)
-        setters[5](made, text)
-        setters[6](made, "pending")
-        setters[7](made, "")
-        setters[8](made, None)
+        # _record(call_id, name, effect, exact, key, text), without its frame: its slots
+        # stored as object stores them, then the class the record's own (_MakingRecord).
+        making: Any = _new(_MakingRecord)
+        making.call_id = call_id
+        making.tool = name
+        making.effect = effect
+        making.exact = exact
+        making.key = key
+        making.text = text
+        making.outcome = "pending"
+        making.result = ""
+        making.gain = None
+        making.__class__ = ActionRecord
+        made: ActionRecord = making
         return made
 
     @staticmethod

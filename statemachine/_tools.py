@@ -376,6 +376,26 @@ _set_canonical = _Call.__dict__["_canonical"].__set__
 _set_tool = {kind: kind.__dict__["tool"].__set__ for kind in (ReadCall, WriteCall)}
 
 
+class _MakingRead(ReadCall):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
+    """A ``ReadCall`` being made by ``route``: it sets its slots as ``object`` does (plain
+    slot stores, where the frozen class's slots are set through each descriptor's
+    ``__set__``), then becomes a ``ReadCall`` (``__class__`` assignment: the same
+    layout). Never seen as this class outside ``route``; neither class runs code of a
+    user's."""
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
+
+
+class _MakingWrite(WriteCall[Any]):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
+    """A ``WriteCall`` being made by ``route``, as ``_MakingRead`` is a ``ReadCall``."""
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
+
+
 def idempotency_key(run_id: str, tool: str, args_hash: str) -> str:
     """The key a write call is recorded under in the side-effect ledger: SHA-256 (hex).
 
@@ -652,12 +672,14 @@ class ToolRegistry(Generic[D]):
                 except BadArgumentsError as error:
                     return _invalid_arguments(name, arguments, error.problems)
                 return routed
-            # What _made makes (the classes are final; the tool is of the call's kind).
-            call = _new(made)
-            _set_args(call, args)
-            _set_args_hash(call, args_hash)
-            _set_canonical(call, canonical)
-            _set_tool[made](call, known)
+            # What _made makes (the classes are final; the tool is of the call's kind): its
+            # slots stored as object stores them, then the class the call's own (_Making).
+            call: Any = _new(_MakingRead if kind is ReadTool else _MakingWrite)
+            call.args = args
+            call.args_hash = args_hash
+            call._canonical = canonical
+            call.tool = known
+            call.__class__ = made
             return call  # type: ignore[no-any-return]
         return self._route(name, arguments)
 

@@ -5,6 +5,11 @@
   ``isinstance(tool, WriteTool)`` as before (a subclass, a class equal to ``ReadTool`` by
   its metaclass, a call of another class). A call of the library's own classes has its
   tool read once; any other call is read as before (its name, then its tool).
+- ``LoopGovernor.action`` makes its record, and ``ToolRegistry.route`` its ``ReadCall`` or
+  ``WriteCall``, as an instance of a private subclass whose slots are stored as
+  ``object`` stores them, then given the class's own (``__class__`` assignment): the
+  same record and call as the plain path's (``ActionRecord(...)``, ``tool.call``), of
+  the class itself, frozen as it.
 - ``_plan`` and ``_finalize`` ask ``isinstance(reply, str)`` only of what is not a
   ``ModelReply`` itself (which is no ``str``).
 """
@@ -13,8 +18,13 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
+import pickle
+from decimal import Decimal
 from typing import Any
 
+import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -186,3 +196,41 @@ def test_a_model_reply_is_no_str() -> None:
     """What the planning step's shortcut rests on: a ModelReply itself is never a str."""
     assert not issubclass(ModelReply, str)
     assert not isinstance(ModelReply(text="x"), str)
+
+
+def _same_call(made: Any, plain: Any) -> None:
+    """``made`` is ``plain``'s equal in every slot, of its class, and as frozen."""
+    assert type(made) is type(plain)
+    assert made == plain
+    for field in ("args", "args_hash", "_canonical", "tool"):
+        assert getattr(made, field) == getattr(plain, field)
+    assert made.tool is plain.tool
+    assert (made.key, made.name, made.describe()) == (plain.key, plain.name, plain.describe())
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        made.args_hash = "changed"
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        del made.tool
+    assert copy.copy(made) == plain  # (the tools here are local functions: no pickle)
+
+
+_WORDS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(("weather", "forecast", "refund")), _WORDS, st.integers(0, 10**6))
+def test_route_makes_the_plain_paths_call(tool_name: str, word: str, cents: int) -> None:
+    """A call routed in place is the one ``tool.call`` makes of the same arguments."""
+    if tool_name == "refund":
+        value: dict[str, Any] = {"reason": word, "amount": cents / 100, "order": word}
+    else:
+        value = {"city": word}
+    raw = json.dumps(value)
+    made: Any = _REGISTRY.route(tool_name, raw)
+    plain = _REGISTRY.get(tool_name).call(json.loads(raw, parse_float=Decimal))
+    _same_call(made, plain)
+    record = LoopGovernor().action(made, raw, "c")
+    assert type(record) is ActionRecord
+    assert record == _plain(plain, raw, "c")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        setattr(record, "outcome", "ok")  # noqa: B010  (as a frozen class refuses it)
+    assert pickle.loads(pickle.dumps(record)) == record
