@@ -775,9 +775,11 @@ class GramMasks:
             if found is None:
                 if len(piece) < 3:
                     continue  # no trigram of its own (and never kept)
-                # self._made(piece), without its frame (three characters or more).
+                # self._made(piece), without its frame (three characters or more), its
+                # trigrams sliced in place.
                 found = 0
-                for gram in map("".join, zip(piece, piece[1:], piece[2:])):  # noqa: B905
+                for at in range(len(piece) - 2):
+                    gram = piece[at : at + 3]
                     bit = bits.get(gram)
                     if bit is None:
                         bit = bits[gram] = len(bits)
