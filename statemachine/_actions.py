@@ -253,22 +253,36 @@ class ActionLog(TupleLike[ActionRecord]):
     checkpoint's form does not depend on the chunks).
     """
 
-    __slots__ = ("_chunks", "_tail")
+    # ``_grown`` is ``None``, or, on a log :meth:`appended` made within a chunk or
+    # :meth:`replaced` made with its last record replaced, the pair (the tail it was
+    # made from, the tail it made): while this ``_tail`` is that very tail, it holds the
+    # tail before's records first (all of them, or all but the last), the very objects,
+    # and the checkpoint's producer need not look at them one by one. Only the library's
+    # appends and replaces set it (a copy, a pickle or a validation makes the log again
+    # through ``__init__``: ``None``).
+    __slots__ = ("_chunks", "_grown", "_tail")
     _ITEM = ActionRecord
 
     _chunks: tuple[_Chunk, ...]
     _tail: tuple[ActionRecord, ...]
+    _grown: tuple[tuple[ActionRecord, ...], tuple[ActionRecord, ...]] | None
 
     def __init__(self, records: Iterable[ActionRecord] = ()) -> None:
         items = tuple(records)
         cut = (len(items) - 1) // CHUNK * CHUNK if items else 0
         self._chunks = tuple(items[at : at + CHUNK] for at in range(0, cut, CHUNK))
         self._tail = items[cut:]
+        self._grown = None
 
     @classmethod
-    def _of(cls, chunks: tuple[_Chunk, ...], tail: tuple[ActionRecord, ...]) -> ActionLog:
+    def _of(
+        cls,
+        chunks: tuple[_Chunk, ...],
+        tail: tuple[ActionRecord, ...],
+        grown: tuple[tuple[ActionRecord, ...], tuple[ActionRecord, ...]] | None = None,
+    ) -> ActionLog:
         made = cls.__new__(cls)
-        made._chunks, made._tail = chunks, tail
+        made._chunks, made._tail, made._grown = chunks, tail, grown
         return made
 
     @property
@@ -285,7 +299,8 @@ class ActionLog(TupleLike[ActionRecord]):
         """This log with ``record`` after it (this one is unchanged)."""
         tail = self._tail
         if len(tail) < CHUNK:
-            return ActionLog._of(self._chunks, tail + (record,))  # noqa: RUF005
+            made = tail + (record,)  # noqa: RUF005
+            return ActionLog._of(self._chunks, made, (tail, made))
         return ActionLog._of(self._chunks + (tail,), (record,))  # noqa: RUF005
 
     def replaced(self, position: int, record: ActionRecord) -> ActionLog:
@@ -293,7 +308,10 @@ class ActionLog(TupleLike[ActionRecord]):
         chunk, at = divmod(position, CHUNK)
         chunks, tail = self._chunks, self._tail
         if chunk == len(chunks):
-            return ActionLog._of(chunks, tail[:at] + (record,) + tail[at + 1 :])  # noqa: RUF005
+            made = tail[:at] + (record,) + tail[at + 1 :]  # noqa: RUF005
+            if at == len(tail) - 1:  # the last record replaced
+                return ActionLog._of(chunks, made, (tail, made))
+            return ActionLog._of(chunks, made)
         old = _records_of(chunks[chunk])
         new = old[:at] + (record,) + old[at + 1 :]  # noqa: RUF005
         return ActionLog._of(chunks[:chunk] + (new,) + chunks[chunk + 1 :], tail)  # noqa: RUF005

@@ -544,8 +544,10 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
                     log: ActionLog = _new(ActionLog)
                     if len(tail) < CHUNK:
                         log._chunks, log._tail = chunks, tail + (action,)  # noqa: RUF005
+                        log._grown = (tail, log._tail)
                     else:
                         log._chunks, log._tail = chunks + (tail,), (action,)  # noqa: RUF005
+                        log._grown = None
                     # _evolve's state: every field as it was, the two changes after them.
                     values = {
                         **fields,
@@ -689,6 +691,7 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         log = _new(ActionLog)
         log._chunks = chunks
         log._tail = tail[:-1] + (settled,)  # noqa: RUF005
+        log._grown = (tail, log._tail)
         values = {
             **self.__dict__,
             "actions": log,

@@ -219,12 +219,19 @@ class Transcript(TupleLike[Message]):
     # there are no chunks either). All three are tuples: appending shares the chunks and
     # copies the tail, so no transcript holds anything another one (a model given it,
     # a branch) could change, and none depends on the order appends happen in.
-    __slots__ = ("_chunks", "_head", "_tail")
+    # ``_grown`` is ``None``, or, on a transcript :meth:`appended` made within a chunk,
+    # the pair (the tail it appended to, the tail it made of it and the new messages):
+    # while this ``_tail`` is that very tail, it holds the tail before's messages first,
+    # the very objects, and the checkpoint's producer need not look at them one by one.
+    # Only the library's appends set it (a copy, a pickle or a validation makes the
+    # transcript again through ``__init__``: ``None``).
+    __slots__ = ("_chunks", "_grown", "_head", "_tail")
     _ITEM = Message
 
     _head: tuple[Message, ...]
     _chunks: tuple[tuple[Message, ...] | str, ...]
     _tail: tuple[Message, ...]
+    _grown: tuple[tuple[Message, ...], tuple[Message, ...]] | None
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         items = tuple(messages)
@@ -232,6 +239,7 @@ class Transcript(TupleLike[Message]):
         self._head = ()
         self._chunks = tuple(items[at : at + _CHUNK] for at in range(0, cut, _CHUNK))
         self._tail = items[cut:]
+        self._grown = None
 
     @classmethod
     def _of(
@@ -242,14 +250,17 @@ class Transcript(TupleLike[Message]):
     ) -> Transcript:
         made = cls.__new__(cls)
         made._head, made._chunks, made._tail = head, chunks, tail
+        made._grown = None
         return made
 
     def appended(self, *messages: Message) -> Transcript:
         """This transcript with ``messages`` after it (this one is unchanged)."""
-        tail = self._tail + messages
+        before = self._tail
+        tail = before + messages
         if len(tail) <= _CHUNK:  # Transcript._of(self._head, self._chunks, tail), inline
             made = _new_transcript(Transcript)
             made._head, made._chunks, made._tail = self._head, self._chunks, tail
+            made._grown = (before, tail)
             return made
         cut = (len(tail) - 1) // _CHUNK * _CHUNK
         full = tuple(tail[at : at + _CHUNK] for at in range(0, cut, _CHUNK))

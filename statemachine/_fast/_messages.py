@@ -107,6 +107,7 @@ def _appended(transcript: Sequence[Message], *new: Message) -> Transcript:
         if len(tail) <= _CHUNK:
             made: Transcript = _new(Transcript)
             made._head, made._chunks, made._tail = transcript._head, transcript._chunks, tail
+            made._grown = (transcript._tail, tail)
             return made
         return transcript.appended(*new)
     return Transcript((*transcript, *new))

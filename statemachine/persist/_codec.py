@@ -222,25 +222,8 @@ def _encode(value: Any) -> Any:
         return out
     if kind is list or kind is tuple:
         return [_encode(item) for item in value]
-    if kind is Message:  # its text fields are text (its converters): its calls?
-        requests: list[Any] = []
-        for call in value.tool_calls:
-            if type(call) is not ToolRequest or not _holds_text(call):
-                # A call made without validation, or of a class of its own: the long way.
-                requests = [_encode(call) for call in value.tool_calls]
-                break
-            held = call.__dict__
-            # Its three fields, in their order, all text: what its model_dump writes.
-            requests.append(
-                held.copy() if tuple(held) == _REQUEST_KEYS else call.model_dump(mode="json")
-            )
-        return {
-            "role": value.role,
-            "content": value.content,
-            "tool_calls": requests,
-            "tool_call_id": value.tool_call_id,
-            "name": value.name,
-        }
+    if kind is Message:
+        return _message(value)
     if kind is ActionRecord:  # its fields, text as it is, the gain encoded
         # Read in place, in model_dump's order: eight exact texts and no gain (a record
         # not yet settled) or a gain, encoded (a float as above); anything else (fields
@@ -311,6 +294,40 @@ def _encode(value: Any) -> Any:
     if type(plain) is type(value):
         raise TypeError(f"{type(value).__name__} is not a JSON value")
     return _encode(plain)
+
+
+def _message(value: Message) -> dict[str, Any]:
+    """``_encode`` of an exact :class:`Message` (the caller's test). Its text fields are
+    text (its converters); each of its calls is written as its model_dump does: a call of
+    exactly ``ToolRequest`` whose ``__dict__`` is exactly a dict of its three fields in
+    their order, each an exact ``str`` (a validated call), as a copy of that dict, without
+    ``_holds_text``'s frame and loop (which answers True for it); anything else as before
+    (:func:`_holds_text`, then the same copy or its model_dump, or every call the long way)."""
+    requests: list[Any] = []
+    for call in value.tool_calls:
+        if type(call) is ToolRequest:
+            held: Any = call.__dict__  # a dict, unless set around pydantic
+            if type(held) is dict and tuple(held) == _REQUEST_KEYS:
+                name, arguments, made_id = held.values()
+                if type(name) is str and type(arguments) is str and type(made_id) is str:
+                    requests.append(held.copy())
+                    continue
+        if type(call) is not ToolRequest or not _holds_text(call):
+            # A call made without validation, or of a class of its own: the long way.
+            requests = [_encode(call) for call in value.tool_calls]
+            break
+        held = call.__dict__
+        # Its three fields, in their order, all text: what its model_dump writes.
+        requests.append(
+            held.copy() if tuple(held) == _REQUEST_KEYS else call.model_dump(mode="json")
+        )
+    return {
+        "role": value.role,
+        "content": value.content,
+        "tool_calls": requests,
+        "tool_call_id": value.tool_call_id,
+        "name": value.name,
+    }
 
 
 def _holds_text(model: BaseModel) -> bool:

@@ -51,7 +51,7 @@ from .._budget import Spend
 from .._fast._by_class import by_class
 from .._governor import LoopState
 from .._json import fingerprint
-from .._model import Transcript
+from .._model import Message, Transcript
 from .._phases import Agent, Observing, Phase, Planning, ToolCalling
 from .._seal import _UNSAVED
 from .._tools import ReadCall, ReadTool, WriteCall, WriteTool
@@ -66,7 +66,9 @@ from ._codec import (
     _dump_transcript,
     _encode,
     _field_names,
+    _flat,
     _keeps_spelled,
+    _message,
     _phase_table,
     _Plan,
     _plan,
@@ -531,11 +533,97 @@ def _spent(
     merged: dict[str, Any],
     calls: list[tuple[Any, ...] | None],
 ) -> Any:
+    """:func:`_spent_plain` for a spend whose counts are exact ``int`` and whose cost is
+    an exact ``Decimal`` (what ``Spend`` makes) after an encoding before of an object of a
+    spend's fields in order: the same steps in this frame, :func:`_money` and
+    :func:`_merge` written out, and the new encoding made only when something changed
+    (the encoding before with the changed entries: the same keys in the same order).
+    A cost is most often a new ``Decimal`` of the spelling the cost before had (each
+    step adds to it): its text is made once (``str``), and compared with that of the
+    encoding before without looking the text up again when that is the last cost spelled
+    (kept in ``_last_money`` as :func:`_money` keeps it) or an object of ``$decimal``
+    holding exactly that text. Anything else goes to :func:`_spent_plain`."""
+    global _last_money
+    tokens, cost, tool_calls, model_calls = (
+        value.tokens,
+        value.cost,
+        value.tool_calls,
+        value.model_calls,
+    )
+    if not (
+        type(tokens) is int
+        and type(cost) is Decimal
+        and type(tool_calls) is int
+        and type(model_calls) is int
+        and type(encoded) is dict
+        and tuple(encoded) == _SPEND_FIELDS
+    ):
+        return _spent_plain(cls, field, value, previous, encoded, ops, merged, calls)
+    parts: dict[str, Any] = {}
+    if tokens is not previous.tokens:
+        held = encoded["tokens"]
+        if type(held) is not int or held != tokens:
+            parts["tokens"] = tokens
+    if cost is not previous.cost:  # _money(new, parts, "cost", cost, encoded["cost"])
+        last, spelled, keeps = _last_money
+        if cost is last:
+            text = spelled
+        else:
+            text = str(cost)
+            if text != spelled:
+                keeps = _keeps_spelled(text)
+            _last_money = (cost, text, keeps)
+        before = encoded["cost"]
+        if keeps:
+            if not (
+                type(before) is Decimal and (spelled if before is last else str(before)) == text
+            ) and not _same(cost, before):
+                parts["cost"] = cost
+        elif not (
+            type(before) is dict
+            and len(before) == 1
+            and type(held := before.get("$decimal")) is str
+            and held == text
+        ):
+            now = {"$decimal": text}
+            if not _same(now, before):
+                parts["cost"] = now
+    if tool_calls is not previous.tool_calls:
+        held = encoded["tool_calls"]
+        if type(held) is not int or held != tool_calls:
+            parts["tool_calls"] = tool_calls
+    if model_calls is not previous.model_calls:
+        held = encoded["model_calls"]
+        if type(held) is not int or held != model_calls:
+            parts["model_calls"] = model_calls
+    if not parts:
+        return encoded
+    new = encoded | parts  # the encoding's keys in its order, the changed entries set
+    if len(parts) == 1:  # _merge(ops, ["fields", "spent"], parts), in place
+        ((key, item),) = parts.items()
+        ops.append(["set", ["fields", "spent", key], item])
+    elif len(parts) < len(new):
+        ops.append(["merge", ["fields", "spent"], parts])
+    else:
+        merged["spent"] = new
+    return new
+
+
+def _spent_plain(
+    cls: type[Phase[Any]],
+    field: attrs.Attribute[Any],
+    value: Spend,
+    previous: Spend,
+    encoded: Any,
+    ops: list[list[Any]],
+    merged: dict[str, Any],
+    calls: list[tuple[Any, ...] | None],
+) -> Any:
     """:func:`_compared` of the field ``spent`` for two exact spends (the functions of
-    :func:`_pair` ask it only then), :func:`_spend_change`'s counts compared in this
-    frame: an exact ``int`` as itself, a cost through :func:`_money`, anything else
-    through :func:`_count`. An encoding before that is not an object of a spend's fields
-    in order goes to :func:`_compared`."""
+    :func:`_pair` ask :func:`_spent` only then), :func:`_spend_change`'s counts compared
+    in this frame: an exact ``int`` as itself, a cost through :func:`_money`, anything
+    else through :func:`_count`. An encoding before that is not an object of a spend's
+    fields in order goes to :func:`_compared`."""
     if type(encoded) is not dict or tuple(encoded) != _SPEND_FIELDS:
         return _compared(cls, field, value, previous, encoded, ops, merged, calls)
     new = encoded.copy()
@@ -1244,6 +1332,9 @@ def _pair(old: type[Any], new: type[Any]) -> _Pair | None:
         "_call_kept": _call_kept,
         "_call_made": _call_made,
         "_encode": _encode,
+        "_message": _message,
+        "Message": Message,
+        "_flat": _flat,
         "_is": _is,
         "_transcript_change": _transcript_change,
         "_chunked_change": _chunked_change,
@@ -1302,6 +1393,15 @@ def _pair_source(old: type[Phase[Any]], new: type[Phase[Any]], namespace: dict[s
                     "    else:",
                     f"        fields[{name!r}] = merged[{name!r}] = _dump_field(cls, F{at}, value)",
                 ]
+            elif name == "output":
+                lines += [  # _dump_field's case of it (_dump_output) for a flat dict, at once
+                    "    flat = _flat(value) if type(value) is dict else None",
+                    "    if flat is not None:",
+                    "        flat = {'type': 'json', 'value': flat}",
+                    f"        fields[{name!r}] = merged[{name!r}] = flat",
+                    "    else:",
+                    f"        fields[{name!r}] = merged[{name!r}] = _dump_field(cls, F{at}, value)",
+                ]
             else:
                 lines.append(
                     f"    fields[{name!r}] = merged[{name!r}] = _dump_field(cls, F{at}, value)"
@@ -1339,8 +1439,10 @@ def _pair_source(old: type[Phase[Any]], new: type[Phase[Any]], namespace: dict[s
                 "        and not value._head",
                 "    ):",
                 "        chunks, tail, new_tail = previous._chunks, previous._tail, value._tail",
+                *_GROWN_READ,
                 *_APPENDED,
-                "            added = [_encode(new_tail[-1])]",
+                "            item = new_tail[-1]",  # a message: _encode's branch, at once
+                "            added = [_message(item) if type(item) is Message else _encode(item)]",
                 f"            fields[{name!r}] = encoded + added",
                 f"            ops.append(['append', ['fields', {name!r}], added])",
                 "        else:",
@@ -1386,12 +1488,31 @@ def _pair_source(old: type[Phase[Any]], new: type[Phase[Any]], namespace: dict[s
     return "\n".join(lines) + "\n"
 
 
+# The generated functions' read of ``value._grown`` (``value`` an exact ``Transcript``
+# or ``ActionLog``), ``None`` should it not be set (an object made by other code around
+# the class's makers), and their test of it: the pair the library's append or replace
+# made, of the very tail before and the very tail now, so the tail now holds the tail
+# before's items first, the very objects (all of them, for a tail one longer; all but
+# the last, for a tail of the same length: the last replaced), without a look at them.
+_GROWN_READ: Final = [
+    "        try:",
+    "            grown = value._grown",
+    "        except AttributeError:",
+    "            grown = None",
+]
+_GROWN: Final = (
+    "type(grown) is tuple and len(grown) == 2 and grown[1] is new_tail and grown[0] is tail"
+)
+
+
 def _appended(encoded: str) -> list[str]:
     """The test of :func:`_chunked_change`'s first case (one item appended to the tail,
     the chunks the very same), as the generated functions write it in place: ``chunks``
-    and ``tail`` are the sequence's before, ``new_tail`` its tail now (of ``value``) and
-    ``encoded`` names its encoding before. Stricter only in the types it takes (an exact
-    tuple on both sides, a list encoded): anything else goes to ``_chunked_change``."""
+    and ``tail`` are the sequence's before, ``new_tail`` its tail now (of ``value``),
+    ``grown`` its ``_grown`` (:data:`_GROWN_READ`) and ``encoded`` names its encoding
+    before. Stricter only in the types it takes (an exact tuple on both sides, a list
+    encoded): anything else goes to ``_chunked_change``. The tail before's items are
+    looked at one by one only when ``grown`` does not tell they are there."""
     return [
         "        if (",
         "            value._chunks is chunks",
@@ -1400,7 +1521,7 @@ def _appended(encoded: str) -> list[str]:
         "            and len(new_tail) == len(tail) + 1",
         f"            and type({encoded}) is list",
         f"            and len({encoded}) == len(chunks) + len(tail)",
-        "            and all(map(_is, new_tail, tail))",
+        f"            and ({_GROWN} or all(map(_is, new_tail, tail)))",
         "        ):",
     ]
 
@@ -1435,6 +1556,7 @@ def _loop_source(names: tuple[str, ...]) -> str:
             "    elif type(value) is ActionLog and type(before) is ActionLog:",
             "        chunks, tail, new_tail = before._chunks, before._tail, value._tail",
             f"        was = encoded[{name!r}]",
+            *_GROWN_READ,
             *_appended("was"),
             "            added = [_encode(new_tail[-1])]",
             f"            result[{name!r}] = was + added",
@@ -1450,7 +1572,7 @@ def _loop_source(names: tuple[str, ...]) -> str:
             "            and type(was) is list",
             "            and len(was) == len(chunks) + len(tail)",
             "            and new_tail[-1] is not tail[-1]",
-            "            and all(map(_is, new_tail, tail[:-1]))",
+            f"            and ({_GROWN} or all(map(_is, new_tail, tail[:-1])))",
             "        ):",
             "            made = _record_fields(new_tail[-1], tail[-1], was[-1])",
             "            if made is None:",  # what _chunked_change does then
