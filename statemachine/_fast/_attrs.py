@@ -195,6 +195,7 @@ def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None)
     required: list[str] = []
     reads: list[str] = []
     sets: list[str] = []
+    values: list[str] = []  # what each field is set to: a name
     for index, field in enumerate(fields):
         slot = next((c.__dict__[field.name] for c in cls.__mro__ if field.name in c.__dict__), 0)
         if field.name == "_ticket":  # the seal: minted by _next/_copy, bound below
@@ -202,7 +203,7 @@ def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None)
                 return _by_init
             allowed.update(_SEAL_INIT_NAMES)
             reads.extend(line.format(via="copy" if copy else "transition") for line in _TICKET)
-            value: str | None = "_ticket"
+            value = "_ticket"
         elif (
             field.validator is not None
             or field.converter is not None
@@ -210,15 +211,19 @@ def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None)
         ):
             return _by_init
         else:
-            value = _value_of(field, index, copy, site, namespace, allowed, required)
-            if value is None:
+            read = _value_of(field, index, copy, site, namespace, allowed, required)
+            if read is None:
                 return _by_init
-        reads.append(f"    _v{index} = {value}")
+            value = read
+        if not value.isidentifier():  # read before the object is made (see below)
+            reads.append(f"    _v{index} = {value}")
+            value = f"_v{index}"
+        values.append(value)
         if unfrozen is not None:
-            sets.append(f"    new.{field.name} = _v{index}")
+            sets.append(f"    new.{field.name} = {value}")
         else:
             namespace[f"_set{index}"] = slot.__set__
-            sets.append(f"    _set{index}(new, _v{index})")
+            sets.append(f"    _set{index}(new, {value})")
     if not set(code.co_names) <= allowed:
         return _by_init
     namespace["_takes"] = takes - {"ticket"}
@@ -228,14 +233,17 @@ def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None)
     for alias in required:
         lines.append(f"    if {alias!r} not in changes:")
         lines.append("        return None")
-    lines.extend(reads)  # every value first: no code of a class runs while it is made
+    # Every value first: no code of a class runs while it is made. A value that is a
+    # name (an argument, a default, the ticket) is stored as it is: reading it runs
+    # nothing.
+    lines.extend(reads)
     lines.append("    new = _new(_made_as)")
     lines.extend(sets)
     if unfrozen is not None:
         lines.append("    new.__class__ = cls")
     lines.append("    _ticket.holder = _ref(new)")
     if "__attrs_post_init__" in code.co_names:
-        lines.extend(_hook_lines(cls, [field.name for field in fields], namespace))
+        lines.extend(_hook_lines(cls, [field.name for field in fields], values, namespace))
     lines.append("    return new")
     source = "\n".join(lines)
     kind = "copier" if copy else "builder" if site is None else f"builder at {site}"
@@ -257,14 +265,17 @@ def _checks_field(
     _FIELD_CHECKS.append((hook, field, passing, check))
 
 
-def _hook_lines(cls: type[Any], names: list[str], namespace: dict[str, Any]) -> list[str]:
-    """The lines that run ``cls``'s ``__attrs_post_init__`` on the object ``new``."""
+def _hook_lines(
+    cls: type[Any], names: list[str], values: list[str], namespace: dict[str, Any]
+) -> list[str]:
+    """The lines that run ``cls``'s ``__attrs_post_init__`` on the object ``new``
+    (``values``: the name each of the fields ``names`` was set from)."""
     hook = getattr(cls, "__attrs_post_init__", None)
     known = next((entry for entry in _FIELD_CHECKS if entry[0] is hook), None)
     if known is None or known[1] not in names:
         return ["    new.__attrs_post_init__()"]
     _, field, passing, check = known
-    value = f"_v{names.index(field)}"
+    value = values[names.index(field)]
     namespace["_check"] = check
     tests = []
     for index, kind in enumerate(passing):
