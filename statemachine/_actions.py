@@ -184,6 +184,18 @@ _SETTERS: Final = tuple(ActionRecord.__dict__[name].__set__ for name in _RECORD_
 _new = object.__new__
 
 
+class _MakingRecord(ActionRecord):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
+    """An ``ActionRecord`` being made by the library (``_record``, ``LoopGovernor.action``,
+    ``LoopState._observed``): it sets its slots as ``object`` does (plain slot stores,
+    where the frozen class's slots are set through each descriptor's ``__set__``), then
+    becomes an ``ActionRecord`` (``__class__`` assignment: the same layout). Never seen as
+    this class outside its maker; neither class runs code of a user's."""
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
+
+
 def _record(
     call_id: str,
     tool: str,
@@ -196,27 +208,19 @@ def _record(
     gain: float | None = None,
 ) -> ActionRecord:
     """``ActionRecord(...)`` for values known valid (text made by the library), unchecked."""
-    made: ActionRecord = _new(ActionRecord)
-    (
-        set_call_id,
-        set_tool,
-        set_effect,
-        set_exact,
-        set_key,
-        set_text,
-        set_outcome,
-        set_result,
-        set_gain,
-    ) = _SETTERS
-    set_call_id(made, call_id)
-    set_tool(made, tool)
-    set_effect(made, effect)
-    set_exact(made, exact)
-    set_key(made, key)
-    set_text(made, text)
-    set_outcome(made, outcome)
-    set_result(made, result)
-    set_gain(made, gain)
+    # Its slots stored as object stores them (_MakingRecord), then the record's own class.
+    making: Any = _new(_MakingRecord)
+    making.call_id = call_id
+    making.tool = tool
+    making.effect = effect
+    making.exact = exact
+    making.key = key
+    making.text = text
+    making.outcome = outcome
+    making.result = result
+    making.gain = gain
+    making.__class__ = ActionRecord
+    made: ActionRecord = making
     return made
 
 

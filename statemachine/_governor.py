@@ -42,7 +42,7 @@ import attrs
 from pydantic import BaseModel, PrivateAttr
 
 from . import _json
-from ._actions import _SETTERS, CHUNK, EMPTY_LOG, ActionLog, ActionRecord, _record
+from ._actions import CHUNK, EMPTY_LOG, ActionLog, ActionRecord, _MakingRecord, _record
 from ._budget import Budget, Spend, admits_call
 from ._errors import SetupError
 from ._fast._pydantic import _set_dict, _set_extra, _set_fields_set, _set_private, _trusted
@@ -108,20 +108,28 @@ class Decision:
 
 CONTINUE = Decision(Verdict.CONTINUE)
 
-# Decision's slots, set as its attrs __init__ sets them (no converter, no validator).
-_DECISION_SETTERS = tuple(
-    getattr(Decision, name).__set__ for name in ("verdict", "reason", "message", "check")
-)
+
+class _MakingDecision(Decision):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
+    """A ``Decision`` being made by ``_suppress``: it sets its slots as ``object`` does
+    (plain slot stores, where the frozen class's slots are set through each descriptor's
+    ``__set__``), then becomes a ``Decision`` (``__class__`` assignment: the same layout).
+    Never seen as this class outside ``_suppress``."""
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
 
 
 def _suppress(reason: str, message: str, check: str) -> Decision:
-    """``Decision(Verdict.SUPPRESS, reason, message, check)``, made without its frame."""
-    made: Decision = object.__new__(Decision)
-    set_verdict, set_reason, set_message, set_check = _DECISION_SETTERS
-    set_verdict(made, Verdict.SUPPRESS)
-    set_reason(made, reason)
-    set_message(made, message)
-    set_check(made, check)
+    """``Decision(Verdict.SUPPRESS, reason, message, check)``, made without its frame
+    (no converter, no validator: its slots stored as object stores them, then its class)."""
+    making: Any = object.__new__(_MakingDecision)
+    making.verdict = Verdict.SUPPRESS
+    making.reason = reason
+    making.message = message
+    making.check = check
+    making.__class__ = Decision
+    made: Decision = making
     return made
 
 
@@ -665,28 +673,19 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
             private = self.__pydantic_private__
         action = tail[-1]
         # _settled_record(action, "ok", result, gain), without its frame nor _record's
-        # (its body: the record's slots set through their descriptors).
-        settled = _new(ActionRecord)
-        (
-            set_call_id,
-            set_tool,
-            set_effect,
-            set_exact,
-            set_key,
-            set_text,
-            set_outcome,
-            set_result,
-            set_gain,
-        ) = _SETTERS
-        set_call_id(settled, action.call_id)
-        set_tool(settled, action.tool)
-        set_effect(settled, action.effect)
-        set_exact(settled, action.exact)
-        set_key(settled, action.key)
-        set_text(settled, action.text)
-        set_outcome(settled, "ok")
-        set_result(settled, result[:_RESULT_CHARS])
-        set_gain(settled, gain)
+        # (its body: the record's slots stored as object stores them, then its class).
+        making: Any = _new(_MakingRecord)
+        making.call_id = action.call_id
+        making.tool = action.tool
+        making.effect = action.effect
+        making.exact = action.exact
+        making.key = action.key
+        making.text = action.text
+        making.outcome = "ok"
+        making.result = result[:_RESULT_CHARS]
+        making.gain = gain
+        making.__class__ = ActionRecord
+        settled: ActionRecord = making
         # ActionLog._of(chunks, ...), without its frame.
         log = _new(ActionLog)
         log._chunks = chunks
@@ -737,18 +736,6 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
 _LOOP_FIELDS = tuple(LoopState.model_fields)
 # ActionLog.__new__ (object's: neither it nor its bases define one), for record.
 _new = object.__new__
-
-
-class _MakingRecord(ActionRecord):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
-    """An ``ActionRecord`` being made by ``LoopGovernor.action``: it sets its slots as
-    ``object`` does (plain slot stores, where the frozen class's slots are set through
-    each descriptor's ``__set__``), then becomes an ``ActionRecord`` (``__class__``
-    assignment: the same layout). Never seen as this class outside ``action``; neither
-    class runs code of a user's."""
-
-    __slots__ = ()
-    __setattr__ = object.__setattr__
-    __delattr__ = object.__delattr__
 
 
 # Every field, as the set a state made by _evolve holds (copied for each: its own).
@@ -1009,7 +996,7 @@ class LoopGovernor:
             else "read"
         )
         # _record(call_id, name, effect, exact, key, text), without its frame: its slots
-        # stored as object stores them, then the class the record's own (_MakingRecord).
+        # stored as object stores them, then the record's own class (_MakingRecord).
         making: Any = _new(_MakingRecord)
         making.call_id = call_id
         making.tool = name
