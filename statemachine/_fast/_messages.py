@@ -28,26 +28,35 @@ __all__ = [
 # frozen model never changes its set; model_copy copies it before adding to it).
 _REQUEST_ID_FIELDS = {"name", "arguments", "id"}
 
-# Message's slots, set through their descriptors as its attrs __init__ sets them, without
-# its checks (the values below are text the library made, or a validated ToolRequest).
-_set_role = Message.__dict__["role"].__set__
-_set_content = Message.__dict__["content"].__set__
-_set_tool_calls = Message.__dict__["tool_calls"].__set__
-_set_tool_call_id = Message.__dict__["tool_call_id"].__set__
-_set_name = Message.__dict__["name"].__set__
 _new = object.__new__
+
+
+class _MakingMessage(Message):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
+    """A ``Message`` being made by ``_message``: it sets its slots as ``object`` does (plain
+    slot stores, where the frozen class's slots are set through each descriptor's
+    ``__set__``), then becomes a ``Message`` (``__class__`` assignment: the same layout),
+    as ``_actions._MakingRecord`` makes an ``ActionRecord``. Never seen as this class
+    outside ``_message``; neither class runs code of a user's (``Message`` is final)."""
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
 
 
 def _message(
     role: str, content: str, tool_calls: tuple[ToolRequest, ...], tool_call_id: str, name: str
 ) -> Message:
-    """``Message(role=..., ...)`` for values known valid, as its ``__init__`` makes it."""
-    made: Message = _new(Message)
-    _set_role(made, role)
-    _set_content(made, content)
-    _set_tool_calls(made, tool_calls)
-    _set_tool_call_id(made, tool_call_id)
-    _set_name(made, name)
+    """``Message(role=..., ...)`` for values known valid, as its ``__init__`` makes it
+    (the values are text the library made, or a tuple of validated ``ToolRequest`` s):
+    its slots stored as ``object`` stores them (``_MakingMessage``), then the class its own."""
+    making: Any = _new(_MakingMessage)
+    making.role = role
+    making.content = content
+    making.tool_calls = tool_calls
+    making.tool_call_id = tool_call_id
+    making.name = name
+    making.__class__ = Message
+    made: Message = making
     return made
 
 

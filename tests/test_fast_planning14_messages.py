@@ -1,0 +1,131 @@
+"""The messages the library makes by plain slot stores, against the plain path.
+
+``_message`` (and ``_told``, ``_system``, ``_asking`` through it: the model's calls asked,
+a tool's result told, the system prompt) makes its ``Message`` as an instance of a private
+subclass whose slots are stored as ``object`` stores them, then gives it ``Message``'s own
+class (``__class__`` assignment): the same object as ``Message(...)`` makes, of the class
+itself, frozen as it, copied, pickled, dumped and evolved as it.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from statemachine._fast._messages import _asking, _message, _system, _told
+from statemachine._model import Message, ModelRequest, ToolRequest, Transcript
+
+_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
+_TEXT = st.text(max_size=16)
+_ROLE = st.sampled_from(("system", "user", "assistant", "tool"))
+
+
+def _tool_request(name: str, arguments: str, call_id: str) -> ToolRequest:
+    return ToolRequest(name=name, arguments=arguments, id=call_id)
+
+
+_REQUEST = st.builds(_tool_request, _TEXT, _TEXT, _TEXT)
+_CALLS = st.lists(_REQUEST, max_size=3).map(tuple)
+
+
+def _same(made: Any, plain: Message, values: tuple[Any, ...]) -> None:
+    """``made`` is ``plain``'s equal of its very class, each slot the very value given,
+    frozen to setting and deleting, and copied, pickled, dumped and evolved as ``plain``."""
+    assert type(made) is Message
+    assert made.__class__ is Message
+    assert not hasattr(made, "__dict__")
+    assert made == plain
+    assert hash(made) == hash(plain)
+    for name, value in zip(_FIELDS, values, strict=True):
+        assert getattr(made, name) is value
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            setattr(made, name, value)
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            delattr(made, name)
+        assert getattr(made, name) is value
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        setattr(made, "other", 1)  # noqa: B010
+    for twin in (copy.copy(made), copy.deepcopy(made), pickle.loads(pickle.dumps(made))):
+        assert type(twin) is Message
+        assert twin == plain
+        assert attrs.astuple(twin, recurse=False) == attrs.astuple(plain, recurse=False)
+    assert repr(made) == repr(plain)
+    assert attrs.asdict(made) == attrs.asdict(plain)
+    assert made.model_dump() == plain.model_dump()
+    assert made.model_dump(mode="json") == plain.model_dump(mode="json")
+    assert made.model_dump_json() == plain.model_dump_json()
+    assert Message.model_validate(made.model_dump()) == plain
+    changed = made.model_copy(update={"content": "changed"})
+    assert type(changed) is Message
+    assert changed == plain.model_copy(update={"content": "changed"})
+    assert made.model_copy() == plain
+
+
+@settings(max_examples=120, deadline=None)
+@given(_ROLE, _TEXT, _CALLS, _TEXT, _TEXT)
+def test_message_is_the_plain_message(
+    role: str, content: str, calls: tuple[ToolRequest, ...], call_id: str, name: str
+) -> None:
+    values = (role, content, calls, call_id, name)
+    made = _message(*values)
+    fields: dict[str, Any] = dict(zip(_FIELDS, values, strict=True))
+    plain = Message(**fields)
+    _same(made, plain, values)
+    # A request validates the made messages as it validates the plain ones.
+    asked = ModelRequest(messages=Transcript((made,)))
+    assert asked.messages[0] is made
+    assert asked.model_dump_json() == ModelRequest(messages=Transcript((plain,))).model_dump_json()
+
+
+@settings(max_examples=80, deadline=None)
+@given(_TEXT, _TEXT, _TEXT)
+def test_told_system_and_asking_are_the_plain_messages(
+    content: str, call_id: str, name: str
+) -> None:
+    told = _told(content, call_id, name)
+    _same(
+        told,
+        Message(role="tool", content=content, tool_call_id=call_id, name=name),
+        ("tool", content, (), call_id, name),
+    )
+    system = _system(content)
+    _same(system, Message(role="system", content=content), ("system", content, (), "", ""))
+    asking = _asking(name, content, call_id)
+    plain = Message(
+        role="assistant", tool_calls=(ToolRequest(name=name, arguments=content, id=call_id),)
+    )
+    assert type(asking) is Message
+    assert asking == plain
+    assert asking.tool_calls[0].model_fields_set == plain.tool_calls[0].model_fields_set
+    _same(asking, plain, ("assistant", "", asking.tool_calls, "", ""))
+
+
+class _Text(str):
+    pass
+
+
+def test_text_of_a_subclass_takes_the_plain_way() -> None:
+    """A ``str`` subclass given to ``_told`` or ``_system`` goes through ``Message(...)``
+    (its converter makes it plain text), as before; ``_message`` is not reached."""
+    told = _told(_Text("result"), "call-1", "lookup")
+    assert type(told) is Message
+    assert type(told.content) is str
+    system = _system(_Text("be brief"))
+    assert type(system) is Message
+    assert type(system.content) is str
+
+
+def test_the_making_class_never_escapes() -> None:
+    """Every message made is of ``Message`` itself: nothing made shows the making class."""
+    made = [_message("user", "hi", (), "", ""), _told("x", "c", "n"), _system("s")]
+    made.append(_asking("lookup", "{}", "call-1"))
+    for message in made:
+        assert type(message) is Message
+        assert isinstance(message, Message)
+        assert type(copy.copy(message)) is Message
