@@ -432,7 +432,7 @@ class GramMasks:
     cache: what it holds never changes a result).
     """
 
-    __slots__ = ("_base", "_bits", "_seen", "_window", "_words", "masks")
+    __slots__ = ("_base", "_bits", "_pairs", "_parts", "_seen", "_window", "_words", "masks")
 
     def __init__(self) -> None:
         self._bits: dict[str, int] = {}
@@ -440,6 +440,12 @@ class GramMasks:
         self.masks: dict[str, tuple[int, int]] = {}
         # A word with what precedes it in its text (see _joined) -> its trigrams' mask.
         self._words: dict[str, int] = {}
+        # The segments of _joined kept in _words, by their word and the letter before
+        # it: word -> {letter -> the segment's mask} (started again with _words).
+        self._pairs: dict[str, dict[str, int]] = {}
+        # Parts of five characters of _joined's new segments -> their trigrams' masks
+        # (started again with the vocabulary, or when past _TRIGRAMS_KEPT).
+        self._parts: dict[str, int] = {}
         # The segments seen once, whose masks are not kept yet (see _joined).
         self._seen: set[str] = set()
         # The latest evidence window compared, and its texts' masks, sizes and scales
@@ -466,6 +472,8 @@ class GramMasks:
         ):
             self._bits = {}
             self._words = {}
+            self._pairs = {}
+            self._parts = {}
             self._seen = set()
             self.masks = {}
             self._window = None
@@ -582,7 +590,7 @@ class GramMasks:
         word of one letter needs."""
         if len(self._bits) > _NARROW_BITS or len(words[0]) < 2:
             return self._joined_wide(words)
-        cache, made, bits = self._words, self._made, self._bits
+        cache, made = self._words, self._made
         get = cache.get
         before = words[0]
         segment = f"{before} "
@@ -592,30 +600,66 @@ class GramMasks:
         # The masks of segments made here (a number, an id: as wide as the vocabulary, as
         # a rule) are joined last, so that the others are joined while they are narrow.
         fresh = 0
+        # A segment kept is found by its word and the letter before it (_pairs: the mask
+        # _words holds for the segment, kept with it and started again with it), without
+        # the segment's text made and hashed.
+        pairs = self._pairs
+        paired = pairs.get
         for word in words[1:-1]:
-            segment = f"{before[-1]} {word} "
+            letter = before[-1]
             before = word
+            after = paired(word)
+            if after is not None:
+                found = after.get(letter)
+                if found is not None:
+                    mask |= found
+                    continue
+            segment = f"{letter} {word} "
             found = get(segment)
             if found is None:
-                # made(segment), without its frame (a segment of four characters or more:
-                # its trigrams are its slices of three, each taken in place: cheaper than
-                # "".join of zip's tuples).
-                found = 0
-                for at in range(len(segment) - 2):
-                    gram = segment[at : at + 3]
-                    bit = bits.get(gram)
-                    if bit is None:
-                        bit = bits[gram] = len(bits)
-                    found |= 1 << bit
-                cache[segment] = found
+                # A new segment (a number, an id: seldom seen again) is kept in _words
+                # alone, and by its word and letter once found there.
+                found = cache[segment] = self._parted(segment)
                 fresh |= found
             else:
                 mask |= found
+                if after is None:
+                    pairs[word] = {letter: found}
+                else:
+                    after[letter] = found
         segment = f"{before[-1]} {words[-1]}"
         found = get(segment)
         if found is None:
             found = cache[segment] = made(segment)
         return mask | found | fresh
+
+    def _parted(self, segment: str) -> int:
+        """The mask of ``segment`` (four characters or more, new bits as needed), as
+        :meth:`_made` makes it, from its parts of five characters (the last shorter)
+        starting every third: the parts' trigrams are the segment's, each once and in its
+        order. A part's mask is kept (_parts): a number's parts (" 3000", "00600") recur
+        where the number does not. A part not kept is made from its slices of three taken
+        in place, new bits given in the text's order (every trigram of a part kept has its
+        bit): the segment's bits as trigram by trigram."""
+        bits, parts = self._bits, self._parts
+        if len(parts) > _TRIGRAMS_KEPT:
+            parts = self._parts = {}
+        get = parts.get
+        found = 0
+        for at in range(0, len(segment) - 2, 3):
+            part = segment[at : at + 5]
+            piece = get(part)
+            if piece is None:
+                piece = 0
+                for place in range(len(part) - 2):
+                    gram = part[place : place + 3]
+                    bit = bits.get(gram)
+                    if bit is None:
+                        bit = bits[gram] = len(bits)
+                    piece |= 1 << bit
+                parts[part] = piece
+            found |= piece
+        return found
 
     def _joined_wide(self, words: list[str]) -> int:
         """The mask of the text these words make (two or more), joined by single spaces.
