@@ -25,6 +25,7 @@ from ._protocol import CheckpointEntry, LeaseRecord, RunRecord, Sealer
 from ._rows import (
     _DIGEST,
     _EPOCH,
+    _RECENT_RUNS,
     _SAVED_FIELDS,
     _SETTLED,
     _Change,
@@ -48,6 +49,9 @@ _BUSY_MS: Final = 5000  # how long SQLite waits for another connection's write l
 # 2-20 ms here): the fewer copies, the less a save pays for them on average.
 _WAL_PAGES: Final = 4000
 _T = TypeVar("_T")
+# A saved record's own set of the fields it was given (``_trusted``), copied for each:
+# a set's copy costs less than a set made from the tuple.
+_SAVED_SET: Final[set[str]] = set(_SAVED_FIELDS)
 
 
 # The ended runs (ENDINGS), as their index and purge's query both write them: the
@@ -152,27 +156,43 @@ _ADDED_COLUMNS: Final = (
 _LEASE_COLUMNS: Final = "run_id, owner, claimed_at, until, released_at"
 
 
-# The text of the second a stamp was last made in: ((second, minute, hour, day, month,
-# year), "YYYY-MM-DDTHH:MM:SS"), one tuple so that threads never read half of a change.
-_second: tuple[tuple[int, ...] | None, str] = (None, "")
+# The second a stamp was last made in: (its first moment, its last, its text up to the
+# fraction "YYYY-MM-DDTHH:MM:SS."), one tuple so that threads never read half of a change.
+# An empty span (first after last) until the first stamp.
+_second: tuple[datetime, datetime, str] = (
+    datetime.max.replace(tzinfo=UTC),
+    datetime.min.replace(tzinfo=UTC),
+    "",
+)
+# The microseconds' text: their first three digits, and their last three with the offset.
+_HIGH: Final = tuple(f"{number:03d}" for number in range(1000))
+_LOW: Final = tuple(f"{number:03d}+00:00" for number in range(1000))
 
 
 def _stamp(moment: datetime) -> str:
     """``moment.astimezone(UTC).isoformat(timespec="microseconds")``, its second's text kept.
 
     ``isoformat`` costs about 15,000 instructions here (a save makes one stamp); the
-    text up to the second changes once a second, and the rest is the microseconds.
+    text up to the second changes once a second, and the rest is the microseconds. A
+    moment of the second kept (an exact ``datetime`` in UTC itself, compared with the
+    second's first and last moment: the same date, hour, minute and second) takes its
+    text; the microseconds' six digits are two texts of three, looked up.
     """
     global _second
     if moment.tzinfo is not UTC or type(moment) is not datetime:
         moment = moment.astimezone(UTC)
         if type(moment) is not datetime:  # a subclass's isoformat may be its own
             return moment.isoformat(timespec="microseconds")
-    key = (moment.second, moment.minute, moment.hour, moment.day, moment.month, moment.year)
-    second = _second
-    if second[0] != key:
-        second = _second = (key, moment.isoformat(timespec="seconds")[:19])
-    return "%s.%06d+00:00" % (second[1], moment.microsecond)  # noqa: UP031 (the cheapest)
+    first, last, text = _second
+    if not first <= moment <= last:
+        text = moment.isoformat(timespec="seconds")[:19] + "."
+        _second = (
+            moment.replace(microsecond=0),
+            moment.replace(microsecond=999_999),
+            text,
+        )
+    micro = moment.microsecond
+    return text + _HIGH[micro // 1000] + _LOW[micro % 1000]
 
 
 def _record_of(row: tuple[Any, ...]) -> RunRecord:
@@ -750,7 +770,7 @@ class SQLiteCheckpointer(_Store):
             "failures": 0,
             "retry_at": None,
         }
-        saved = _trusted(RunRecord, values, set(_SAVED_FIELDS))
+        saved = _trusted(RunRecord, values, _SAVED_SET.copy())
         try:
             self._cursor.execute(
                 _SAVE_NEXT,
@@ -772,8 +792,19 @@ class SQLiteCheckpointer(_Store):
             self._written.pop(run_id, None)
             return now
         self._written[run_id] = saved
-        chain.remember(run_id, last)
-        self._committed(self._cursor.connection, len(row) >> 12)
+        # chain.remember(run_id, last) and self._committed(...), without their frames.
+        chain.loaded.pop(run_id, None)
+        recent = chain.recent
+        recent[run_id] = last
+        recent.move_to_end(run_id)
+        while len(recent) > _RECENT_RUNS:
+            recent.popitem(last=False)
+        self._wal_pages += 3 + (len(row) >> 12)
+        if self._wal.finished:
+            self._wal.catch_up(self._cursor.connection)
+        elif self._wal_pages >= _WAL_PAGES:
+            self._wal_pages = 0
+            self._wal.start()
         return saved
 
     def _get_head(self, run_id: str) -> bytes | None:
