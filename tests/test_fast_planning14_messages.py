@@ -4,7 +4,9 @@
 a tool's result told, the system prompt) makes its ``Message`` as an instance of a private
 subclass whose slots are stored as ``object`` stores them, then gives it ``Message``'s own
 class (``__class__`` assignment): the same object as ``Message(...)`` makes, of the class
-itself, frozen as it, copied, pickled, dumped and evolved as it.
+itself, frozen as it, copied, pickled, dumped and evolved as it. ``_request`` makes its
+``ToolRequest`` (a call given an id of the run's) the same way: the request
+``model_construct`` and validation make.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from statemachine._fast._messages import _asking, _message, _system, _told
+from statemachine._fast._messages import _asking, _message, _request, _system, _told
 from statemachine._model import Message, ModelRequest, ToolRequest, Transcript
 
 _FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
@@ -129,3 +132,64 @@ def test_the_making_class_never_escapes() -> None:
         assert type(message) is Message
         assert isinstance(message, Message)
         assert type(copy.copy(message)) is Message
+
+
+@settings(max_examples=120, deadline=None)
+@given(_TEXT, _TEXT, _TEXT)
+def test_request_is_the_plain_request(name: str, arguments: str, call_id: str) -> None:
+    """``_request`` makes the ``ToolRequest`` that ``model_construct`` (and validation) of
+    the same three texts makes: of the class itself, its fields the very texts, in order,
+    all three set, nothing extra or private, frozen, copied, pickled and dumped alike."""
+    made = _request(name, arguments, call_id)
+    plain = ToolRequest(name=name, arguments=arguments, id=call_id)
+    built = ToolRequest.model_construct(name=name, arguments=arguments, id=call_id)
+    assert type(made) is ToolRequest
+    assert made.__class__ is ToolRequest
+    assert type(made.__dict__) is dict
+    assert list(made.__dict__) == ["name", "arguments", "id"]
+    assert made.name is name
+    assert made.arguments is arguments
+    assert made.id is call_id
+    assert (
+        made.__pydantic_fields_set__
+        == built.__pydantic_fields_set__
+        == {
+            "name",
+            "arguments",
+            "id",
+        }
+    )
+    assert made.__pydantic_extra__ is None
+    assert made.__pydantic_private__ is None
+    assert made == plain == built
+    assert hash(made) == hash(plain)
+    assert repr(made) == repr(plain)
+    assert made.model_dump() == plain.model_dump()
+    assert made.model_dump_json() == plain.model_dump_json()
+    with pytest.raises(ValidationError):
+        setattr(made, "name", "other")  # noqa: B010
+    refusals: list[type[BaseException]] = []
+    for frozen in (made, plain):
+        with pytest.raises(ValidationError):
+            setattr(frozen, "other", 1)  # noqa: B010
+        with pytest.raises((AttributeError, ValidationError)) as deleting:
+            delattr(frozen, "name")
+        assert frozen.name is name
+        refusals.append(deleting.type)
+    assert refusals[0] is refusals[1]
+    assert made.name is name
+    for twin in (
+        copy.copy(made),
+        copy.deepcopy(made),
+        pickle.loads(pickle.dumps(made)),
+        made.model_copy(),
+    ):
+        assert type(twin) is ToolRequest
+        assert twin == plain
+        assert twin.model_fields_set == plain.model_fields_set
+    changed = made.model_copy(update={"id": "x"})
+    assert type(changed) is ToolRequest
+    assert changed == plain.model_copy(update={"id": "x"})
+    assert ToolRequest.model_validate(made.model_dump()) == plain
+    # A message carrying it checks it as a ToolRequest itself (no validation again).
+    assert Message(role="assistant", tool_calls=(made,)).tool_calls[0] is made

@@ -10,7 +10,6 @@ from typing import Any, Final
 from .. import _json
 from .._model import _CHUNK, Message, ModelRequest, ToolRequest, Transcript
 from ._canonical import _plain_json
-from ._pydantic import _set_dict, _set_extra, _set_fields_set, _set_private
 
 __all__ = [
     "_REQUEST_FIELDS",
@@ -60,14 +59,29 @@ def _message(
     return made
 
 
+class _MakingRequest(ToolRequest):  # pyright: ignore[reportGeneralTypeIssues]
+    """A ``ToolRequest`` being made by ``_request``: it sets ``BaseModel``'s four slots as
+    ``object`` does (plain stores through their descriptors, where calling each
+    descriptor's ``__set__`` costs a method-wrapper call), then becomes a ``ToolRequest``
+    (``__class__`` assignment: the same layout). Never validated, and never seen as this
+    class outside ``_request``."""
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
+
+
 def _request(name: str, arguments: str, call_id: str) -> ToolRequest:
     """``ToolRequest(name=..., arguments=..., id=...)`` for text known to be text: what
-    ``_trusted(ToolRequest, values, _REQUEST_ID_FIELDS)`` makes, in this one frame."""
-    made: ToolRequest = _new(ToolRequest)  # ToolRequest.__new__ is object's
-    _set_dict(made, {"name": name, "arguments": arguments, "id": call_id})
-    _set_fields_set(made, _REQUEST_ID_FIELDS)
-    _set_extra(made, None)
-    _set_private(made, None)
+    ``_trusted(ToolRequest, values, _REQUEST_ID_FIELDS)`` makes, in this one frame, its
+    slots stored as ``object`` stores them (``_MakingRequest``), then the class its own."""
+    making: Any = _new(_MakingRequest)  # ToolRequest.__new__ is object's
+    making.__dict__ = {"name": name, "arguments": arguments, "id": call_id}
+    making.__pydantic_fields_set__ = _REQUEST_ID_FIELDS
+    making.__pydantic_extra__ = None
+    making.__pydantic_private__ = None
+    making.__class__ = ToolRequest
+    made: ToolRequest = making
     return made
 
 
