@@ -6,7 +6,17 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from ._phases import Active, AnyPhase, Done, Failed, Phase, Runtime
+from ._phases import (
+    Active,
+    AnyPhase,
+    Done,
+    Failed,
+    Observing,
+    Phase,
+    Planning,
+    Runtime,
+    ToolCalling,
+)
 from .persist._lifecycle import RunStatus
 
 if TYPE_CHECKING:
@@ -24,6 +34,20 @@ def _stop_asked(record: RunRecord | None) -> bool:
 
 
 def _status(state: Phase[Any]) -> tuple[RunStatus, str]:
+    """The run's status and what it waits for, as :func:`_status_plain` tells them; for a
+    phase of exactly one of the library's three running classes (each ``Active``, none
+    ``Done`` or ``Failed``) without its two ``isinstance`` checks and their union."""
+    cls = type(state)
+    if cls is Planning or cls is ToolCalling or cls is Observing:
+        running: Any = state  # an Active, which mypy does not tell from ``cls``
+        waiting = running.waiting_for
+        if waiting:
+            return RunStatus.INTERRUPTED, waiting
+        return RunStatus.RUNNING, ""
+    return _status_plain(state)
+
+
+def _status_plain(state: Phase[Any]) -> tuple[RunStatus, str]:
     if isinstance(state, Done | Failed):
         # A Failed run ended on purpose (a budget, a cap, a refusal): it is complete.
         return RunStatus.COMPLETED, ""
