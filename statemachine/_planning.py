@@ -32,8 +32,7 @@ from ._errors import (
 )
 from ._events import _streamed
 from ._fast._deadline import _until
-from ._fast._messages import _REQUEST_FIELDS
-from ._fast._pydantic import _set_dict, _set_extra, _set_fields_set, _set_private
+from ._fast._messages import _model_request
 from ._governor import LoopGovernor, LoopState, Verdict
 from ._guard import (
     CustomerResponse,
@@ -74,7 +73,6 @@ __all__ = ["_answer", "_ask", "_finalize", "_plan", "_route", "_text_answer"]
 
 C = TypeVar("C")
 
-_new = object.__new__
 _monotonic = time.monotonic
 
 _TEXT_ANSWER = OutputGuard(CustomerResponse)
@@ -217,21 +215,8 @@ async def _heard(
         schema = guard.output_schema
     # The messages are validated already; constructing skips validating them again
     # (as ModelRequest.model_construct(...) with these five fields would): what
-    # _trusted(ModelRequest, values, set(_REQUEST_FIELDS)) makes, in this frame.
-    request: ModelRequest = _new(ModelRequest)  # ModelRequest.__new__ is object's
-    _set_dict(
-        request,
-        {
-            "messages": messages,
-            "tools": tools,
-            "timeout": remaining,
-            "output_schema": schema,
-            "settings": planning.agent.model_settings,
-        },
-    )
-    _set_fields_set(request, set(_REQUEST_FIELDS))
-    _set_extra(request, None)
-    _set_private(request, None)
+    # _trusted(ModelRequest, values, set(_REQUEST_FIELDS)) makes (_model_request).
+    request = _model_request(messages, tools, remaining, schema, planning.agent.model_settings)
     governor = planning.agent.governor
     held: object = governor
     if type(held) is LoopGovernor and governor.baseline_steps is None:

@@ -21,8 +21,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from statemachine._fast._messages import _asking, _message, _request, _system, _told
-from statemachine._model import Message, ModelRequest, ToolRequest, Transcript
+from statemachine._fast._messages import (
+    _asking,
+    _message,
+    _model_request,
+    _request,
+    _system,
+    _told,
+)
+from statemachine._model import NO_SETTINGS, Message, ModelRequest, ToolRequest, Transcript
 
 _FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
 _TEXT = st.text(max_size=16)
@@ -193,3 +200,57 @@ def test_request_is_the_plain_request(name: str, arguments: str, call_id: str) -
     assert ToolRequest.model_validate(made.model_dump()) == plain
     # A message carrying it checks it as a ToolRequest itself (no validation again).
     assert Message(role="assistant", tool_calls=(made,)).tool_calls[0] is made
+
+
+_SCHEMA = st.one_of(st.none(), st.dictionaries(_TEXT, st.integers(), max_size=2))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.builds(_told, _TEXT, _TEXT, _TEXT), max_size=3),
+    st.lists(st.dictionaries(_TEXT, _TEXT, max_size=2), max_size=2).map(tuple),
+    st.one_of(st.none(), st.floats(min_value=0, max_value=1e6)),
+    _SCHEMA,
+)
+def test_model_request_is_the_constructed_request(
+    messages: list[Message],
+    tools: tuple[dict[str, Any], ...],
+    timeout: float | None,
+    schema: dict[str, Any] | None,
+) -> None:
+    """``_model_request`` makes the ``ModelRequest`` that ``model_construct`` of the same
+    five values makes: of the class itself, each field the very value, all five set (a
+    set of its own), nothing extra or private, frozen, copied, pickled and dumped alike."""
+    transcript = Transcript(messages)
+    made = _model_request(transcript, tools, timeout, schema, NO_SETTINGS)
+    plain = ModelRequest.model_construct(
+        messages=transcript,
+        tools=tools,
+        timeout=timeout,
+        output_schema=schema,
+        settings=NO_SETTINGS,
+    )
+    assert type(made) is ModelRequest
+    assert made.__class__ is ModelRequest
+    assert type(made.__dict__) is dict
+    assert list(made.__dict__) == list(plain.__dict__)
+    for name, value in plain.__dict__.items():
+        assert getattr(made, name) is value
+    assert made.__pydantic_fields_set__ == plain.__pydantic_fields_set__
+    assert type(made.__pydantic_fields_set__) is set
+    again = _model_request(transcript, tools, timeout, schema, NO_SETTINGS)
+    assert again.__pydantic_fields_set__ is not made.__pydantic_fields_set__
+    assert made.__pydantic_extra__ is None
+    assert made.__pydantic_private__ is None
+    assert made == plain
+    assert repr(made) == repr(plain)
+    assert made.model_dump_json() == plain.model_dump_json()
+    with pytest.raises(ValidationError):
+        setattr(made, "timeout", 1.0)  # noqa: B010
+    assert made.timeout is timeout
+    for twin in (copy.copy(made), copy.deepcopy(made), pickle.loads(pickle.dumps(made))):
+        assert type(twin) is ModelRequest
+        assert twin == plain
+    assert ModelRequest.model_validate_json(
+        made.model_dump_json()
+    ) == ModelRequest.model_validate_json(plain.model_dump_json())

@@ -17,6 +17,7 @@ __all__ = [
     "_asking",
     "_c_writes_as_dumps",
     "_message",
+    "_model_request",
     "_request",
     "_result_text",
     "_system",
@@ -82,6 +83,42 @@ def _request(name: str, arguments: str, call_id: str) -> ToolRequest:
     making.__pydantic_private__ = None
     making.__class__ = ToolRequest
     made: ToolRequest = making
+    return made
+
+
+class _MakingModelRequest(ModelRequest):  # pyright: ignore[reportGeneralTypeIssues]
+    """A ``ModelRequest`` being made by ``_model_request``, as ``_MakingRequest`` is a
+    ``ToolRequest``."""
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
+
+
+def _model_request(
+    messages: Transcript,
+    tools: tuple[dict[str, Any], ...],
+    timeout: float | None,
+    output_schema: dict[str, Any] | None,
+    settings: Any,
+) -> ModelRequest:
+    """``ModelRequest.model_construct(messages=..., ...)`` with its five fields, all set, for
+    values valid already (the run's transcript, the tools' schemas, the agent's settings):
+    its slots stored as ``object`` stores them (``_MakingModelRequest``), then the class
+    its own."""
+    making: Any = _new(_MakingModelRequest)  # ModelRequest.__new__ is object's
+    making.__dict__ = {
+        "messages": messages,
+        "tools": tools,
+        "timeout": timeout,
+        "output_schema": output_schema,
+        "settings": settings,
+    }
+    making.__pydantic_fields_set__ = set(_REQUEST_FIELDS)
+    making.__pydantic_extra__ = None
+    making.__pydantic_private__ = None
+    making.__class__ = ModelRequest
+    made: ModelRequest = making
     return made
 
 
