@@ -14,6 +14,7 @@ This module imports the phases for the type checkers only: ``_phases`` imports i
 from __future__ import annotations
 
 from decimal import Decimal, DecimalException
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
@@ -26,7 +27,7 @@ from ._context import _run_context
 from ._errors import EffectUncertainError, ToolError, UnapprovedWriteError
 from ._fast._attrs import _site
 from ._money import EXACT, money_sum
-from ._runtime import Runtime, _within
+from ._runtime import _NEVER_WAITS, Runtime, _within
 from ._seal import _own_ticket, _Ticket
 from ._tools import _FREE, _IDEMPOTENCY_KEY, ReadCall, ReadTool, Tool, WriteTool, idempotency_key
 
@@ -107,7 +108,18 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
     token = None if key is None and _key_now() is None else _IDEMPOTENCY_KEY.set(key)
     try:
         running = tool._fn(args) if context is None else tool._fn(args, context)
-        output = await _within(running, timeout)
+        # _within's first case in this frame (a coroutine whose code was found never to
+        # wait: awaited as it is), without its coroutine; anything else (a code not
+        # asked yet, one that waits, a timeout of None) is _within's.
+        if (
+            type(running) is CoroutineType
+            and (known := _never_waits_get(id(running.cr_code))) is not None
+            and known[0] is running.cr_code
+            and known[1]
+        ):
+            output = await running
+        else:
+            output = await _within(running, timeout)
     except BaseException as error:
         _settle_tool(agent.breaker, tool.name, rt.clock(), error)
         if not isinstance(error, Exception):
@@ -168,6 +180,7 @@ def _counted(spent: Spend, price: Decimal) -> Spend:
 
 
 _key_now = _IDEMPOTENCY_KEY.get
+_never_waits_get = _NEVER_WAITS.get
 _ZERO = Decimal(0)
 _exact_add = EXACT.add
 _FREE_COST = money_sum(_ZERO, _FREE)

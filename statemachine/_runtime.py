@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from ._events import _EventSink
 
-__all__ = ["Runtime", "_within"]
+__all__ = ["Runtime", "_runs_through", "_within"]
 
 T = TypeVar("T")
 
@@ -141,7 +141,7 @@ async def _within(call: Awaitable[T], seconds: float | None) -> T:
     runs to its end in one step, where no deadline can stop it: it is awaited without
     the scope, which would change nothing but cost about 9 us.
     """
-    if seconds is None or (type(call) is CoroutineType and _never_waits(call.cr_code)):
+    if seconds is None or (type(call) is CoroutineType and _runs_through(call.cr_code)):
         return await call
     # Within anyio's cancel scope, its deadline served by one timer per event loop.
     return await _deadline._within(call, seconds)
@@ -161,6 +161,26 @@ _WAITS = frozenset(
         "YIELD_VALUE",
     }
 )
+
+
+# _never_waits's answers by the code object's id, the code held beside its answer (so
+# that the id is no other code's while the entry lives): a look-up by identity, where
+# the lru_cache hashes the code object (its name, bytecode, constants and names) at every
+# call. As many entries as the lru_cache keeps; cleared when full.
+_NEVER_WAITS: dict[int, tuple[CodeType, bool]] = {}
+_NEVER_WAITS_MAX = 1024
+
+
+def _runs_through(code: CodeType) -> bool:
+    """``_never_waits(code)``, found by the code object's identity once it was asked."""
+    known = _NEVER_WAITS.get(id(code))
+    if known is not None and known[0] is code:
+        return known[1]
+    answer = _never_waits(code)
+    if len(_NEVER_WAITS) >= _NEVER_WAITS_MAX:
+        _NEVER_WAITS.clear()
+    _NEVER_WAITS[id(code)] = (code, answer)
+    return answer
 
 
 @functools.lru_cache(maxsize=1024)
