@@ -432,7 +432,18 @@ class GramMasks:
     cache: what it holds never changes a result).
     """
 
-    __slots__ = ("_base", "_bits", "_pairs", "_parts", "_seen", "_window", "_words", "masks")
+    __slots__ = (
+        "_base",
+        "_bits",
+        "_firsts",
+        "_lasts",
+        "_pairs",
+        "_parts",
+        "_seen",
+        "_window",
+        "_words",
+        "masks",
+    )
 
     def __init__(self) -> None:
         self._bits: dict[str, int] = {}
@@ -443,6 +454,11 @@ class GramMasks:
         # The segments of _joined kept in _words, by their word and the letter before
         # it: word -> {letter -> the segment's mask} (started again with _words).
         self._pairs: dict[str, dict[str, int]] = {}
+        # The first and last segments of _joined kept in _words, by their words: word ->
+        # the mask of "word " (first), word -> {letter -> the mask of "letter word"}
+        # (last), started again with _words.
+        self._firsts: dict[str, int] = {}
+        self._lasts: dict[str, dict[str, int]] = {}
         # Parts of five characters of _joined's new segments -> their trigrams' masks
         # (started again with the vocabulary, or when past _TRIGRAMS_KEPT).
         self._parts: dict[str, int] = {}
@@ -473,6 +489,8 @@ class GramMasks:
             self._bits = {}
             self._words = {}
             self._pairs = {}
+            self._firsts = {}
+            self._lasts = {}
             self._parts = {}
             self._seen = set()
             self.masks = {}
@@ -593,10 +611,16 @@ class GramMasks:
         cache, made = self._words, self._made
         get = cache.get
         before = words[0]
-        segment = f"{before} "
-        mask = get(segment)
+        # The first segment by its word (_firsts), the last by its word and letter
+        # (_lasts), each kept there with its mask in _words when found or made there.
+        firsts = self._firsts
+        mask = firsts.get(before)
         if mask is None:
-            mask = cache[segment] = made(segment)
+            segment = f"{before} "
+            mask = get(segment)
+            if mask is None:
+                mask = cache[segment] = made(segment)
+            firsts[before] = mask
         # The masks of segments made here (a number, an id: as wide as the vocabulary, as
         # a rule) are joined last, so that the others are joined while they are narrow.
         fresh = 0
@@ -627,10 +651,22 @@ class GramMasks:
                     pairs[word] = {letter: found}
                 else:
                     after[letter] = found
-        segment = f"{before[-1]} {words[-1]}"
+        letter = before[-1]
+        word = words[-1]
+        lasts = self._lasts
+        after = lasts.get(word)
+        if after is not None:
+            found = after.get(letter)
+            if found is not None:
+                return mask | found | fresh
+        segment = f"{letter} {word}"
         found = get(segment)
         if found is None:
             found = cache[segment] = made(segment)
+        if after is None:
+            lasts[word] = {letter: found}
+        else:
+            after[letter] = found
         return mask | found | fresh
 
     def _parted(self, segment: str) -> int:
