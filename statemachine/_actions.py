@@ -14,6 +14,7 @@ import attrs
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import SchemaSerializer, core_schema, to_json
 
+from ._fast._making import making_class
 from ._fast._tuple_like import TupleLike
 from ._plain import plain_text
 
@@ -184,16 +185,9 @@ _SETTERS: Final = tuple(ActionRecord.__dict__[name].__set__ for name in _RECORD_
 _new = object.__new__
 
 
-class _MakingRecord(ActionRecord):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
-    """An ``ActionRecord`` being made by the library (``_record``, ``LoopGovernor.action``,
-    ``LoopState._observed``): it sets its slots as ``object`` does (plain slot stores,
-    where the frozen class's slots are set through each descriptor's ``__set__``), then
-    becomes an ``ActionRecord`` (``__class__`` assignment: the same layout). Never seen as
-    this class outside its maker; neither class runs code of a user's."""
-
-    __slots__ = ()
-    __setattr__ = object.__setattr__
-    __delattr__ = object.__delattr__
+# An ActionRecord being made by the library (_record, LoopGovernor.action,
+# LoopState._observed): see making_class.
+_MakingRecord = making_class(ActionRecord)
 
 
 def _record(

@@ -19,6 +19,7 @@ from typing import Any, Literal, cast
 import attrs
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
+from ._fast._making import making_class
 from ._money import EXACT, Money, money_difference, money_sum, to_money
 
 __all__ = ["Budget", "Spend"]
@@ -264,15 +265,8 @@ _exact_add = EXACT.add
 _new = object.__new__
 
 
-class _Making(Spend):
-    """A ``Spend`` being made: it sets its slots as ``object`` does (plain slot stores,
-    where a frozen class's slots are set through each descriptor's ``__set__``), then
-    becomes a ``Spend`` (``__class__`` assignment: the same layout). Never seen as this
-    class outside :func:`_spend`; ``Spend`` and this class run no code of a user's."""
-
-    __slots__ = ()
-    __setattr__ = object.__setattr__
-    __delattr__ = object.__delattr__
+# A Spend being made by _spend: see making_class.
+_Making = making_class(Spend)
 
 
 def _spend(tokens: int, cost: Decimal, tool_calls: int, model_calls: int) -> Spend:

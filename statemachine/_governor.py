@@ -45,6 +45,7 @@ from . import _json
 from ._actions import CHUNK, EMPTY_LOG, ActionLog, ActionRecord, _MakingRecord, _record
 from ._budget import Budget, Spend, admits_call
 from ._errors import SetupError
+from ._fast._making import making_class
 from ._fast._pydantic import _set_dict, _set_extra, _set_fields_set, _set_private, _trusted
 from ._similarity import (
     LEXICAL,
@@ -109,15 +110,8 @@ class Decision:
 CONTINUE = Decision(Verdict.CONTINUE)
 
 
-class _MakingDecision(Decision):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
-    """A ``Decision`` being made by ``_suppress``: it sets its slots as ``object`` does
-    (plain slot stores, where the frozen class's slots are set through each descriptor's
-    ``__set__``), then becomes a ``Decision`` (``__class__`` assignment: the same layout).
-    Never seen as this class outside ``_suppress``."""
-
-    __slots__ = ()
-    __setattr__ = object.__setattr__
-    __delattr__ = object.__delattr__
+# A Decision being made by _suppress: see making_class.
+_MakingDecision = making_class(Decision)
 
 
 def _suppress(reason: str, message: str, check: str) -> Decision:

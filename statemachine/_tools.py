@@ -44,6 +44,7 @@ from . import _json
 from ._context import RunContext, _context_param
 from ._errors import BadArgumentsError, SetupError, UnknownToolError
 from ._fast._canonical import _plain_canonical, _plain_json
+from ._fast._making import making_class
 from ._money import to_money
 from ._retry import RetryPolicy
 
@@ -376,24 +377,9 @@ _set_canonical = _Call.__dict__["_canonical"].__set__
 _set_tool = {kind: kind.__dict__["tool"].__set__ for kind in (ReadCall, WriteCall)}
 
 
-class _MakingRead(ReadCall):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
-    """A ``ReadCall`` being made by ``route``: it sets its slots as ``object`` does (plain
-    slot stores, where the frozen class's slots are set through each descriptor's
-    ``__set__``), then becomes a ``ReadCall`` (``__class__`` assignment: the same
-    layout). Never seen as this class outside ``route``; neither class runs code of a
-    user's."""
-
-    __slots__ = ()
-    __setattr__ = object.__setattr__
-    __delattr__ = object.__delattr__
-
-
-class _MakingWrite(WriteCall[Any]):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
-    """A ``WriteCall`` being made by ``route``, as ``_MakingRead`` is a ``ReadCall``."""
-
-    __slots__ = ()
-    __setattr__ = object.__setattr__
-    __delattr__ = object.__delattr__
+# A ReadCall / WriteCall being made by route: see making_class.
+_MakingRead = making_class(ReadCall)
+_MakingWrite = making_class(WriteCall)
 
 
 def idempotency_key(run_id: str, tool: str, args_hash: str) -> str:

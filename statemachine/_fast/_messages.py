@@ -10,6 +10,7 @@ from typing import Any, Final
 from .. import _json
 from .._model import _CHUNK, Message, ModelRequest, ToolRequest, Transcript
 from ._canonical import _plain_json
+from ._making import making_class
 
 __all__ = [
     "_REQUEST_FIELDS",
@@ -31,16 +32,8 @@ _REQUEST_ID_FIELDS = {"name", "arguments", "id"}
 _new = object.__new__
 
 
-class _MakingMessage(Message):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
-    """A ``Message`` being made by ``_message``: it sets its slots as ``object`` does (plain
-    slot stores, where the frozen class's slots are set through each descriptor's
-    ``__set__``), then becomes a ``Message`` (``__class__`` assignment: the same layout),
-    as ``_actions._MakingRecord`` makes an ``ActionRecord``. Never seen as this class
-    outside ``_message``; neither class runs code of a user's (``Message`` is final)."""
-
-    __slots__ = ()
-    __setattr__ = object.__setattr__
-    __delattr__ = object.__delattr__
+# A Message being made by _message: see making_class.
+_MakingMessage = making_class(Message)
 
 
 def _message(
@@ -60,16 +53,8 @@ def _message(
     return made
 
 
-class _MakingRequest(ToolRequest):  # pyright: ignore[reportGeneralTypeIssues]
-    """A ``ToolRequest`` being made by ``_request``: it sets ``BaseModel``'s four slots as
-    ``object`` does (plain stores through their descriptors, where calling each
-    descriptor's ``__set__`` costs a method-wrapper call), then becomes a ``ToolRequest``
-    (``__class__`` assignment: the same layout). Never validated, and never seen as this
-    class outside ``_request``."""
-
-    __slots__ = ()
-    __setattr__ = object.__setattr__
-    __delattr__ = object.__delattr__
+# A ToolRequest being made by _request: see making_class.
+_MakingRequest = making_class(ToolRequest)
 
 
 def _request(name: str, arguments: str, call_id: str) -> ToolRequest:
@@ -86,13 +71,8 @@ def _request(name: str, arguments: str, call_id: str) -> ToolRequest:
     return made
 
 
-class _MakingModelRequest(ModelRequest):  # pyright: ignore[reportGeneralTypeIssues]
-    """A ``ModelRequest`` being made by ``_model_request``, as ``_MakingRequest`` is a
-    ``ToolRequest``."""
-
-    __slots__ = ()
-    __setattr__ = object.__setattr__
-    __delattr__ = object.__delattr__
+# A ModelRequest being made by _model_request: see making_class.
+_MakingModelRequest = making_class(ModelRequest)
 
 
 def _model_request(
