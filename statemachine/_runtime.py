@@ -7,7 +7,6 @@ checkpointed. A Runner builds one per drive; a unit test may build one by hand.
 
 from __future__ import annotations
 
-import functools
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -164,9 +163,9 @@ _WAITS = frozenset(
 
 
 # _never_waits's answers by the code object's id, the code held beside its answer (so
-# that the id is no other code's while the entry lives): a look-up by identity, where
-# the lru_cache hashes the code object (its name, bytecode, constants and names) at every
-# call. As many entries as the lru_cache keeps; cleared when full.
+# that the id is no other code's while the entry lives): a look-up by identity (a cache
+# keyed by the code object would hash its name, bytecode, constants and names at every
+# call). The only cache of those answers; cleared when full.
 _NEVER_WAITS: dict[int, tuple[CodeType, bool]] = {}
 _NEVER_WAITS_MAX = 1024
 
@@ -183,10 +182,10 @@ def _runs_through(code: CodeType) -> bool:
     return answer
 
 
-@functools.lru_cache(maxsize=1024)
 def _never_waits(code: CodeType) -> bool:
     """Whether a coroutine of ``code`` runs to its end without ever waiting: none of its
-    instructions can suspend it. Read once per code object (a tool's function)."""
+    instructions can suspend it. Read once per code object (a tool's function), through
+    :func:`_runs_through`'s cache."""
     import dis  # here: only a tool call under a deadline needs it
 
     return not any(instruction.opname in _WAITS for instruction in dis.get_instructions(code))

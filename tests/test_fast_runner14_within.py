@@ -147,7 +147,7 @@ def test_runs_through_answers_as_never_waits(asks: list[Any]) -> None:
         code = copies[-1].co_consts[0] if ask == "copy" else ask.__code__
         if ask == "copy":
             copies.append(compile("async def f():\n    return 1\n", "<w14>", "exec"))
-        expected = _runtime._never_waits.__wrapped__(code)
+        expected = _runtime._never_waits(code)
         assert _runtime._runs_through(code) is expected
         assert _runtime._runs_through(code) is expected
         assert _runtime._NEVER_WAITS[id(code)] == (code, expected)
