@@ -3,7 +3,6 @@ it went through (all of them, or only their kinds and steps)."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ._phases import (
@@ -148,27 +147,36 @@ class _Saver:
         elapsed = round(self._rt.elapsed(), 6)
         document = {**dumped, "elapsed": elapsed}
         base = self._saved
-        if ops is not None and base is not None:
-            if type(elapsed) is not float or not math.isfinite(elapsed):
-                # The dumper's ops vouch for a finite float everywhere (FiniteOps): not
-                # with this clock's reading in them; a plain list is read back and refused.
-                ops = list(ops)
-            ops.append(["set", ["elapsed"], elapsed])
-            extra: dict[str, Any] = {"base": base, "ops": ops}
-        else:
-            extra = {}
         self._saved = None
         try:
-            record = await self._checkpointer.save(
-                self._run_id,
-                self._seq,
-                document,
-                agent=self._agent,
-                status=status,
-                phase=state.kind,
-                waiting_for=waiting,
-                **extra,
-            )
+            if ops is not None and base is not None:
+                # x - x is 0.0 for a finite float only (nan for inf and nan): math.isfinite.
+                if type(elapsed) is not float or elapsed - elapsed != 0.0:
+                    # The dumper's ops vouch for a finite float everywhere (FiniteOps): not
+                    # with this clock's reading in them; a plain list is read back and refused.
+                    ops = list(ops)
+                ops.append(["set", ["elapsed"], elapsed])
+                record = await self._checkpointer.save(
+                    self._run_id,
+                    self._seq,
+                    document,
+                    agent=self._agent,
+                    status=status,
+                    phase=state.kind,
+                    waiting_for=waiting,
+                    base=base,
+                    ops=ops,
+                )
+            else:
+                record = await self._checkpointer.save(
+                    self._run_id,
+                    self._seq,
+                    document,
+                    agent=self._agent,
+                    status=status,
+                    phase=state.kind,
+                    waiting_for=waiting,
+                )
         except BaseException:
             if self._dumper is not None:
                 self._dumper.forget()  # not saved: the next save starts from nothing
