@@ -34,7 +34,8 @@ from ._tools import _FREE, _IDEMPOTENCY_KEY, ReadCall, ReadTool, Tool, WriteTool
 if TYPE_CHECKING:
     from ._phases import Failed, Observing, Retrying, ToolCalling
 
-__all__ = ["_describe_error", "_execute", "_holds_no_unapproved_write", "_retry"]
+# _unlimited: _execute's check in its frame, as a function (tests/test_fast_execute.py).
+__all__ = ["_describe_error", "_execute", "_holds_no_unapproved_write", "_retry", "_unlimited"]
 
 C = TypeVar("C")
 
@@ -56,7 +57,25 @@ def _holds_no_unapproved_write(call: object) -> None:
 async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retrying[C] | Failed[C]:
     """What ``ToolCalling.execute`` does once the phase is left (its docstring says what)."""
     agent = calling.agent
-    tool, args, args_hash = _checked(calling, rt)
+    # _checked's read path in this frame, its reads in its order: the library's ticket,
+    # bound to this very phase, of no other runtime, holding a ReadCall (exactly) of a
+    # ReadTool (exactly). Anything else (a write, another call or tool, a ticket it
+    # would refuse) is _checked's, which reads all again and judges.
+    held: Any = getattr(calling, "_ticket", None)
+    call: Any = None
+    tool: Tool
+    if (
+        type(held) is _Ticket
+        and (holder := held.holder) is not None
+        and holder() is calling
+        and ((runtime := held.runtime) is None or runtime is rt)
+        and type(call := calling.call) is ReadCall
+        and type(tool := call.tool) is ReadTool
+    ):
+        args = call.args
+        args_hash = ""
+    else:
+        tool, args, args_hash = _checked(calling, rt)
     # A read tool (exactly the library's) with no cost function: Tool.price's first answer.
     price = _FREE if type(tool) is ReadTool and tool.cost is None else tool.price(args)
     write = args_hash != ""
@@ -72,7 +91,13 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
     breaker = agent.breaker
     # A budget of exactly this class with no limit refuses nothing: its check (and the
     # clock reading and the text it would be given) is skipped; any other is asked.
-    unlimited = _unlimited(budget)
+    unlimited = (  # _unlimited(budget), in this frame
+        type(budget) is Budget
+        and budget.wall_clock is None
+        and budget.tool_calls is None
+        and budget.tokens is None
+        and budget.cost is None
+    )
     refusal = (
         None
         if unlimited
@@ -134,13 +159,23 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
         _settle_tool(breaker, tool.name, rt.clock(), None)
     if ledger is not None and key is not None:
         await ledger.record_result(key, _json.to_plain(output))
+    # _counted(spent, price) in this frame for a free tool's call (its first case: the
+    # sum with _FREE_COST, exact, else an error); anything else is _counted's.
+    total: Decimal | None = None
+    if price is _FREE and type(spent) is Spend and type(was := spent.cost) is Decimal:
+        try:
+            total = _exact_add(was, _FREE_COST)
+        except DecimalException:
+            total = None
     observing: Observing[C] = _TO_OBSERVING(
         agent.phases.observing,
         calling,
         calling.call,
         calling.call_id,
         output,
-        _counted(spent, price),
+        _counted(spent, price)
+        if total is None
+        else _spend(spent.tokens + 0, total, spent.tool_calls + 1, spent.model_calls + 0),
         calling.pending,
     )
     return observing
