@@ -239,13 +239,47 @@ _KEPT = "\x00kept "
 
 
 @functools.cache
+def _placer(code: types.CodeType) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """A function making ``code``'s constants with each placeholder (``_KEPT`` and an
+    index) replaced by the kept object at that index: ``placed(kept)`` is the tuple
+    ``kept[index] if placeholder else const`` over ``code.co_consts``, made by one
+    ``itemgetter`` over ``kept`` followed by the other constants (in C; the same tuple).
+    Cached per code: the codes it is given are each made once (``_same_all_code``,
+    ``_checks_code``, themselves cached), so their hash is asked once."""
+    consts = code.co_consts
+    fixed = tuple(const for const in consts if not _placeholder(const))
+    order: list[int] = []
+    at = 0
+    for const in consts:
+        if _placeholder(const):
+            order.append(int(const[len(_KEPT) :]))
+        else:
+            order.append(-len(fixed) + at)
+            at += 1
+    # Negative indexes count from the end: the other constants, after the kept ones. A
+    # second, unused index makes itemgetter answer a tuple even for a single constant.
+    pick = operator.itemgetter(*order, 0)
+
+    def placed(kept: tuple[Any, ...]) -> tuple[Any, ...]:
+        made: tuple[Any, ...] = pick(kept + fixed)[:-1]
+        return made
+
+    return placed
+
+
+def _placeholder(const: object) -> bool:
+    return type(const) is str and const.startswith(_KEPT)
+
+
+@functools.cache
 def _same_all_code(keys: tuple[str, ...]) -> types.CodeType:
     """The code of ``accept``'s whole terms check in one function, for a budget whose
     ``__dict__`` has ``keys`` (all ``str``): ``same(rt, agent, before, after)`` answers
     ``_same_run(rt, kept, agent, terms) and _same_values(keys)(vars(agent.budget),
     values) and before.agent is agent and after.agent is agent``, the same checks in the
     same order. Made once per set of keys; each ``Watch`` makes its function from it with
-    its own kept objects (``_same_all``), each the constant its placeholder stands for.
+    its own kept objects (``Watch._same_all``, by ``_same_all_of``), each the constant
+    its placeholder stands for.
 
     Each check is a statement of its own, ``if kept is not obj.field: return False``,
     the kept object a constant read first: the interpreter reads it and the object in one
@@ -279,23 +313,16 @@ def _same_all_code(keys: tuple[str, ...]) -> types.CodeType:
     return code
 
 
-def _same_all(
-    rt: Runtime, agent: Agent[Any]
-) -> Callable[[Runtime, Agent[Any], Any, Any], bool] | None:
-    """``_same_all_code``'s function for this run's runtime and agent, holding what they
-    are now as its constants; ``None`` for a budget whose ``__dict__`` is not a dict of
-    ``str`` keys (``accept``'s whole check judges those runs)."""
-    budget = vars(agent.budget)
-    if type(budget) is not dict or not all(type(key) is str for key in budget):
-        return None
-    code = _same_all_code(tuple(budget))
-    kept = (*_runtime_parts(rt), *_agent_parts(agent), *budget.values())
-    consts = tuple(
-        kept[int(const[len(_KEPT) :])] if type(const) is str and const.startswith(_KEPT) else const
-        for const in code.co_consts
-    )
+def _same_all_of(
+    keys: tuple[str, ...], kept: tuple[Any, ...]
+) -> Callable[[Runtime, Agent[Any], Any, Any], bool]:
+    """``_same_all_code(keys)``'s function holding ``kept`` (the runtime's fields, the
+    agent's, the budget's values) as its constants."""
+    code = _same_all_code(keys)
     same: Callable[[Runtime, Agent[Any], Any, Any], bool] = types.FunctionType(
-        code.replace(co_consts=consts), {"type": type, "len": len, "KeyError": KeyError}, "same"
+        code.replace(co_consts=_placer(code)(kept)),
+        {"type": type, "len": len, "KeyError": KeyError},
+        "same",
     )
     return same
 
@@ -318,6 +345,10 @@ _HOLDS_A_CALL: tuple[
 ] = (ToolCalling, AwaitApproval, Observing, Retrying)
 
 
+# What a Watch's _same_made holds until its terms check is made.
+_NOT_MADE: Any = object()
+
+
 @final
 class Watch:
     """The runner's own record of one drive, against which each advance is checked."""
@@ -325,12 +356,14 @@ class Watch:
     __slots__ = (
         "_agent",
         "_budget",
+        "_checks",
         "_counters",
+        "_keys",
         "_pending",
         "_rt",
         "_runtime",
-        "_same_all",
         "_same_budget",
+        "_same_made",
         "_terms",
     )
 
@@ -341,12 +374,31 @@ class Watch:
         self._terms = _agent_parts(agent)
         budget = vars(agent.budget)
         self._budget = tuple(budget.values())
+        self._keys = tuple(budget)
         self._same_budget = _same_values(tuple(budget))
-        self._same_all = _same_all(rt, agent)
-        self._counters = _counters(start)
-        self._pending: tuple[Any, ...] = getattr(start, "pending", ())
+        # _same_all (the terms check _quick calls) is made when first asked for: accept
+        # calls _checks' functions, which hold the same objects.
+        self._same_made: Any = _NOT_MADE
         if not _FAST:
             _fast_pairs()
+        self._checks = _checks_for(rt, agent)
+        self._counters = _counters(start)
+        self._pending: tuple[Any, ...] = getattr(start, "pending", ())
+
+    @property
+    def _same_all(self) -> Callable[[Runtime, Agent[Any], Any, Any], bool] | None:
+        """The terms check (``_same_all_code``'s function) of what the runtime, the agent
+        and the budget were when the Watch was made (the very objects ``_checks``' functions
+        hold); ``None`` for a budget whose ``__dict__`` is not a dict of ``str`` keys."""
+        made = self._same_made
+        if made is _NOT_MADE:
+            made = self._same_made = (
+                None
+                if self._checks is None  # that budget's dict: _checks_for's None
+                else _same_all_of(self._keys, (*self._runtime, *self._terms, *self._budget))
+            )
+        same: Callable[[Runtime, Agent[Any], Any, Any], bool] | None = made
+        return same
 
     def accept(
         self,
@@ -373,7 +425,7 @@ class Watch:
             if pair is not None and pair[0] is type(before):
                 entry = pair[1].get(type(after))
                 if entry is not None and entry[0] is type(after):
-                    holds, runs, queued, counted = entry[1]
+                    holds, runs, queued, _ = entry[1]
                     known: Any = after  # of a library class, by identity (not narrowed)
                     link: Any = None
                     origin: Any = None
@@ -383,9 +435,10 @@ class Watch:
                         origin = before._ticket
                     except AttributeError:
                         holder = None
-                    same = self._same_all
+                    checks = self._checks
                     # _one_transition's usual chain (the cut comes once all else is shown),
-                    # then the counters and the run's terms, as _quick reads them.
+                    # then the counters and the run's terms, as _quick reads them (its
+                    # counted and same, in one function: _checks_code).
                     if (
                         holder is not None
                         and type(link) is _Ticket
@@ -394,13 +447,13 @@ class Watch:
                         and link.via is _VIA_TRANSITION
                         and link.parent is origin
                     ):
-                        now = counted(known, self._counters)
-                        if (
-                            now is not None
-                            and same is not None
-                            and same(self._rt, self._agent, before, known)
-                            and not (runs and type(known.call) is ApprovedCall)
-                        ):
+                        check = None if checks is None else checks[entry[2]]
+                        now = (
+                            None
+                            if check is None
+                            else check(self._rt, self._agent, before, known, self._counters)
+                        )
+                        if now is not None and not (runs and type(known.call) is ApprovedCall):
                             pending: Any = known.pending if queued else ()
                             kept = self._pending
                             transcript = known.transcript
@@ -723,9 +776,134 @@ def counted(phase, was):
     return counted
 
 
+_CHECKS_BODY = """\
+    spent = phase.spent
+    loop = phase.loop
+    call_id = {call_id}
+    attempt = {attempt}
+    actions = loop.actions
+    step = phase.step
+    tokens = spent.tokens
+    cost = spent.cost
+    tool_calls = spent.tool_calls
+    model_calls = spent.model_calls
+    count = (
+        len(actions._chunks) * CHUNK + len(actions._tail)
+        if type(actions) is ActionLog
+        else len(actions)
+    )
+    iterations = loop.tool_iterations
+{checks}    if step != was[0] + 1:
+        return None
+    if not (
+        tokens >= was[1]
+        and cost >= was[2]
+        and tool_calls >= was[3]
+        and model_calls >= was[4]
+        and count >= was[5]
+        and iterations >= was[6]
+    ):
+        return None
+    if call_id and call_id == was[7] and -1 < attempt < was[8]:
+        return None
+"""
+
+
+@functools.cache
+def _checks_code(call_id: bool, attempt: bool, keys: tuple[str, ...]) -> types.CodeType:
+    """The code of ``accept``'s counters and terms checks in one function, for a phase
+    class with a ``call_id`` field or none and an ``attempt`` field or none (as
+    ``_counted``) and a budget whose ``__dict__`` has ``keys`` (all ``str``):
+    ``check(rt, agent, before, phase, was)`` answers ``_counted(call_id, attempt)(phase,
+    was)`` when that is not ``None`` and ``_same_all_code(keys)``'s function answers
+    ``True`` for ``(rt, agent, before, phase)``; else ``None``. The same reads, checks
+    and operators in the same order (the counters', then the terms' in their ``try``),
+    in one frame where ``accept`` called two functions. A code for each kind of class,
+    as ``_counted``: each of its reads then sees one class's slots (the interpreter keeps
+    what it found a read to be, and one site read on several classes is read the slow
+    way). Made once per kind and set of keys; each ``Watch`` makes its functions from it
+    with its own kept objects (``_checks_for``), as ``Watch._same_all``."""
+    fields = ('    if not isinstance(call_id, str):\n        call_id = ""\n' if call_id else "") + (
+        "    if not isinstance(attempt, int):\n        attempt = -1\n" if attempt else ""
+    )
+    counted = _CHECKS_BODY.format(
+        call_id="phase.call_id" if call_id else '""',
+        attempt="phase.attempt" if attempt else "-1",
+        checks=fields,
+    )
+    lines: list[str] = []
+    at = 0
+    for obj, cls in (("rt", Runtime), ("agent", Agent)):
+        for field in attrs.fields(cls):
+            lines.append(f"if {_KEPT + str(at)!r} is not {obj}.{field.name}: return None")
+            at += 1
+    lines.append("budget = agent.budget.__dict__")
+    lines.append(f"if type(budget) is not dict or len(budget) != {len(keys)}: return None")
+    for key in keys:
+        lines.append(f"if {_KEPT + str(at)!r} is not budget[{key!r}]: return None")
+        at += 1
+    lines.append("if not (before.agent is agent and phase.agent is agent): return None")
+    terms = "".join(f"        {line}\n" for line in lines)
+    source = (
+        f"def check(rt, agent, before, phase, was):\n{counted}    try:\n{terms}"
+        "    except KeyError:\n        return None\n"
+        "    return (\n"
+        "        step, tokens, cost, tool_calls, model_calls, count, iterations, call_id, attempt\n"
+        "    )\n"
+    )
+    with warnings.catch_warnings():  # "is not" with a literal: the placeholders
+        warnings.simplefilter("ignore", SyntaxWarning)
+        module = compile(source, "<statemachine counted and terms>", "exec")
+    (code,) = (const for const in module.co_consts if isinstance(const, types.CodeType))
+    placeholders = sum(map(_placeholder, code.co_consts))
+    if placeholders != at:  # pragma: no cover - each placeholder is a constant of its own
+        raise TypeError(f"{placeholders} placeholders in the checks, not {at}")
+    return code
+
+
+_Check = Callable[[Runtime, Agent[Any], Any, Any, _Counters], _Counters | None]
+# The kinds of class (call_id, attempt) the library's classes in _FAST are of: each
+# Watch makes a function for each (the index of one in Watch._checks: 2 * call_id +
+# attempt; a kind no class is of is None there).
+_KINDS: set[tuple[bool, bool]] = set()
+
+
+def _checks_for(rt: Runtime, agent: Agent[Any]) -> tuple[_Check | None, ...] | None:
+    """``_checks_code``'s functions (no call_id nor attempt, attempt, call_id, both; a
+    kind no class in ``_FAST`` is of: ``None``) for this run's runtime and agent, holding
+    what they are now as their constants; ``None`` for a budget whose ``__dict__`` is not
+    a dict of ``str`` keys (``accept``'s whole check judges those runs)."""
+    budget = vars(agent.budget)
+    if type(budget) is not dict or not all(type(key) is str for key in budget):
+        return None
+    keys = tuple(budget)
+    kept = (*_runtime_parts(rt), *_agent_parts(agent), *budget.values())
+    made: list[_Check | None] = []
+    for call_id, attempt in ((False, False), (False, True), (True, False), (True, True)):
+        if (call_id, attempt) not in _KINDS:
+            made.append(None)
+            continue
+        code = _checks_code(call_id, attempt, keys)
+        check: _Check = types.FunctionType(
+            code.replace(co_consts=_placer(code)(kept)), _CHECK_NAMES, "check"
+        )
+        made.append(check)
+    return tuple(made)
+
+
+_CHECK_NAMES: dict[str, Any] = {
+    "CHUNK": CHUNK,
+    "ActionLog": ActionLog,
+    "type": type,
+    "len": len,
+    "isinstance": isinstance,
+    "KeyError": KeyError,
+}
+
+
 # The pairs _quick judges: for each library active class, the class itself and, for each
 # library class that its advance may return (by its annotation), that class and its flags.
-_FAST: dict[type[Any], tuple[type[Any], dict[type[Any], tuple[type[Any], _Flags]]]] = {}
+_FAST: dict[type[Any], tuple[type[Any], dict[type[Any], tuple[type[Any], _Flags, int]]]] = {}
 
 
 def _fast_pairs() -> None:
@@ -738,7 +916,7 @@ def _fast_pairs() -> None:
     after_classes = (Planning, AwaitApproval, ToolCalling, Observing, Retrying, Responding, Done)
     for before_cls in (Idle, Planning, AwaitApproval, ToolCalling, Observing, Retrying, Responding):
         kinds = _successors_of(before_cls)
-        pairs: dict[type[Any], tuple[type[Any], _Flags]] = {}
+        pairs: dict[type[Any], tuple[type[Any], _Flags, int]] = {}
         for after_cls in after_classes:
             if not issubclass(after_cls, kinds):
                 continue
@@ -759,7 +937,9 @@ def _fast_pairs() -> None:
             ):  # pragma: no cover - the library's classes are slotted, without these
                 continue
             counted = _counted(call_id, attempt)
-            pairs[after_cls] = (after_cls, (holds, runs, "pending" in names, counted))
+            flags = (holds, runs, "pending" in names, counted)
+            pairs[after_cls] = (after_cls, flags, 2 * call_id + attempt)
+            _KINDS.add((call_id, attempt))
         _FAST[before_cls] = (before_cls, pairs)
 
 
