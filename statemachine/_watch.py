@@ -286,30 +286,48 @@ def _same_all_code(keys: tuple[str, ...]) -> types.CodeType:
     instruction, and jumps a short way past the return, where one expression of ``and``
     with the kept objects as defaults needed six instructions a field and a frame holding
     them all at every call."""
-    lines: list[str] = []
-    at = 0
-    for obj, cls in (("rt", Runtime), ("agent", Agent)):
-        for field in attrs.fields(cls):
-            lines.append(f"if {_KEPT + str(at)!r} is not {obj}.{field.name}: return False")
-            at += 1
-    lines.append("budget = agent.budget.__dict__")
-    lines.append(f"if type(budget) is not dict or len(budget) != {len(keys)}: return False")
-    for key in keys:
-        lines.append(f"if {_KEPT + str(at)!r} is not budget[{key!r}]: return False")
-        at += 1
+    lines, at = _terms_lines(keys, "False")
     lines.append("return before.agent is agent and after.agent is agent")
     body = "".join(f"        {line}\n" for line in lines)
     source = (
         f"def same(rt, agent, before, after):\n    try:\n{body}"
         "    except KeyError:\n        return False\n"
     )
+    return _placed_code(source, "<statemachine same terms>", at)
+
+
+def _terms_lines(keys: tuple[str, ...], refused: str) -> tuple[list[str], int]:
+    """The lines of a generated terms check (``_same_all_code``'s, ``_checks_code``'s),
+    for a budget whose ``__dict__`` has ``keys`` (all ``str``), each answering
+    ``return {refused}`` when its check fails: each field of the runtime (``rt``), then of
+    the agent (``agent``), in ``attrs.fields`` order, then each of the budget's values,
+    the very object its placeholder (``_KEPT`` and its index) stands for, after the
+    budget's ``__dict__`` is shown an exact dict of ``len(keys)`` keys; and how many
+    placeholders they name (the kept objects: ``(*runtime, *agent, *budget values)``)."""
+    lines: list[str] = []
+    at = 0
+    for obj, cls in (("rt", Runtime), ("agent", Agent)):
+        for field in attrs.fields(cls):
+            lines.append(f"if {_KEPT + str(at)!r} is not {obj}.{field.name}: return {refused}")
+            at += 1
+    lines.append("budget = agent.budget.__dict__")
+    lines.append(f"if type(budget) is not dict or len(budget) != {len(keys)}: return {refused}")
+    for key in keys:
+        lines.append(f"if {_KEPT + str(at)!r} is not budget[{key!r}]: return {refused}")
+        at += 1
+    return lines, at
+
+
+def _placed_code(source: str, filename: str, placeholders: int) -> types.CodeType:
+    """The code of the one function ``source`` defines, whose constants include exactly
+    ``placeholders`` placeholders (``_KEPT`` and an index), each a constant of its own."""
     with warnings.catch_warnings():  # "is not" with a literal: the placeholders
         warnings.simplefilter("ignore", SyntaxWarning)
-        module = compile(source, "<statemachine same terms>", "exec")
+        module = compile(source, filename, "exec")
     (code,) = (const for const in module.co_consts if isinstance(const, types.CodeType))
-    placeholders = sum(type(const) is str and const.startswith(_KEPT) for const in code.co_consts)
-    if placeholders != at:  # pragma: no cover - each placeholder is a constant of its own
-        raise TypeError(f"{placeholders} placeholders in the terms check, not {at}")
+    found = sum(map(_placeholder, code.co_consts))
+    if found != placeholders:  # pragma: no cover - each placeholder is a constant of its own
+        raise TypeError(f"{found} placeholders in {filename}, not {placeholders}")
     return code
 
 
@@ -732,11 +750,35 @@ def _counted(call_id: bool, attempt: bool) -> Callable[[Any, _Counters], _Counte
     it counts is less, the attempt of the same call is not lower); ``None`` otherwise.
     A field's value is checked as ``_counters`` checks it; the ``""`` and ``-1`` a class
     without the field gives need no check, and get none."""
+    body = _counters_body(
+        call_id, attempt, '  # the very operators _rules uses (!= is not "not ==")'
+    )
+    source = f"def counted(phase, was):\n{body}{_COUNTERS_RETURNED}"
+    namespace: dict[str, Any] = {"CHUNK": CHUNK, "ActionLog": ActionLog}
+    exec(compile(source, "<statemachine counted>", "exec"), namespace)
+    counted: Callable[[Any, _Counters], _Counters | None] = namespace["counted"]
+    return counted
+
+
+# What a generated counters check returns, its counters: _counters's tuple.
+_COUNTERS_RETURNED = """\
+    return (
+        step, tokens, cost, tool_calls, model_calls, count, iterations, call_id, attempt
+    )
+"""
+
+
+def _counters_body(call_id: bool, attempt: bool, note: str = "") -> str:
+    """The lines of a generated counters check (``_counted``'s, ``_checks_code``'s) for a
+    class with a ``call_id`` field or none and an ``attempt`` field or none, before its
+    return: the phase's counters read in ``_counters``'s order, each field's value
+    checked as ``_counters`` checks it (a class without the field gives ``""`` or ``-1``,
+    which need no check), then ``_rules``'s comparisons with ``was``, each failing one
+    answering ``return None``; ``note`` ends the step's line (a comment)."""
     checks = ('    if not isinstance(call_id, str):\n        call_id = ""\n' if call_id else "") + (
         "    if not isinstance(attempt, int):\n        attempt = -1\n" if attempt else ""
     )
-    source = f"""\
-def counted(phase, was):
+    return f"""\
     spent = phase.spent
     loop = phase.loop
     call_id = {"phase.call_id" if call_id else '""'}
@@ -753,47 +795,7 @@ def counted(phase, was):
         else len(actions)
     )
     iterations = loop.tool_iterations
-{checks}    if step != was[0] + 1:  # the very operators _rules uses (!= is not "not ==")
-        return None
-    if not (
-        tokens >= was[1]
-        and cost >= was[2]
-        and tool_calls >= was[3]
-        and model_calls >= was[4]
-        and count >= was[5]
-        and iterations >= was[6]
-    ):
-        return None
-    if call_id and call_id == was[7] and -1 < attempt < was[8]:
-        return None
-    return (
-        step, tokens, cost, tool_calls, model_calls, count, iterations, call_id, attempt
-    )
-"""
-    namespace: dict[str, Any] = {"CHUNK": CHUNK, "ActionLog": ActionLog}
-    exec(compile(source, "<statemachine counted>", "exec"), namespace)
-    counted: Callable[[Any, _Counters], _Counters | None] = namespace["counted"]
-    return counted
-
-
-_CHECKS_BODY = """\
-    spent = phase.spent
-    loop = phase.loop
-    call_id = {call_id}
-    attempt = {attempt}
-    actions = loop.actions
-    step = phase.step
-    tokens = spent.tokens
-    cost = spent.cost
-    tool_calls = spent.tool_calls
-    model_calls = spent.model_calls
-    count = (
-        len(actions._chunks) * CHUNK + len(actions._tail)
-        if type(actions) is ActionLog
-        else len(actions)
-    )
-    iterations = loop.tool_iterations
-{checks}    if step != was[0] + 1:
+{checks}    if step != was[0] + 1:{note}
         return None
     if not (
         tokens >= was[1]
@@ -823,42 +825,15 @@ def _checks_code(call_id: bool, attempt: bool, keys: tuple[str, ...]) -> types.C
     what it found a read to be, and one site read on several classes is read the slow
     way). Made once per kind and set of keys; each ``Watch`` makes its functions from it
     with its own kept objects (``_checks_for``), as ``Watch._same_all``."""
-    fields = ('    if not isinstance(call_id, str):\n        call_id = ""\n' if call_id else "") + (
-        "    if not isinstance(attempt, int):\n        attempt = -1\n" if attempt else ""
-    )
-    counted = _CHECKS_BODY.format(
-        call_id="phase.call_id" if call_id else '""',
-        attempt="phase.attempt" if attempt else "-1",
-        checks=fields,
-    )
-    lines: list[str] = []
-    at = 0
-    for obj, cls in (("rt", Runtime), ("agent", Agent)):
-        for field in attrs.fields(cls):
-            lines.append(f"if {_KEPT + str(at)!r} is not {obj}.{field.name}: return None")
-            at += 1
-    lines.append("budget = agent.budget.__dict__")
-    lines.append(f"if type(budget) is not dict or len(budget) != {len(keys)}: return None")
-    for key in keys:
-        lines.append(f"if {_KEPT + str(at)!r} is not budget[{key!r}]: return None")
-        at += 1
+    counted = _counters_body(call_id, attempt)
+    lines, at = _terms_lines(keys, "None")
     lines.append("if not (before.agent is agent and phase.agent is agent): return None")
     terms = "".join(f"        {line}\n" for line in lines)
     source = (
         f"def check(rt, agent, before, phase, was):\n{counted}    try:\n{terms}"
-        "    except KeyError:\n        return None\n"
-        "    return (\n"
-        "        step, tokens, cost, tool_calls, model_calls, count, iterations, call_id, attempt\n"
-        "    )\n"
+        f"    except KeyError:\n        return None\n{_COUNTERS_RETURNED}"
     )
-    with warnings.catch_warnings():  # "is not" with a literal: the placeholders
-        warnings.simplefilter("ignore", SyntaxWarning)
-        module = compile(source, "<statemachine counted and terms>", "exec")
-    (code,) = (const for const in module.co_consts if isinstance(const, types.CodeType))
-    placeholders = sum(map(_placeholder, code.co_consts))
-    if placeholders != at:  # pragma: no cover - each placeholder is a constant of its own
-        raise TypeError(f"{placeholders} placeholders in the checks, not {at}")
-    return code
+    return _placed_code(source, "<statemachine counted and terms>", at)
 
 
 _Check = Callable[[Runtime, Agent[Any], Any, Any, _Counters], _Counters | None]
