@@ -38,12 +38,14 @@ from typing import (
 
 import attrs
 from pydantic import BaseModel, ValidationError
+from pydantic_core import SchemaValidator
 from typing_extensions import TypeVar as TypeVarWithDefault
 
 from . import _json
 from ._context import RunContext, _context_param
 from ._errors import BadArgumentsError, SetupError, UnknownToolError
-from ._fast._canonical import _plain_canonical, _plain_json
+from ._fast._canonical import _WRITERS, _plain_canonical, _plain_json, _writer
+from ._fast._classes import _per_class
 from ._fast._making import making_class
 from ._money import to_money
 from ._retry import RetryPolicy
@@ -552,7 +554,7 @@ class ToolRegistry(Generic[D]):
     tools whose ``RunContext`` asks for ``Deps`` or a base of it, and tools without one).
     """
 
-    __slots__ = ("_schemas", "_tools")
+    __slots__ = ("_known", "_schemas", "_tools")
 
     def __init__(self, tools: Iterable[ReadTool[Any, D] | WriteTool[Any, D]]) -> None:
         by_name: dict[str, Tool] = {}
@@ -565,8 +567,18 @@ class ToolRegistry(Generic[D]):
                 raise SetupError(f"two tools are named {tool.name!r}; tool names must be unique")
             by_name[tool.name] = tool
         self._tools = by_name
+        # What route reads of a tool's arguments class, kept per tool name (see _Known).
+        self._known: dict[str, _Known] = {}
         # Built once: a JSON schema per tool is costly and the tools never change.
         self._schemas = tuple(tool.schema() for tool in by_name.values())
+
+    def __getstate__(self) -> tuple[dict[str, Tool], tuple[dict[str, Any], ...]]:
+        # Without what route keeps (a class's namespace is a view that does not copy).
+        return self._tools, self._schemas
+
+    def __setstate__(self, state: tuple[dict[str, Tool], tuple[dict[str, Any], ...]]) -> None:
+        self._tools, self._schemas = state
+        self._known = {}
 
     def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
@@ -632,23 +644,57 @@ class ToolRegistry(Generic[D]):
                 return self._route(name, arguments)
             known: Tool = tool  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
             model: Any = known.args_model
-            validate: Any = model.model_validate
-            bound: Any = model  # compared below as itself (the checkers would narrow model)
+            # What the class's look-ups below answer, read from its own namespace when
+            # _learn has seen it answer them (see _Known): the same validator, and no
+            # model_validate but BaseModel's.
+            entry = self._known.get(name)
             if (
-                type(validate) is not _Method
-                or validate.__func__ is not _MODEL_VALIDATE
-                or validate.__self__ is not bound
+                entry is not None
+                and entry[0] is known
+                and entry[1] is model
+                and (space := entry[2]) is not None
+                and _VALIDATE_NAME not in space
+                and _VALIDATOR_NAME in space
+                and space[_VALIDATOR_NAME] is entry[3]
+                and _VALIDATE_NAME in _BASE_SPACE
+                and _BASE_SPACE[_VALIDATE_NAME] is _BASE_VALIDATE
             ):
-                return self._called(known, name, arguments, value)
+                validator: Any = entry[3]
+                writer: Any = entry[4]
+            else:
+                if (
+                    entry is None
+                    or entry[0] is not known
+                    or entry[1] is not model
+                    or entry[2] is not None
+                ):
+                    self._known[name] = _learn(known, model)
+                validate: Any = model.model_validate
+                bound: Any = model  # compared as itself (the checkers would narrow model)
+                if (
+                    type(validate) is not _Method
+                    or validate.__func__ is not _MODEL_VALIDATE
+                    or validate.__self__ is not bound
+                ):
+                    return self._called(known, name, arguments, value)
+                validator = model.__pydantic_validator__
+                writer = _plain_canonical
             try:  # BaseModel.model_validate(model, value), without its frame
-                args = model.__pydantic_validator__.validate_python(value)
+                args = validator.validate_python(value)
             except ValidationError as error:
                 return _invalid_arguments(name, arguments, _problems(error))
             except (ValueError, ArithmeticError, RecursionError) as error:
                 return _invalid_arguments(name, arguments, (f"{type(error).__name__}: {error}",))
             made: Any = ReadCall if kind is ReadTool else WriteCall
             try:  # what _hashed does when _plain_canonical knows the class
-                canonical = _plain_canonical(args)
+                # (the writer _plain_canonical finds for the class, when it is model's)
+                canonical = (
+                    _plain_canonical(args)
+                    if writer is _plain_canonical or type(args) is not model
+                    else writer(args)
+                    if writer is not None
+                    else None
+                )
                 args_hash = None if canonical is None else _sha256(canonical.encode()).hexdigest()
             except (ValueError, ArithmeticError) as error:
                 return _invalid_arguments(name, arguments, (f"not a JSON value: {error}",))
@@ -734,6 +780,56 @@ def _invalid_arguments(name: str, raw: str, problems: tuple[str, ...]) -> Invali
 # BaseModel.model_validate's function (a classmethod's), and the bound method's class.
 _MODEL_VALIDATE: Final = BaseModel.model_validate.__func__  # type: ignore[attr-defined]
 _Method: Final = types.MethodType
+
+# What ToolRegistry.route keeps of a tool (by its name), made by _learn: the tool, its
+# arguments class, that class's own namespace (a live view), its validator and the
+# canonical writer _plain_canonical uses for it (or None); the namespace is None for a
+# class route reads through its look-ups at every call.
+_Known = tuple[Any, Any, "Mapping[str, Any] | None", Any, Any]
+_VALIDATE_NAME: Final = "model_validate"
+_VALIDATOR_NAME: Final = "__pydantic_validator__"
+_BASE_SPACE: Final[Mapping[str, Any]] = vars(BaseModel)
+_BASE_VALIDATE: Final = _BASE_SPACE[_VALIDATE_NAME]
+_MODEL_META: Final = type(BaseModel)
+
+
+def _learn(tool: Any, model: Any) -> _Known:
+    """What route keeps of ``tool``, whose arguments class is ``model``.
+
+    Its namespace is kept only for a class whose look-ups of ``model_validate`` and
+    ``__pydantic_validator__`` that namespace decides as long as it holds the same
+    entries: a class of pydantic's own metaclass (exactly), made directly from
+    ``BaseModel`` (its bases ``BaseModel`` and ``object``), with no ``model_validate`` of
+    its own, BaseModel's being the one read at import, and a validator of
+    pydantic-core's own class (no descriptor) that the look-up answers itself. Anything
+    else: ``None`` in its place, and route looks the class up at every call.
+    """
+    plain: _Known = (tool, model, None, None, None)
+    if type(model) is not _MODEL_META:
+        return plain
+    space: Mapping[str, Any] = vars(model)
+    mro = model.__mro__
+    validator = space.get(_VALIDATOR_NAME)
+    validate = model.model_validate
+    if (
+        len(mro) != 3
+        or mro[0] is not model
+        or mro[1] is not BaseModel
+        or mro[2] is not object
+        or _VALIDATE_NAME in space
+        or _BASE_SPACE.get(_VALIDATE_NAME) is not _BASE_VALIDATE
+        or type(validate) is not _Method
+        or validate.__func__ is not _MODEL_VALIDATE
+        or validate.__self__ is not model
+        or type(validator) is not SchemaValidator
+        or model.__pydantic_validator__ is not validator
+    ):
+        return plain
+    try:
+        writer = _per_class(_WRITERS, model, _writer)
+    except Exception:  # _plain_canonical raises it, at its call: looked up then
+        return plain
+    return (tool, model, space, validator, writer)
 
 
 def _builtin_sha256() -> Callable[[bytes], Any]:
