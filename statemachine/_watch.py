@@ -26,9 +26,10 @@ the counters of the phase it accepted last. It goes on with a phase only when
 Anything else raises :class:`IllegalTransitionError` before the phase is saved or run.
 
 A transition between two of the library's own classes (exactly those types) is judged
-first the short way (``Watch._quick``'s checks, written out in ``accept``: what those
-classes are, worked out once per pair; the counters and the run's terms read by functions
-generated once), which only accepts what the whole check accepts; whatever it cannot show
+first the short way (``Watch._quick``'s checks, written out in a function generated for
+each pair of classes and made per ``Watch`` at the pair's first transition, ``_pair_code``:
+what those classes are written in as constants, the run's terms as the objects kept),
+which only accepts what the whole check accepts; whatever it cannot show
 acceptable, the whole check judges (``Watch._checked``), and it alone refuses
 (tests/test_watch_quick.py, tests/test_fast_runner4.py).
 """
@@ -374,9 +375,10 @@ class Watch:
     __slots__ = (
         "_agent",
         "_budget",
-        "_checks",
+        "_checks_made",
         "_counters",
         "_keys",
+        "_pairs",
         "_pending",
         "_rt",
         "_runtime",
@@ -394,12 +396,14 @@ class Watch:
         self._budget = tuple(budget.values())
         self._keys = tuple(budget)
         self._same_budget = _same_values(tuple(budget))
-        # _same_all (the terms check _quick calls) is made when first asked for: accept
-        # calls _checks' functions, which hold the same objects.
+        # _same_all (the terms check _quick calls) and _checks (the per-kind checks) are
+        # made when first asked for: accept calls _pairs' functions, which hold the same
+        # objects.
         self._same_made: Any = _NOT_MADE
+        self._checks_made: Any = _NOT_MADE
         if not _FAST:
             _fast_pairs()
-        self._checks = _checks_for(rt, agent)
+        self._pairs = _pairs_for(rt, agent)
         self._counters = _counters(start)
         self._pending: tuple[Any, ...] = getattr(start, "pending", ())
 
@@ -412,11 +416,27 @@ class Watch:
         if made is _NOT_MADE:
             made = self._same_made = (
                 None
-                if self._checks is None  # that budget's dict: _checks_for's None
+                if not self._pairs  # that budget's dict: _pairs_for's nothing
                 else _same_all_of(self._keys, (*self._runtime, *self._terms, *self._budget))
             )
         same: Callable[[Runtime, Agent[Any], Any, Any], bool] | None = made
         return same
+
+    @property
+    def _checks(self) -> tuple[_Check | None, ...] | None:
+        """``_checks_code``'s functions (``_checks_of``) of what the runtime, the agent and
+        the budget were when the Watch was made: the counters and terms checks of
+        ``_pairs``' functions, per kind of class; ``None`` for a budget whose ``__dict__``
+        is not a dict of ``str`` keys."""
+        made = self._checks_made
+        if made is _NOT_MADE:
+            made = self._checks_made = (
+                None
+                if not self._pairs
+                else _checks_of(self._keys, (*self._runtime, *self._terms, *self._budget))
+            )
+        checks: tuple[_Check | None, ...] | None = made
+        return checks
 
     def accept(
         self,
@@ -431,102 +451,21 @@ class Watch:
 
         A transition between two of the library's own classes (exactly those types,
         ``_FAST``) is judged first the short way, :meth:`_quick`'s checks written out in
-        this frame (with ``_all_accounted``'s for a reply read from the transcript's last
-        messages, given as exact tuples): it only ever accepts what :meth:`_checked`
-        accepts, and anything it does not show acceptable is judged again by
-        :meth:`_checked`, which says why it refuses (tests/test_fast_runner4.py).
+        the pair's function (``_pair_code``, this Watch's own, in ``_pairs``; with
+        ``_all_accounted``'s for a reply read from the transcript's last messages, given
+        as exact tuples): it only ever accepts what :meth:`_checked` accepts, and anything
+        it does not show acceptable is judged again by :meth:`_checked`, which says why it
+        refuses (tests/test_fast_runner4.py, tests/test_watch_fast16.py).
         """
         if kinds is None:
-            pair = _FAST.get(type(before))
+            pair = self._pairs.get(type(before))
             # The classes themselves, by identity: a dict may match a class by its
             # metaclass's __eq__.
             if pair is not None and pair[0] is type(before):
                 entry = pair[1].get(type(after))
-                if entry is not None and entry[0] is type(after):
-                    holds, runs, queued, _ = entry[1]
-                    known: Any = after  # of a library class, by identity (not narrowed)
-                    link: Any = None
-                    origin: Any = None
-                    try:
-                        link = known._ticket
-                        holder = link.holder
-                        origin = before._ticket
-                    except AttributeError:
-                        holder = None
-                    checks = self._checks
-                    # _one_transition's usual chain (the cut comes once all else is shown),
-                    # then the counters and the run's terms, as _quick reads them (its
-                    # counted and same, in one function: _checks_code).
-                    if (
-                        holder is not None
-                        and type(link) is _Ticket
-                        and holder() is known
-                        and link is not origin
-                        and link.via is _VIA_TRANSITION
-                        and link.parent is origin
-                    ):
-                        check = None if checks is None else checks[entry[2]]
-                        now = (
-                            None
-                            if check is None
-                            else check(self._rt, self._agent, before, known, self._counters)
-                        )
-                        if now is not None and not (runs and type(known.call) is ApprovedCall):
-                            pending: Any = known.pending if queued else ()
-                            kept = self._pending
-                            transcript = known.transcript
-                            if (
-                                type(pending) is tuple
-                                and (
-                                    not (pending or kept)
-                                    or pending is kept
-                                    or _order_problem(before, known, pending, kept) is None
-                                )
-                                and type(transcript) is Transcript
-                                and type(last := transcript._tail) is tuple
-                            ):
-                                # _asked_problem, with _last_reply's reading of the last
-                                # messages and _all_accounted's comparisons in place.
-                                start = len(last)
-                                while start and last[start - 1].role == "tool":
-                                    start -= 1
-                                if start:
-                                    asking: Any = last[start - 1]
-                                    answered: Any = last[start:]
-                                else:  # the reply is further back (or none)
-                                    asking, answered = _last_reply_plain(transcript)
-                                accounted = True
-                                if (
-                                    asking is not None
-                                    and asking.role == "assistant"
-                                    and asking.tool_calls
-                                ):
-                                    if (
-                                        start
-                                        and not pending
-                                        and type(asked := asking.tool_calls) is tuple
-                                        and len(asked) == len(answered) + holds
-                                    ):
-                                        at = 0
-                                        for message in answered:
-                                            mine, theirs = message.tool_call_id, asked[at].id
-                                            if not (mine is theirs or mine == theirs):
-                                                accounted = False
-                                                break
-                                            at += 1
-                                        if accounted and holds:
-                                            mine, theirs = known.call_id, asked[at].id
-                                            accounted = mine is theirs or mine == theirs
-                                    else:
-                                        accounted = _all_accounted(
-                                            asking, answered, known if holds else None, pending
-                                        )
-                                if accounted:
-                                    known._ticket.parent = None
-                                    self._counters = now
-                                    self._pending = pending
-                                    accepted: Phase[Any] = known
-                                    return accepted
+                if entry is not None and entry[0] is type(after) and entry[1](self, before, after):
+                    accepted: Phase[Any] = after  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
+                    return accepted
         return self._checked(before, after, kinds)
 
     def _quick(self, before: Active[Any], after: Any, flags: _Flags) -> Phase[Any] | None:
@@ -539,8 +478,9 @@ class Watch:
         Writes (an ``ApprovedCall`` to run), ``Failed``, model retries and retries of a
         call (``Retrying -> ToolCalling``) always go to ``_checked``.
 
-        ``accept`` does these checks in its own frame (the same reads and operators in the
-        same order); this is their plain form, against which it is tested."""
+        ``accept``'s pair functions (``_pair_code``) do these checks (the same reads and
+        operators in the same order); this is their plain form, against which they are
+        tested."""
         holds, runs, queued, counted = flags
         try:
             link = after._ticket
@@ -824,7 +764,7 @@ def _checks_code(call_id: bool, attempt: bool, keys: tuple[str, ...]) -> types.C
     as ``_counted``: each of its reads then sees one class's slots (the interpreter keeps
     what it found a read to be, and one site read on several classes is read the slow
     way). Made once per kind and set of keys; each ``Watch`` makes its functions from it
-    with its own kept objects (``_checks_for``), as ``Watch._same_all``."""
+    with its own kept objects (``Watch._checks``, by ``_checks_of``), as ``Watch._same_all``."""
     counted = _counters_body(call_id, attempt)
     lines, at = _terms_lines(keys, "None")
     lines.append("if not (before.agent is agent and phase.agent is agent): return None")
@@ -837,22 +777,30 @@ def _checks_code(call_id: bool, attempt: bool, keys: tuple[str, ...]) -> types.C
 
 
 _Check = Callable[[Runtime, Agent[Any], Any, Any, _Counters], _Counters | None]
-# The kinds of class (call_id, attempt) the library's classes in _FAST are of: each
-# Watch makes a function for each (the index of one in Watch._checks: 2 * call_id +
-# attempt; a kind no class is of is None there).
+# The kinds of class (call_id, attempt) the library's classes in _FAST are of: a Watch's
+# _checks, when asked for, has a function for each (at index 2 * call_id + attempt; a
+# kind no class is of is None there).
 _KINDS: set[tuple[bool, bool]] = set()
 
 
-def _checks_for(rt: Runtime, agent: Agent[Any]) -> tuple[_Check | None, ...] | None:
-    """``_checks_code``'s functions (no call_id nor attempt, attempt, call_id, both; a
-    kind no class in ``_FAST`` is of: ``None``) for this run's runtime and agent, holding
-    what they are now as their constants; ``None`` for a budget whose ``__dict__`` is not
-    a dict of ``str`` keys (``accept``'s whole check judges those runs)."""
+def _checks_for(  # pyright: ignore[reportUnusedFunction]  # the tests' per-kind form
+    rt: Runtime, agent: Agent[Any]
+) -> tuple[_Check | None, ...] | None:
+    """``_checks_of``'s functions for this run's runtime and agent, holding what they are
+    now as their constants; ``None`` for a budget whose ``__dict__`` is not a dict of
+    ``str`` keys (tests/test_watch_fast15.py; ``accept`` takes ``_pairs_for``'s)."""
     budget = vars(agent.budget)
     if type(budget) is not dict or not all(type(key) is str for key in budget):
         return None
-    keys = tuple(budget)
     kept = (*_runtime_parts(rt), *_agent_parts(agent), *budget.values())
+    return _checks_of(tuple(budget), kept)
+
+
+def _checks_of(keys: tuple[str, ...], kept: tuple[Any, ...]) -> tuple[_Check | None, ...]:
+    """``_checks_code``'s functions (no call_id nor attempt, attempt, call_id, both; a
+    kind no class in ``_FAST`` is of: ``None``) for a budget of ``keys`` (all ``str``),
+    holding ``kept`` (the runtime's fields, the agent's, the budget's values) as their
+    constants."""
     made: list[_Check | None] = []
     for call_id, attempt in ((False, False), (False, True), (True, False), (True, True)):
         if (call_id, attempt) not in _KINDS:
@@ -874,6 +822,150 @@ _CHECK_NAMES: dict[str, Any] = {
     "isinstance": isinstance,
     "KeyError": KeyError,
 }
+
+
+@functools.cache
+def _pair_code(
+    call_id: bool, attempt: bool, holds: bool, runs: bool, queued: bool, keys: tuple[str, ...]
+) -> types.CodeType:
+    """The code of ``accept``'s short way for one pair of the library's classes, whose
+    later class has a ``call_id`` field or none and an ``attempt`` field or none, holds a
+    call or not (``_HOLDS_A_CALL``), runs one or not (``_RUNS_A_CALL``), has pending
+    calls or not (the pair's flags), for a budget whose ``__dict__`` has ``keys`` (all
+    ``str``): ``fast(watch, before, phase)`` answers ``True`` when ``accept``'s own frame
+    accepted ``phase`` (having cut its ticket's chain and recorded its counters and
+    queue, as ``accept`` did), else ``None`` (nothing changed: ``_checked`` judges). The
+    same reads, checks and operators in the same order as ``accept``'s frame with
+    ``_checks_code``'s function: the ticket chain, the counters, the run's terms (in
+    their ``try``), the write, the queue, the last reply; each flag, which ``accept``
+    read from the pair's entry at each call, written in as what it is. Each ``Watch``
+    makes a function of it for each pair (``_pairs_for``): its own code object, so that
+    each attribute read in it sees one class (the interpreter keeps what it found a read
+    to be; ``accept``'s reads of the phases, each on several classes, took the slow way)."""
+    counted = _counters_body(call_id, attempt)
+    lines, at = _terms_lines(keys, "None")
+    lines.append("if not (before.agent is agent and phase.agent is agent): return None")
+    terms = "".join(f"        {line}\n" for line in lines)
+    write = "    if type(phase.call) is ApprovedCall:\n        return None\n" if runs else ""
+    pending = "phase.pending" if queued else "()"
+    held = (
+        "            mine, theirs = phase.call_id, asked[at].id\n"
+        "            if not (mine is theirs or mine == theirs):\n"
+        "                return None\n"
+        if holds
+        else ""
+    )
+    source = f"""\
+def fast(watch, before, phase):
+    try:
+        link = phase._ticket
+        holder = link.holder
+        origin = before._ticket
+    except AttributeError:
+        return None
+    if not (
+        holder is not None
+        and type(link) is _Ticket
+        and holder() is phase
+        and link is not origin
+        and link.via is _VIA_TRANSITION
+        and link.parent is origin
+    ):
+        return None
+    was = watch._counters
+{counted}    rt = watch._rt
+    agent = watch._agent
+    try:
+{terms}    except KeyError:
+        return None
+{write}    pending = {pending}
+    kept = watch._pending
+    transcript = phase.transcript
+    if not (
+        type(pending) is tuple
+        and (
+            not (pending or kept)
+            or pending is kept
+            or _order_problem(before, phase, pending, kept) is None
+        )
+        and type(transcript) is Transcript
+        and type(last := transcript._tail) is tuple
+    ):
+        return None
+    start = len(last)
+    while start and last[start - 1].role == "tool":
+        start -= 1
+    if start:
+        asking = last[start - 1]
+        answered = last[start:]
+    else:
+        asking, answered = _last_reply_plain(transcript)
+    if asking is not None and asking.role == "assistant" and asking.tool_calls:
+        if (
+            start
+            and not pending
+            and type(asked := asking.tool_calls) is tuple
+            and len(asked) == len(answered) + {int(holds)}
+        ):
+            at = 0
+            for message in answered:
+                mine, theirs = message.tool_call_id, asked[at].id
+                if not (mine is theirs or mine == theirs):
+                    return None
+                at += 1
+{held}        elif not _all_accounted(asking, answered, {"phase" if holds else "None"}, pending):
+            return None
+    phase._ticket.parent = None
+    watch._counters = (
+        step, tokens, cost, tool_calls, model_calls, count, iterations, call_id, attempt
+    )
+    watch._pending = pending
+    return True
+"""
+    return _placed_code(source, "<statemachine accept>", at)
+
+
+_Pairs = dict[type[Any], tuple[type[Any], dict[type[Any], tuple[type[Any], Callable[..., Any]]]]]
+
+
+def _pairs_for(rt: Runtime, agent: Agent[Any]) -> _Pairs:
+    """``_pair_code``'s functions for each pair of ``_FAST``, as ``_FAST`` holds its
+    entries: ``{before class: (it, {after class: (it, function)})}``, for this run's
+    runtime and agent, holding what they are now as their constants; empty for a budget
+    whose ``__dict__`` is not a dict of ``str`` keys (``accept``'s whole check judges
+    those runs). Each pair's function is made at its first call (``_made_at_first``:
+    a run takes a few of the pairs, and a function costs ~26 k instructions to make)."""
+    budget = vars(agent.budget)
+    if type(budget) is not dict or not all(type(key) is str for key in budget):
+        return {}
+    keys = tuple(budget)
+    kept = (*_runtime_parts(rt), *_agent_parts(agent), *budget.values())
+    made: _Pairs = {}
+    first = _made_at_first(made, keys, kept)
+    for before_cls, (_, pairs) in _FAST.items():
+        made[before_cls] = (before_cls, {after_cls: (after_cls, first) for after_cls in pairs})
+    return made
+
+
+def _made_at_first(
+    made: _Pairs, keys: tuple[str, ...], kept: tuple[Any, ...]
+) -> Callable[..., Any]:
+    """A function that, called as a pair's function in ``made`` (for ``before`` and
+    ``phase`` of exactly the pair's classes: ``accept`` checked them), makes it
+    (``_pair_code`` of the pair's flags, ``keys``, holding ``kept``, the objects kept
+    when the Watch was made), puts it in its place in ``made`` and answers as it does."""
+
+    def first(watch: Watch, before: Any, phase: Any) -> Any:
+        before_cls, after_cls = type(before), type(phase)
+        _, (holds, runs, queued, _counted_fn), index = _FAST[before_cls][1][after_cls]
+        code = _pair_code(index >= 2, index % 2 == 1, holds, runs, queued, keys)
+        fast: Callable[..., Any] = types.FunctionType(
+            code.replace(co_consts=_placer(code)(kept)), _PAIR_NAMES, "fast"
+        )
+        made[before_cls][1][after_cls] = (after_cls, fast)
+        return fast(watch, before, phase)
+
+    return first
 
 
 # The pairs _quick judges: for each library active class, the class itself and, for each
@@ -1144,3 +1236,17 @@ def _answers(transcript: Sequence[Message], calls: tuple[ToolRequest, ...]) -> b
 def _same_calls(now: tuple[object, ...], was: tuple[ToolRequest, ...]) -> bool:
     """Whether ``now`` holds the very same request objects as ``was``, in order."""
     return len(now) == len(was) and all(a is b for a, b in zip(now, was, strict=True))
+
+
+# What the functions _pair_code makes read as globals.
+_PAIR_NAMES: dict[str, Any] = {
+    **_CHECK_NAMES,
+    "AttributeError": AttributeError,
+    "_Ticket": _Ticket,
+    "_VIA_TRANSITION": _VIA_TRANSITION,
+    "ApprovedCall": ApprovedCall,
+    "Transcript": Transcript,
+    "_order_problem": _order_problem,
+    "_last_reply_plain": _last_reply_plain,
+    "_all_accounted": _all_accounted,
+}
