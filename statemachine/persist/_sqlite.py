@@ -57,13 +57,29 @@ _SAVED_SET: Final[set[str]] = set(_SAVED_FIELDS)
 # The ended runs (ENDINGS), as their index and purge's query both write them: the
 # planner uses a partial index for a query whose terms are the index's own.
 _ENDED: Final = f"status IN ({', '.join(repr(status.value) for status in sorted(ENDINGS))})"
-# The checkpoints table is a rowid table, its key (run_id, seq) an index of its own, so a
-# save writes its row's page and its key's (and the run's row). WITHOUT ROWID, measured
-# (the bench's durable run, 9,000 saves): 3.57 -> 3.92 WAL pages a save and more
-# instructions. Its rows (~660 bytes: the blob) are a sixth of a page, where SQLite's own
-# advice is a twentieth; an index b-tree's pages split by rebalancing three neighbours,
-# where a rowid table's last page simply starts a new one, so the splits cost more than
-# the key's page saved.
+# The checkpoints table is a rowid table keyed by its rowid alone: ``id`` is the run's
+# number (``runs.number``, given to a run when its row is first written, from the counter
+# ``run_numbers``, never given twice) times 2**32 plus the checkpoint's seq, so a run's
+# checkpoints are one range of rowids, in seq order, and a save writes its row's page and
+# the run's row (no key index: 3.57 -> ~2.5 WAL pages a save). Its run_id and seq columns
+# stay, as the rows' own record of their key, with the number (NOT NULL without a default:
+# an earlier version's insert, which names none, is refused, never put in another run's
+# range; the CHECK keeps the three together and refuses a seq beyond 32 bits). WITHOUT
+# ROWID with the key (run_id, seq), measured: 3.57 -> 3.92 WAL pages a save (its rows of
+# ~660 bytes are a sixth of a page, where SQLite's own advice is a twentieth, and an index
+# b-tree's pages split by rebalancing three neighbours, where a rowid table's last page
+# simply starts a new one).
+_CHECKPOINTS_COLUMNS: Final = """
+    id     INTEGER PRIMARY KEY
+           CHECK (id = (number << 32) + seq AND number > 0 AND seq BETWEEN 0 AND 4294967295),
+    number INTEGER NOT NULL,
+    run_id TEXT NOT NULL,
+    seq    INTEGER NOT NULL,
+    kind   TEXT NOT NULL CHECK (kind IN ('full', 'delta')),
+    phase  TEXT NOT NULL,
+    blob   BLOB NOT NULL,
+    at     TEXT NOT NULL DEFAULT '1970-01-01T00:00:00.000000+00:00'  -- when it was saved
+"""
 _SCHEMA: Final = (
     """
 CREATE TABLE IF NOT EXISTS runs (
@@ -79,7 +95,8 @@ CREATE TABLE IF NOT EXISTS runs (
     reason      TEXT NOT NULL DEFAULT '',   -- why it is held for a person; '' when not
     failures    INTEGER NOT NULL DEFAULT 0, -- failed_resumable this many times in a row
     retry_at    TEXT,           -- when a worker may retry it; NULL: at once
-    head        BLOB            -- the head of its chain of checkpoints (see _chain)
+    head        BLOB,           -- the head of its chain of checkpoints (see _chain)
+    number      INTEGER         -- its checkpoints' ids are number * 2**32 + seq
 );
 -- By status alone: a save changes a run's updated_at, and an index holding it would be
 -- one more page written per save. Ended runs, which purge reads by age, keep it.
@@ -88,16 +105,13 @@ CREATE INDEX IF NOT EXISTS runs_of_status ON runs (status);
 CREATE INDEX IF NOT EXISTS runs_ended ON runs (status, updated_at) WHERE """
     + _ENDED
     + """;
-CREATE TABLE IF NOT EXISTS checkpoints (
-    run_id TEXT NOT NULL,
-    seq    INTEGER NOT NULL,
-    kind   TEXT NOT NULL CHECK (kind IN ('full', 'delta')),
-    phase  TEXT NOT NULL,
-    blob   BLOB NOT NULL,
-    at     TEXT NOT NULL DEFAULT '1970-01-01T00:00:00.000000+00:00',  -- when it was saved
-    PRIMARY KEY (run_id, seq)
+CREATE TABLE IF NOT EXISTS checkpoints ("""
+    + _CHECKPOINTS_COLUMNS
+    + """);
+CREATE TABLE IF NOT EXISTS run_numbers (  -- one row: the last number given to a run
+    one  INTEGER PRIMARY KEY CHECK (one = 1),
+    last INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS snapshots ON checkpoints (run_id, seq) WHERE kind = 'full';
 CREATE TABLE IF NOT EXISTS claims (
     run_id TEXT PRIMARY KEY,
     owner  TEXT NOT NULL,
@@ -128,23 +142,31 @@ CREATE INDEX IF NOT EXISTS effects_by_run ON effects (run_id);
 # insert into this view, whose trigger moves the run's row from the one this connection
 # wrote last (each column a save reads, and its seq and head) to the checkpoint's, and
 # inserts the checkpoint. Any other row refuses it (RAISE: nothing is written), and the
-# plain path, which reads the row, saves instead. Created after the upgrade's columns.
+# plain path, which reads the row, saves instead. Created after the upgrade's columns,
+# with the index of snapshots, the counter's row and the trigger that keeps the counter
+# at or above every run's number (a run's row is inserted with the counter's next number).
 _SAVE_NEXT_SCHEMA: Final = (
+    "CREATE INDEX IF NOT EXISTS snapshots ON checkpoints (id) WHERE kind = 'full'",
+    "INSERT OR IGNORE INTO run_numbers VALUES (1, coalesce((SELECT max(number) FROM runs), 0))",
+    """CREATE TRIGGER IF NOT EXISTS run_numbered AFTER INSERT ON runs BEGIN
+    UPDATE run_numbers SET last = NEW.number WHERE last < NEW.number;
+END""",
     "CREATE VIEW IF NOT EXISTS next_delta (run_id, seq, phase, blob, at, head, previous, "
-    "status, waiting_for, agent, stop_requested) AS SELECT NULL, NULL, NULL, NULL, NULL, "
-    "NULL, NULL, NULL, NULL, NULL, NULL WHERE 0",
+    "status, waiting_for, agent, stop_requested, number) AS SELECT NULL, NULL, NULL, NULL, "
+    "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0",
     """CREATE TRIGGER IF NOT EXISTS next_delta_saved INSTEAD OF INSERT ON next_delta BEGIN
     UPDATE runs SET phase = NEW.phase, updated_at = NEW.at, seq = NEW.seq, head = NEW.head
     WHERE run_id = NEW.run_id AND seq = NEW.seq - 1 AND head = NEW.previous
     AND status = NEW.status AND waiting_for = NEW.waiting_for AND agent = NEW.agent
     AND stop_requested = NEW.stop_requested AND decision IS NULL AND reason = ''
-    AND failures = 0 AND retry_at IS NULL;
+    AND failures = 0 AND retry_at IS NULL AND number = NEW.number;
     SELECT RAISE(ABORT, 'not the row this connection wrote') WHERE changes() = 0;
-    INSERT INTO checkpoints (run_id, seq, kind, phase, blob, at)
-    VALUES (NEW.run_id, NEW.seq, 'delta', NEW.phase, NEW.blob, NEW.at);
+    INSERT INTO checkpoints (id, number, run_id, seq, kind, phase, blob, at)
+    VALUES ((NEW.number << 32) + NEW.seq, NEW.number, NEW.run_id, NEW.seq, 'delta', NEW.phase,
+    NEW.blob, NEW.at);
 END""",
 )
-_SAVE_NEXT: Final = "INSERT INTO next_delta VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_SAVE_NEXT: Final = "INSERT INTO next_delta VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _EFFECT_COLUMNS: Final = "key, run_id, tool, args_hash, status, result, updated_at"
 _RECORD_COLUMNS: Final = (
     "run_id, agent, status, phase, waiting_for, updated_at, seq, stop_requested, "
@@ -159,6 +181,13 @@ _ADDED_COLUMNS: Final = (
     ("runs", "failures", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "retry_at", "TEXT"),
     ("runs", "head", "BLOB"),
+    ("runs", "number", "INTEGER"),
+)
+# A run's checkpoints, the rowids from its number's first to its last (see _SCHEMA): the
+# run's row read in the statement itself (a read never trusts a number kept in memory).
+_RANGE: Final = (
+    "id BETWEEN (SELECT number << 32 FROM runs WHERE run_id = :run_id) "
+    "AND (SELECT (number << 32) + 4294967295 FROM runs WHERE run_id = :run_id)"
 )
 _LEASE_COLUMNS: Final = "run_id, owner, claimed_at, until, released_at"
 
@@ -261,9 +290,47 @@ def _upgrade(connection: sqlite3.Connection) -> set[tuple[str, str]]:
     return added
 
 
+def _keyed_by_rowid(connection: sqlite3.Connection) -> bool:
+    """Move a file's checkpoints, keyed by (run_id, seq) before, to the rowid key (see
+    _SCHEMA), in the upgrade's transaction; whether it had to.
+
+    Each run is numbered with its row's rowid (unique, above 0); a checkpoint whose run
+    has no row, or whose seq is outside 0 to 2**32 - 1, is kept where it was, in the
+    table renamed ``checkpoints_before_rowid`` (never read; nothing is dropped).
+    """
+    present = {row[1] for row in connection.execute("PRAGMA table_info(checkpoints)")}
+    if "id" in present:
+        return False
+    # The view's trigger and the old key's index name the old columns: made again after.
+    connection.execute("DROP TRIGGER IF EXISTS next_delta_saved")
+    connection.execute("DROP VIEW IF EXISTS next_delta")
+    connection.execute("DROP INDEX IF EXISTS snapshots")
+    connection.execute("UPDATE runs SET number = rowid WHERE number IS NULL")
+    connection.execute(f"CREATE TABLE checkpoints_keyed ({_CHECKPOINTS_COLUMNS})")
+    moved = connection.execute(
+        "INSERT INTO checkpoints_keyed (id, number, run_id, seq, kind, phase, blob, at) "
+        "SELECT (runs.number << 32) + c.seq, runs.number, c.run_id, c.seq, c.kind, c.phase, "
+        "c.blob, c.at "
+        "FROM checkpoints AS c JOIN runs ON runs.run_id = c.run_id "
+        "WHERE c.seq BETWEEN 0 AND 4294967295 ORDER BY runs.number, c.seq"
+    ).rowcount
+    (found,) = connection.execute("SELECT count(*) FROM checkpoints").fetchone()
+    if moved == found:
+        connection.execute("DROP TABLE checkpoints")
+    else:
+        connection.execute(
+            "DELETE FROM checkpoints WHERE seq BETWEEN 0 AND 4294967295 "
+            "AND run_id IN (SELECT run_id FROM runs)"
+        )
+        connection.execute("ALTER TABLE checkpoints RENAME TO checkpoints_before_rowid")
+    connection.execute("ALTER TABLE checkpoints_keyed RENAME TO checkpoints")
+    return True
+
+
 def _all_rows(connection: sqlite3.Connection, run_id: str) -> list[_Row]:
     rows = connection.execute(
-        "SELECT seq, kind, phase, blob FROM checkpoints WHERE run_id = ? ORDER BY seq", (run_id,)
+        f"SELECT seq, kind, phase, blob FROM checkpoints WHERE {_RANGE} ORDER BY id",
+        {"run_id": run_id},
     ).fetchall()
     return [_Row(seq, kind == "full", phase, bytes(blob)) for seq, kind, phase, blob in rows]
 
@@ -386,7 +453,7 @@ class SQLiteCheckpointer(_Store):
     to a thread. The run's registry row is read from memory when no other connection
     has committed since this one wrote it (``PRAGMA data_version``); a save that changes
     only its phase, time, seq and head writes only those, which no index holds, so a
-    save writes three pages (the checkpoint, its key, the run's row). A run's next
+    save writes two pages (the checkpoint, keyed by its rowid, and the run's row). A run's next
     delta is saved in one statement, its own transaction (``_save_next``: an insert into
     the view ``next_delta``, whose trigger writes both rows only while the run's row is
     still the one this connection wrote).
@@ -429,6 +496,10 @@ class SQLiteCheckpointer(_Store):
         # committed since (PRAGMA data_version stays ``_version``): a save reads its
         # run's row from here instead of the file.
         self._written: dict[str, RunRecord] = {}
+        # The runs' numbers (see _SCHEMA) as this connection's saves found them: a number
+        # is never given to another run, and the next delta's trigger checks it against
+        # the run's row, so one that is out of date is refused (the plain path saves).
+        self._numbers: dict[str, int] = {}
         self._version: int | None = None
         # The connection's busy timeout: 0 while a save runs on the event loop.
         self._busy_ms = _BUSY_MS
@@ -456,6 +527,7 @@ class SQLiteCheckpointer(_Store):
                 self._connection.close()
                 self._connection = None
             self._written.clear()
+            self._numbers.clear()
             self._version = None  # each connection counts data_version on its own
             self._wal_pages = 0
 
@@ -539,7 +611,9 @@ class SQLiteCheckpointer(_Store):
                 # One transaction: one commit, and one process creates or upgrades at a time.
                 connection.executescript("BEGIN IMMEDIATE;\n" + _SCHEMA)
                 try:
-                    if ("runs", "head") in _upgrade(connection):
+                    added = _upgrade(connection)
+                    _keyed_by_rowid(connection)
+                    if ("runs", "head") in added:
                         self._record_heads(connection)
                     for statement in _SAVE_NEXT_SCHEMA:
                         connection.execute(statement)
@@ -591,7 +665,8 @@ class SQLiteCheckpointer(_Store):
         return pages
 
     def _committed(self, db: sqlite3.Connection, pages: int) -> None:
-        # A page of each table and index a save writes (three), and its blobs.
+        # Three pages a save (it writes two and a new leaf now and then, and the WAL's copy
+        # back is timed by this count: kept as it was measured), and its blobs.
         self._wal_pages += 3 + pages
         if self._wal.finished:
             self._wal.catch_up(db)
@@ -626,8 +701,9 @@ class SQLiteCheckpointer(_Store):
         # its head by a save only.
         self._db.execute(
             "INSERT INTO runs (run_id, agent, status, phase, waiting_for, updated_at, seq, "
-            "stop_requested, reason, failures, retry_at, head) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE "
+            "stop_requested, reason, failures, retry_at, head, number) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT last + 1 FROM run_numbers)) "
+            "ON CONFLICT (run_id) DO UPDATE "
             "SET agent = excluded.agent, status = excluded.status, phase = excluded.phase, "
             "waiting_for = excluded.waiting_for, updated_at = excluded.updated_at, "
             "seq = excluded.seq, stop_requested = excluded.stop_requested, "
@@ -727,7 +803,8 @@ class SQLiteCheckpointer(_Store):
             return None
         chain = self._chain
         known = None if change is None else chain.recent.get(run_id)
-        if known is None:
+        number = self._numbers.get(run_id)
+        if known is None or number is None:
             return None
         previous = known.head
         if chain.sealer is not None or len(previous) != _DIGEST:
@@ -793,6 +870,7 @@ class SQLiteCheckpointer(_Store):
                     waiting_for,
                     agent,
                     int(kept["stop_requested"]),
+                    number,
                 ),
             )
         except sqlite3.IntegrityError:  # another row: it is read again
@@ -823,9 +901,14 @@ class SQLiteCheckpointer(_Store):
 
     def _put_row(self, run_id: str, row: _Row) -> None:
         self._tx_pages += len(row.blob) >> 12
-        self._cursor.execute(
-            "INSERT INTO checkpoints (run_id, seq, kind, phase, blob, at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+        # A new run's first row takes the number its run's row is given next (see
+        # _put_record), in the same transaction; the number is kept for the next delta's
+        # one statement (_save_next).
+        inserted = self._cursor.execute(
+            "INSERT INTO checkpoints (id, number, run_id, seq, kind, phase, blob, at) "
+            "SELECT (n << 32) + ?2, n, ?1, ?2, ?3, ?4, ?5, ?6 FROM (SELECT coalesce("
+            "(SELECT number FROM runs WHERE run_id = ?1), (SELECT last + 1 FROM run_numbers)) "
+            "AS n) RETURNING number",
             (
                 run_id,
                 row.seq,
@@ -835,12 +918,17 @@ class SQLiteCheckpointer(_Store):
                 self._stamp(row.at),
             ),
         )
+        [(number,)] = inserted.fetchall()  # to its end: the statement is done
+        self._numbers[run_id] = number
 
     def _chain_rows(self, run_id: str) -> list[_Row]:
         rows = self._db.execute(
-            "SELECT seq, kind, phase, blob FROM checkpoints WHERE run_id = :run_id AND seq >= "
-            "coalesce((SELECT max(seq) FROM checkpoints WHERE run_id = :run_id "
-            "AND kind = 'full'), 0) ORDER BY seq",
+            # One range of rowids, from the run's last snapshot (or its first row) on.
+            "SELECT seq, kind, phase, blob FROM checkpoints WHERE id BETWEEN coalesce("
+            f"(SELECT max(id) FROM checkpoints WHERE {_RANGE} AND kind = 'full'), "
+            "(SELECT number << 32 FROM runs WHERE run_id = :run_id)) "
+            "AND (SELECT (number << 32) + 4294967295 FROM runs WHERE run_id = :run_id) "
+            "ORDER BY id",
             {"run_id": run_id},
         ).fetchall()
         # Each made as _Row's own __new__ makes it (its slots, then the default), without
@@ -852,9 +940,9 @@ class SQLiteCheckpointer(_Store):
 
     def _rows(self, run_id: str) -> list[CheckpointEntry]:
         rows = self._db.execute(
-            "SELECT seq, phase, kind, length(blob), at FROM checkpoints WHERE run_id = ? "
-            "ORDER BY seq",
-            (run_id,),
+            f"SELECT seq, phase, kind, length(blob), at FROM checkpoints WHERE {_RANGE} "
+            "ORDER BY id",
+            {"run_id": run_id},
         ).fetchall()
         return [
             CheckpointEntry(
@@ -889,7 +977,9 @@ class SQLiteCheckpointer(_Store):
                 f"SELECT run_id FROM runs WHERE {_ENDED} AND updated_at < ?", (_stamp(before),)
             )
         ]
-        self._db.executemany("DELETE FROM checkpoints WHERE run_id = ?", [(r,) for r in removed])
+        self._db.executemany(
+            f"DELETE FROM checkpoints WHERE {_RANGE}", [{"run_id": r} for r in removed]
+        )
         self._db.executemany("DELETE FROM effects WHERE run_id = ?", [(r,) for r in removed])
         self._db.executemany("DELETE FROM claims WHERE run_id = ?", [(r,) for r in removed])
         self._db.executemany("DELETE FROM leases WHERE run_id = ?", [(r,) for r in removed])
