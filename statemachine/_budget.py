@@ -204,10 +204,16 @@ class Spend:
         model_calls: int = 0,
     ) -> Spend:
         """A new ``Spend`` with the amounts added."""
-        try:  # money_sum(self.cost, cost) without its frame and loop: the same sum
-            total = _exact_add(self.cost, cost)
-        except DecimalException:
-            total = money_sum(self.cost, cost)  # raises the ValueError that names the sum
+        was = self.cost
+        if type(cost) is not Decimal or cost:  # not an exact zero: the sum
+            try:  # money_sum(self.cost, cost) without its frame and loop: the same sum
+                total = _exact_add(was, cost)
+            except DecimalException:
+                total = money_sum(was, cost)  # raises the ValueError that names the sum
+        elif was is _kept and cost.adjusted() >= 0:  # a zero's adjusted() is its exponent
+            total = was  # the sum, spelled as ``was`` (see _kept): the cost stays
+        else:
+            total = _zero_added(was, cost)
         return _spend(
             self.tokens + tokens,
             total,
@@ -262,7 +268,38 @@ class Spend:
 _SPEND_FIELDS = tuple(field.name for field in attrs.fields(Spend))
 _NO_COST = Decimal(0)
 _exact_add = EXACT.add
+_same_spelling = EXACT.compare_total  # 0 for the very same spelling only, else 1 or -1
 _new = object.__new__
+
+# A cost found spelled as its sum with a zero: an exact ``Decimal`` whose exact sum
+# (``EXACT.add``) with ``Decimal(0)`` is spelled as itself (the same sign, digits and
+# exponent). That holds for a finite cost of exponent 0 or less, not ``-0``, of at most
+# ``EXACT.prec`` digits and not below the context's range (a number's adjusted exponent
+# not below ``Emin``, a zero's exponent not below ``Etiny()``), and for an infinity or a
+# quiet NaN. Its sum with any zero of exponent 0 or more is then spelled as itself too:
+# the sum's exponent is the smaller of the two, its sign the cost's (``+0`` for ``+0``
+# and any zero), its digits the cost's, so it fits ``EXACT`` as the cost does. ``EXACT``
+# never changes and neither does a ``Decimal``: once found, always so
+# (tests/test_budget_fast16_zero.py checks the rule against ``EXACT.add``).
+_kept: Decimal | None = None
+
+
+def _zero_added(was: Decimal, zero: Decimal) -> Decimal:
+    """``money_sum(was, zero)`` for an exact ``Decimal`` zero, or ``was`` itself when
+    ``was`` is an exact ``Decimal`` and the sum is spelled as it is (``compare_total``
+    answers 0 for the very same spelling only); ``was`` is then kept in ``_kept`` when
+    ``zero`` is spelled as ``Decimal(0)`` (``+0``, exponent 0), the sum that tells the
+    rule above. Raises as ``money_sum``."""
+    global _kept
+    try:
+        total = _exact_add(was, zero)
+    except DecimalException:
+        return money_sum(was, zero)  # raises the ValueError that names the sum
+    if type(was) is Decimal and not _same_spelling(total, was):
+        if not zero.adjusted() and not zero.is_signed():
+            _kept = was
+        return was
+    return total
 
 
 # A Spend being made by _spend: see making_class.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
-from . import _json
+from . import _budget, _json
 from ._approval import ApprovedCall
 from ._breaker import _settle_tool, _tool_refused
 from ._budget import Budget, Spend, _spend
@@ -160,13 +160,17 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
     if ledger is not None and key is not None:
         await ledger.record_result(key, _json.to_plain(output))
     # _counted(spent, price) in this frame for a free tool's call (its first case: the
-    # sum with _FREE_COST, exact, else an error); anything else is _counted's.
+    # sum with _FREE_COST, exact, else an error; the cost itself when it is the one
+    # _budget._kept holds, which that sum spells as itself); anything else is _counted's.
     total: Decimal | None = None
     if price is _FREE and type(spent) is Spend and type(was := spent.cost) is Decimal:
-        try:
-            total = _exact_add(was, _FREE_COST)
-        except DecimalException:
-            total = None
+        if was is _budget._kept:
+            total = was
+        else:
+            try:
+                total = _exact_add(was, _FREE_COST)
+            except DecimalException:
+                total = None
     observing: Observing[C] = _TO_OBSERVING(
         agent.phases.observing,
         calling,
@@ -204,12 +208,16 @@ def _counted(spent: Spend, price: Decimal) -> Spend:
     so it is added to the price first (exact sums: the same value and spelling)."""
     # A free tool's price is _FREE itself: its sum with _ZERO is made once.
     cost = _FREE_COST if price is _FREE else money_sum(_ZERO, price)
-    if type(spent) is Spend and type(spent.cost) is Decimal:
-        # What add makes, without its keywords: the exact sum (an error in the plain way).
-        try:
-            total = _exact_add(spent.cost, cost)
-        except DecimalException:
-            return spent.add(tool_calls=1, cost=cost)
+    if type(spent) is Spend and type(was := spent.cost) is Decimal:
+        # What add makes, without its keywords: the exact sum (an error in the plain way);
+        # a free tool's: the cost itself when it is the one _budget._kept holds.
+        if cost is _FREE_COST and was is _budget._kept:
+            total = was
+        else:
+            try:
+                total = _exact_add(was, cost)
+            except DecimalException:
+                return spent.add(tool_calls=1, cost=cost)
         return _spend(spent.tokens + 0, total, spent.tool_calls + 1, spent.model_calls + 0)
     return spent.add(tool_calls=1, cost=cost)
 
