@@ -92,6 +92,10 @@ def _built(
     return None if build is _by_init else build(leaving, changes)
 
 
+# What a site's last built class starts as: no class is this object.
+_NO_LAST: tuple[Any, Any] = (object(), None)
+
+
 def _site(*names: str) -> Callable[..., Any]:
     """A function ``at(cls, leaving, *values)`` for one call site of ``_next`` that always
     passes the changes ``names``: it makes what ``leaving._next(cls, **dict(zip(names,
@@ -100,7 +104,9 @@ def _site(*names: str) -> Callable[..., Any]:
     Each class is built by a builder made for it and this site (``_builder`` with
     ``site``), found by the class itself (its id, the class held beside it, as
     ``_BUILDERS``); a class that builder refuses goes through ``leaving._next`` and
-    ``cls(...)``, with their checks and errors.
+    ``cls(...)``, with their checks and errors. The class the site made a builder for
+    last is kept beside that builder (``_last``, one tuple stored whole: never a class
+    with another's builder) and tried first, by identity, before the look-up by id.
     """
     if len(set(names)) != len(names) or not all(name.isidentifier() for name in names):
         raise ValueError(f"a site's changes are distinct names, got {names!r}")
@@ -113,19 +119,23 @@ def _site(*names: str) -> Callable[..., Any]:
         made: Callable[..., Any] = _builder(cls, copy=False, site=names)
         build = by_next if made is _by_init else made
         builders[id(cls)] = (cls, build)
+        namespace["_last"] = (cls, build)  # one store: read whole, or not yet
         return build(leaving, *values)
 
     params = "".join(f", _a{k}" for k in range(len(names)))
     source = "\n".join(
         (
             f"def at(cls, leaving{params}):",
+            "    known = _last",
+            "    if known[0] is cls:",
+            f"        return known[1](leaving{params})",
             "    known = _get(id(cls))",
             "    if known is not None and known[0] is cls:",
             f"        return known[1](leaving{params})",
             f"    return _first(cls, leaving, ({params[2:]}{',' if names else ''}))",
         )
     )
-    namespace: dict[str, Any] = {"_get": builders.get, "_first": first}
+    namespace: dict[str, Any] = {"_get": builders.get, "_first": first, "_last": _NO_LAST}
     exec(compile(source, f"<statemachine site {names}>", "exec"), namespace)
     return cast("Callable[..., Any]", namespace["at"])
 
