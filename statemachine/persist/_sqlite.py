@@ -906,16 +906,18 @@ class SQLiteCheckpointer(_Store):
         # one statement (_save_next).
         inserted = self._cursor.execute(
             "INSERT INTO checkpoints (id, number, run_id, seq, kind, phase, blob, at) "
-            "SELECT (n << 32) + ?2, n, ?1, ?2, ?3, ?4, ?5, ?6 FROM (SELECT coalesce("
-            "(SELECT number FROM runs WHERE run_id = ?1), (SELECT last + 1 FROM run_numbers)) "
+            "SELECT (n << 32) + ?, n, ?, ?, ?, ?, ?, ? FROM (SELECT coalesce("
+            "(SELECT number FROM runs WHERE run_id = ?), (SELECT last + 1 FROM run_numbers)) "
             "AS n) RETURNING number",
-            (
+            (  # plain ? in order (numbered ones with a sequence are deprecated in 3.12)
+                row.seq,
                 run_id,
                 row.seq,
                 "full" if row.snapshot else "delta",
                 row.phase,
                 bytearray(row.blob),  # bound as it is, as the head is (see _put_saved)
                 self._stamp(row.at),
+                run_id,
             ),
         )
         [(number,)] = inserted.fetchall()  # to its end: the statement is done
