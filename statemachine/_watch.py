@@ -246,7 +246,7 @@ def _placer(code: types.CodeType) -> Callable[[tuple[Any, ...]], tuple[Any, ...]
     ``kept[index] if placeholder else const`` over ``code.co_consts``, made by one
     ``itemgetter`` over ``kept`` followed by the other constants (in C; the same tuple).
     Cached per code: the codes it is given are each made once (``_same_all_code``,
-    ``_checks_code``, themselves cached), so their hash is asked once."""
+    ``_pair_code``, themselves cached), so their hash is asked once."""
     consts = code.co_consts
     fixed = tuple(const for const in consts if not _placeholder(const))
     order: list[int] = []
@@ -298,7 +298,7 @@ def _same_all_code(keys: tuple[str, ...]) -> types.CodeType:
 
 
 def _terms_lines(keys: tuple[str, ...], refused: str) -> tuple[list[str], int]:
-    """The lines of a generated terms check (``_same_all_code``'s, ``_checks_code``'s),
+    """The lines of a generated terms check (``_same_all_code``'s, ``_pair_code``'s),
     for a budget whose ``__dict__`` has ``keys`` (all ``str``), each answering
     ``return {refused}`` when its check fails: each field of the runtime (``rt``), then of
     the agent (``agent``), in ``attrs.fields`` order, then each of the budget's values,
@@ -375,7 +375,6 @@ class Watch:
     __slots__ = (
         "_agent",
         "_budget",
-        "_checks_made",
         "_counters",
         "_keys",
         "_pairs",
@@ -396,11 +395,9 @@ class Watch:
         self._budget = tuple(budget.values())
         self._keys = tuple(budget)
         self._same_budget = _same_values(tuple(budget))
-        # _same_all (the terms check _quick calls) and _checks (the per-kind checks) are
-        # made when first asked for: accept calls _pairs' functions, which hold the same
-        # objects.
+        # _same_all (the terms check _quick calls) is made when first asked for: accept
+        # calls _pairs' functions, which hold the same objects.
         self._same_made: Any = _NOT_MADE
-        self._checks_made: Any = _NOT_MADE
         if not _FAST:
             _fast_pairs()
         self._pairs = _pairs_for(rt, agent)
@@ -410,7 +407,7 @@ class Watch:
     @property
     def _same_all(self) -> Callable[[Runtime, Agent[Any], Any, Any], bool] | None:
         """The terms check (``_same_all_code``'s function) of what the runtime, the agent
-        and the budget were when the Watch was made (the very objects ``_checks``' functions
+        and the budget were when the Watch was made (the very objects ``_pairs``' functions
         hold); ``None`` for a budget whose ``__dict__`` is not a dict of ``str`` keys."""
         made = self._same_made
         if made is _NOT_MADE:
@@ -421,22 +418,6 @@ class Watch:
             )
         same: Callable[[Runtime, Agent[Any], Any, Any], bool] | None = made
         return same
-
-    @property
-    def _checks(self) -> tuple[_Check | None, ...] | None:
-        """``_checks_code``'s functions (``_checks_of``) of what the runtime, the agent and
-        the budget were when the Watch was made: the counters and terms checks of
-        ``_pairs``' functions, per kind of class; ``None`` for a budget whose ``__dict__``
-        is not a dict of ``str`` keys."""
-        made = self._checks_made
-        if made is _NOT_MADE:
-            made = self._checks_made = (
-                None
-                if not self._pairs
-                else _checks_of(self._keys, (*self._runtime, *self._terms, *self._budget))
-            )
-        checks: tuple[_Check | None, ...] | None = made
-        return checks
 
     def accept(
         self,
@@ -709,7 +690,7 @@ _COUNTERS_RETURNED = """\
 
 
 def _counters_body(call_id: bool, attempt: bool, note: str = "") -> str:
-    """The lines of a generated counters check (``_counted``'s, ``_checks_code``'s) for a
+    """The lines of a generated counters check (``_counted``'s, ``_pair_code``'s) for a
     class with a ``call_id`` field or none and an ``attempt`` field or none, before its
     return: the phase's counters read in ``_counters``'s order, each field's value
     checked as ``_counters`` checks it (a class without the field gives ``""`` or ``-1``,
@@ -751,69 +732,7 @@ def _counters_body(call_id: bool, attempt: bool, note: str = "") -> str:
 """
 
 
-@functools.cache
-def _checks_code(call_id: bool, attempt: bool, keys: tuple[str, ...]) -> types.CodeType:
-    """The code of ``accept``'s counters and terms checks in one function, for a phase
-    class with a ``call_id`` field or none and an ``attempt`` field or none (as
-    ``_counted``) and a budget whose ``__dict__`` has ``keys`` (all ``str``):
-    ``check(rt, agent, before, phase, was)`` answers ``_counted(call_id, attempt)(phase,
-    was)`` when that is not ``None`` and ``_same_all_code(keys)``'s function answers
-    ``True`` for ``(rt, agent, before, phase)``; else ``None``. The same reads, checks
-    and operators in the same order (the counters', then the terms' in their ``try``),
-    in one frame where ``accept`` called two functions. A code for each kind of class,
-    as ``_counted``: each of its reads then sees one class's slots (the interpreter keeps
-    what it found a read to be, and one site read on several classes is read the slow
-    way). Made once per kind and set of keys; each ``Watch`` makes its functions from it
-    with its own kept objects (``Watch._checks``, by ``_checks_of``), as ``Watch._same_all``."""
-    counted = _counters_body(call_id, attempt)
-    lines, at = _terms_lines(keys, "None")
-    lines.append("if not (before.agent is agent and phase.agent is agent): return None")
-    terms = "".join(f"        {line}\n" for line in lines)
-    source = (
-        f"def check(rt, agent, before, phase, was):\n{counted}    try:\n{terms}"
-        f"    except KeyError:\n        return None\n{_COUNTERS_RETURNED}"
-    )
-    return _placed_code(source, "<statemachine counted and terms>", at)
-
-
-_Check = Callable[[Runtime, Agent[Any], Any, Any, _Counters], _Counters | None]
-# The kinds of class (call_id, attempt) the library's classes in _FAST are of: a Watch's
-# _checks, when asked for, has a function for each (at index 2 * call_id + attempt; a
-# kind no class is of is None there).
-_KINDS: set[tuple[bool, bool]] = set()
-
-
-def _checks_for(  # pyright: ignore[reportUnusedFunction]  # the tests' per-kind form
-    rt: Runtime, agent: Agent[Any]
-) -> tuple[_Check | None, ...] | None:
-    """``_checks_of``'s functions for this run's runtime and agent, holding what they are
-    now as their constants; ``None`` for a budget whose ``__dict__`` is not a dict of
-    ``str`` keys (tests/test_watch_fast15.py; ``accept`` takes ``_pairs_for``'s)."""
-    budget = vars(agent.budget)
-    if type(budget) is not dict or not all(type(key) is str for key in budget):
-        return None
-    kept = (*_runtime_parts(rt), *_agent_parts(agent), *budget.values())
-    return _checks_of(tuple(budget), kept)
-
-
-def _checks_of(keys: tuple[str, ...], kept: tuple[Any, ...]) -> tuple[_Check | None, ...]:
-    """``_checks_code``'s functions (no call_id nor attempt, attempt, call_id, both; a
-    kind no class in ``_FAST`` is of: ``None``) for a budget of ``keys`` (all ``str``),
-    holding ``kept`` (the runtime's fields, the agent's, the budget's values) as their
-    constants."""
-    made: list[_Check | None] = []
-    for call_id, attempt in ((False, False), (False, True), (True, False), (True, True)):
-        if (call_id, attempt) not in _KINDS:
-            made.append(None)
-            continue
-        code = _checks_code(call_id, attempt, keys)
-        check: _Check = types.FunctionType(
-            code.replace(co_consts=_placer(code)(kept)), _CHECK_NAMES, "check"
-        )
-        made.append(check)
-    return tuple(made)
-
-
+# What the counters and terms checks of the functions _pair_code makes read as globals.
 _CHECK_NAMES: dict[str, Any] = {
     "CHUNK": CHUNK,
     "ActionLog": ActionLog,
@@ -835,10 +754,11 @@ def _pair_code(
     ``str``): ``fast(watch, before, phase)`` answers ``True`` when ``accept``'s own frame
     accepted ``phase`` (having cut its ticket's chain and recorded its counters and
     queue, as ``accept`` did), else ``None`` (nothing changed: ``_checked`` judges). The
-    same reads, checks and operators in the same order as ``accept``'s frame with
-    ``_checks_code``'s function: the ticket chain, the counters, the run's terms (in
-    their ``try``), the write, the queue, the last reply; each flag, which ``accept``
-    read from the pair's entry at each call, written in as what it is. Each ``Watch``
+    same reads, checks and operators in the same order as ``Watch._quick`` (its
+    ``_counted`` and ``_same_all`` calls written out in its frame): the ticket chain,
+    the counters, the run's terms (in their ``try``), the write, the queue, the last
+    reply; each flag, which ``accept`` read from the pair's entry at each call, written
+    in as what it is. Each ``Watch``
     makes a function of it for each pair (``_pairs_for``): its own code object, so that
     each attribute read in it sees one class (the interpreter keeps what it found a read
     to be; ``accept``'s reads of the phases, each on several classes, took the slow way)."""
@@ -1006,7 +926,6 @@ def _fast_pairs() -> None:
             counted = _counted(call_id, attempt)
             flags = (holds, runs, "pending" in names, counted)
             pairs[after_cls] = (after_cls, flags, 2 * call_id + attempt)
-            _KINDS.add((call_id, attempt))
         _FAST[before_cls] = (before_cls, pairs)
 
 

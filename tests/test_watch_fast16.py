@@ -281,5 +281,4 @@ def test_a_budget_of_other_keys_has_no_pair_functions() -> None:
     assert _watch._pairs_for(rt, agent) == {}
     watch = _watch.Watch(rt, agent, agent.start(None, "go"))
     assert watch._pairs == {}
-    assert watch._checks is None
     assert watch._same_all is None
