@@ -162,45 +162,57 @@ def _value_text(value: Any, kinds: frozenset[type[Any]]) -> str | None:
 
 _Writer = Callable[[BaseModel], "str | None"]
 _ONLY_TEXT: Final[frozenset[type[Any]]] = frozenset({str})
+_SERIALIZER: Final = "__pydantic_serializer__"
 
 
 def _writer(cls: type[Any]) -> _Writer | None:
     """A function writing a ``cls``'s canonical text from its values (``None`` when a
     value is not of its field's types, or its class's serializer was replaced since), made
-    once per class; ``None`` when ``cls`` is not recognised exactly."""
+    once per class; ``None`` when ``cls`` is not recognised exactly.
+
+    The serializer is read from ``cls``'s own namespace (a live view, kept), where
+    ``model_dump``'s ``self.__pydantic_serializer__`` finds it first, without the class
+    attribute look-up, which pydantic's metaclass ``__getattr__`` hook sends through a
+    Python-level ``type.__getattribute__`` call; ``args`` of any class but ``cls``
+    itself answers ``None``."""
     plain = _plain_fields(cls)
     if plain is None:
         return None
     serializer, fields = plain
+    # Every look-up by subscript, a missing key (a namespace without the serializer, a
+    # value without a field) answering None by the KeyError; the text joined by one
+    # f-string (the heads' braces doubled, their escapes kept by repr).
     lines = [
         "def write(args):",
-        "    if type(args).__pydantic_serializer__ is not serializer:",
-        "        return None",
-        "    values = args.__dict__",
-        f"    if len(values) != {len(fields)}:",
-        "        return None",
+        "    try:",
+        "        if type(args) is not cls or space[SERIALIZER] is not serializer:",
+        "            return None",
+        "        values = args.__dict__",
+        f"        if len(values) != {len(fields)}:",
+        "            return None",
     ]
     namespace: dict[str, Any] = {
         "serializer": serializer, "encode": encode_basestring, "text": _value_text,
+        "cls": cls, "space": vars(cls), "SERIALIZER": _SERIALIZER,
     }  # fmt: skip
-    joined = []
+    template = "{{"
     for index, (name, head, kinds) in enumerate(fields):
         namespace[f"name{index}"], namespace[f"kinds{index}"] = name, kinds
-        lines.append(f"    value{index} = values.get(name{index}, values)")
+        lines.append(f"        value{index} = values[name{index}]")
         if kinds == _ONLY_TEXT:
             lines += [
-                f"    if type(value{index}) is not str:",
-                "        return None",
-                f"    value{index} = encode(value{index})",
+                f"        if type(value{index}) is not str:",
+                "            return None",
+                f"        value{index} = encode(value{index})",
             ]
         else:
             lines += [
-                f"    value{index} = text(value{index}, kinds{index})",
-                f"    if value{index} is None:",
-                "        return None",
+                f"        value{index} = text(value{index}, kinds{index})",
+                f"        if value{index} is None:",
+                "            return None",
             ]
-        joined.append(f"{(('{' if index == 0 else '') + head)!r} + value{index}")
-    lines.append(f"    return {' + '.join(joined) if joined else repr('{')} + {'}'!r}")
+        template += head.replace("{", "{{").replace("}", "}}") + f"{{value{index}}}"
+    lines += ["    except KeyError:", "        return None", f"    return f{template + '}}'!r}"]
     exec(
         compile("\n".join(lines), f"<statemachine canonical {cls.__qualname__}>", "exec"), namespace
     )
