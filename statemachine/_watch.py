@@ -239,14 +239,30 @@ def _same_values(keys: tuple[str, ...]) -> Callable[[object, tuple[Any, ...]], b
 _KEPT = "\x00kept "
 
 
-@functools.cache
-def _placer(code: types.CodeType) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+_Placed = Callable[[tuple[Any, ...]], tuple[Any, ...]]
+# _placer's functions, by the id of their code (kept with it, so the id is its own).
+_PLACERS: dict[int, tuple[types.CodeType, _Placed]] = {}
+
+
+def _placer(code: types.CodeType) -> _Placed:
+    """``_placer_of(code)``, made once per code: found by the code's identity (a code
+    object's hash reads its instructions, names and constants: ~6 k instructions for a
+    pair's code, at each pair's first transition in each run)."""
+    found = _PLACERS.get(id(code))
+    if found is not None and found[0] is code:
+        return found[1]
+    placed = _placer_of(code)
+    _PLACERS[id(code)] = (code, placed)
+    return placed
+
+
+def _placer_of(code: types.CodeType) -> _Placed:
     """A function making ``code``'s constants with each placeholder (``_KEPT`` and an
     index) replaced by the kept object at that index: ``placed(kept)`` is the tuple
     ``kept[index] if placeholder else const`` over ``code.co_consts``, made by one
     ``itemgetter`` over ``kept`` followed by the other constants (in C; the same tuple).
-    Cached per code: the codes it is given are each made once (``_same_all_code``,
-    ``_pair_code``, themselves cached), so their hash is asked once."""
+    Made once per code (``_placer``): the codes it is given are each made once
+    (``_same_all_code``, ``_pair_code``, themselves cached)."""
     consts = code.co_consts
     fixed = tuple(const for const in consts if not _placeholder(const))
     order: list[int] = []
@@ -439,14 +455,15 @@ class Watch:
         refuses (tests/test_fast_runner4.py, tests/test_watch_fast16.py).
         """
         if kinds is None:
-            pair = self._pairs.get(type(before))
+            cls = type(before)
+            pair = self._pairs.get(cls)
             # The classes themselves, by identity: a dict may match a class by its
             # metaclass's __eq__.
-            if pair is not None and pair[0] is type(before):
-                entry = pair[1].get(type(after))
-                if entry is not None and entry[0] is type(after) and entry[1](self, before, after):
-                    accepted: Phase[Any] = after  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
-                    return accepted
+            if pair is not None and pair[0] is cls:
+                kind = type(after)
+                entry = pair[1].get(kind)
+                if entry is not None and entry[0] is kind and entry[1](self, before, after):
+                    return after  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
         return self._checked(before, after, kinds)
 
     def _quick(self, before: Active[Any], after: Any, flags: _Flags) -> Phase[Any] | None:
@@ -761,7 +778,14 @@ def _pair_code(
     in as what it is. Each ``Watch``
     makes a function of it for each pair (``_pairs_for``): its own code object, so that
     each attribute read in it sees one class (the interpreter keeps what it found a read
-    to be; ``accept``'s reads of the phases, each on several classes, took the slow way)."""
+    to be; ``accept``'s reads of the phases, each on several classes, took the slow way).
+
+    The last reply's ``tool_calls`` is read once where ``_quick`` reads it twice (its
+    truth, then ``_all_accounted``'s): for a reply exactly a ``Message`` (a slotted class:
+    a read runs no code) whose ``tool_calls`` is exactly a tuple (its truth runs none),
+    so the second read would answer the very same object; anything else goes to
+    ``_all_accounted``, which reads it again as ``_quick`` does. Its answers are
+    compared in place in the transcript's last messages, without a slice of them."""
     counted = _counters_body(call_id, attempt)
     lines, at = _terms_lines(keys, "None")
     lines.append("if not (before.agent is agent and phase.agent is agent): return None")
@@ -769,12 +793,13 @@ def _pair_code(
     write = "    if type(phase.call) is ApprovedCall:\n        return None\n" if runs else ""
     pending = "phase.pending" if queued else "()"
     held = (
-        "            mine, theirs = phase.call_id, asked[at].id\n"
-        "            if not (mine is theirs or mine == theirs):\n"
-        "                return None\n"
+        "                mine, theirs = phase.call_id, asked[at].id\n"
+        "                if not (mine is theirs or mine == theirs):\n"
+        "                    return None\n"
         if holds
         else ""
     )
+    held_by = "phase" if holds else "None"
     source = f"""\
 def fast(watch, before, phase):
     try:
@@ -812,28 +837,36 @@ def fast(watch, before, phase):
         and type(last := transcript._tail) is tuple
     ):
         return None
-    start = len(last)
+    end = len(last)
+    start = end
     while start and last[start - 1].role == "tool":
         start -= 1
     if start:
         asking = last[start - 1]
-        answered = last[start:]
+        if asking.role == "assistant" and (asked := asking.tool_calls):
+            if (
+                not pending
+                and type(asked) is tuple
+                and type(asking) is Message
+                and len(asked) == end - start{" + 1" if holds else ""}
+            ):
+                at = 0
+                while start < end:
+                    mine, theirs = last[start].tool_call_id, asked[at].id
+                    if not (mine is theirs or mine == theirs):
+                        return None
+                    start += 1
+                    at += 1
+{held}            elif not _all_accounted(asking, last[start:], {held_by}, pending):
+                return None
     else:
         asking, answered = _last_reply_plain(transcript)
-    if asking is not None and asking.role == "assistant" and asking.tool_calls:
         if (
-            start
-            and not pending
-            and type(asked := asking.tool_calls) is tuple
-            and len(asked) == len(answered) + {int(holds)}
+            asking is not None
+            and asking.role == "assistant"
+            and asking.tool_calls
+            and not _all_accounted(asking, answered, {held_by}, pending)
         ):
-            at = 0
-            for message in answered:
-                mine, theirs = message.tool_call_id, asked[at].id
-                if not (mine is theirs or mine == theirs):
-                    return None
-                at += 1
-{held}        elif not _all_accounted(asking, answered, {"phase" if holds else "None"}, pending):
             return None
     phase._ticket.parent = None
     watch._counters = (
@@ -1165,6 +1198,7 @@ _PAIR_NAMES: dict[str, Any] = {
     "_VIA_TRANSITION": _VIA_TRANSITION,
     "ApprovedCall": ApprovedCall,
     "Transcript": Transcript,
+    "Message": Message,
     "_order_problem": _order_problem,
     "_last_reply_plain": _last_reply_plain,
     "_all_accounted": _all_accounted,
