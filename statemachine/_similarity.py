@@ -411,6 +411,13 @@ _FLOOR = 4096
 # their scales (1 / sqrt(size)), each in the texts' order.
 _Window = tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...], tuple[float, ...]]
 
+# tuple.count and int.bit_count, read once (not through their types at each call).
+_COUNT: Callable[[tuple[float, ...], float], int] = tuple.count
+_BIT_COUNT = int.bit_count
+
+# What advance reads of an empty window: no masks, sizes nor scales.
+_NOTHING: tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]] = ((), (), ())
+
 # A pair's rank within this factor of the highest is a candidate (see _highest).
 _NEAR = 1.0 - 1e-9
 
@@ -571,7 +578,7 @@ class GramMasks:
         if latest is not None and latest[0] is window:  # _scaled's look, without its frame
             masks, sizes, scales = latest[1], latest[2], latest[3]
         else:
-            masks, sizes, scales = self._scaled(window) if window else ((), (), ())
+            masks, sizes, scales = self._scaled(window) if window else _NOTHING
         # self.mask(result), without its frame.
         known = self.masks.get(result)
         if known is None:
@@ -581,15 +588,31 @@ class GramMasks:
         mine, count = known
         best = 0.0
         if window:
-            # _highest(mine, count, masks, sizes, scales), without its frame (see there).
-            ranks = list(map(mul, scales, map(int.bit_count, map(and_, repeat(mine), masks))))
-            order = sorted(ranks)
-            top = order[-1]
-            if top:
-                at = ranks.index(top)
-                best = (mine & masks[at]).bit_count() / math.sqrt(float(count) * sizes[at])
-                if len(order) > 1 and order[-2] >= top * _NEAR:
-                    best = _nearest(mine, count, masks, sizes, ranks, order, at, best)
+            first = sizes[0]
+            if first == sizes[-1] and _COUNT(sizes, first) == len(sizes):
+                # Every text of the window of one size (a run's results alike but for a
+                # number; the first and last compared first, so that a window of several
+                # sizes seldom counts): each pair's |A & B| / sqrt(|A| |B|) is its shared
+                # count divided by one float, and a division rounded to nearest keeps the
+                # order of the counts, so the highest is the formula for the most shared,
+                # the float _highest answers (the highest of the formula over every pair,
+                # see there), without the ranks. (first * count: float(count) * the size,
+                # the int made the float it is exactly, a count being below 2**53.)
+                top = max(map(_BIT_COUNT, map(and_, repeat(mine), masks)))
+                if top:
+                    best = top / math.sqrt(first * count)
+            else:
+                # _highest(mine, count, masks, sizes, scales), without its frame (see there).
+                ranks = list(map(mul, scales, map(_BIT_COUNT, map(and_, repeat(mine), masks))))
+                order = sorted(ranks)
+                top = order[-1]
+                if top:
+                    at = ranks.index(top)
+                    # size * count: the float's own product with the int made the float
+                    # float(count) is (a count is below 2**53), the same one rounding.
+                    best = (mine & masks[at]).bit_count() / math.sqrt(sizes[at] * count)
+                    if len(order) > 1 and order[-2] >= top * _NEAR:
+                        best = _nearest(mine, count, masks, sizes, ranks, order, at, best)
         if kept != result:  # a result longer than the evidence keeps of it
             mine, count = self.mask(kept)
         if full:

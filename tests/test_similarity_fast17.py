@@ -1,9 +1,11 @@
 """``GramMasks._pieced`` finds its pieces by cutting the text with ``str.split`` instead of
-``_PIECES`` (round 17 of issue 23). Checked against the regular expression's pieces, the
-masks made trigram by trigram, bit for bit, and the convergence check against the plain
-set computation (the cosine of the trigram sets, the float :func:`lexical_similarity`
-gives): texts with many digits (a run's results
-alike but for a number), unicode that folds, cut characters, empty and repeated texts."""
+``_PIECES``, and ``GramMasks.advance`` compares a window whose texts are all of one size by
+their shared counts alone, without ranks (round 17 of issue 23). Checked against the
+regular expression's pieces, the masks made trigram by trigram, bit for bit, ``_highest``
+on the same masks, the general way (ranks) on a twin, and the plain set computation (the
+cosine of the trigram sets, the float :func:`lexical_similarity` gives): texts with many
+digits (a run's results alike but for a number), unicode that folds, cut characters,
+empty and repeated texts."""
 
 # pyright: reportPrivateUsage=false
 
@@ -21,6 +23,7 @@ from statemachine._similarity import (
     _PIECES,
     GramMasks,
     _grams_of,
+    _highest,
     lexical_similarity,
     trigrams,
 )
@@ -166,3 +169,68 @@ def test_the_bound_of_the_vocabulary_still_holds() -> None:
             best, after = masks.advance(window, result, result, 8)
             assert best == _set_best(window[-8:], result)
             window = after
+
+
+def _never_one_size(sizes: tuple[float, ...], first: float) -> int:
+    """A count no window has: advance takes the general way (its ranks)."""
+    return -1
+
+
+# Texts of a few sizes, the first and last of a window often of one size and a text
+# between of another: the one-size test's count decides.
+_SIZED = st.sampled_from(
+    [_result(1000), _result(1001), _result(1111), _result(2024), "abcd", "abce", "xyzw", "ab"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(_KEYED, _SIZED), max_size=6),
+    st.lists(st.one_of(_KEYED, _SIZED), min_size=1, max_size=40),
+    st.integers(1, 8),
+)
+def test_the_one_size_way_is_the_general_way(
+    evidence: list[str], results: list[str], size: int
+) -> None:
+    """Two vocabularies fed the same texts, one of them kept to the general way: the very
+    same best at every step, and the set formula's; when the window's texts are of one
+    size, ``_highest`` on the window's own masks agrees."""
+    fast, general = GramMasks(), GramMasks()
+    window = tuple(evidence)
+    for result in results:
+        plain = window[-size:]
+        before = fast._window
+        best, after = fast.advance(window, result, result, size)
+        with mock.patch.object(similarity, "_COUNT", _never_one_size):
+            theirs, again = general.advance(window, result, result, size)
+        assert best == theirs == _set_best(plain, result)
+        assert after == again
+        if before is not None and before[0] is plain and len(set(before[2])) == 1:
+            mine, count = fast.mask(result)
+            assert _highest(mine, count, before[1], before[2], before[3]) == best
+        window = after
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1000, 1040), min_size=3, max_size=60), st.integers(1, 32))
+def test_a_run_alike_but_for_its_keys(keys: list[int], size: int) -> None:
+    """The bench's run: results alike but for their keys, mostly of one size; each best
+    is the set formula's, and the one-size way is taken when the window is of one size."""
+    masks, window = GramMasks(), tuple[str, ...]()
+    taken = 0
+    real = similarity._COUNT
+
+    def counting(sizes: tuple[float, ...], first: float) -> int:
+        nonlocal taken
+        found = real(sizes, first)
+        taken += found == len(sizes)
+        return found
+
+    with mock.patch.object(similarity, "_COUNT", counting):
+        for key in keys:
+            result = _result(key)
+            best, after = masks.advance(window, result, result, size)
+            assert best == _set_best(window[-size:], result)
+            window = after
+    if len({len(trigrams(_result(key))) for key in keys}) == 1:
+        assert taken == len(keys) - 1
