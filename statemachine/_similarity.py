@@ -415,6 +415,12 @@ _Window = tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...], tuple[float
 _COUNT: Callable[[tuple[float, ...], float], int] = tuple.count
 _BIT_COUNT = int.bit_count
 
+# A window's sizes below this are each size's one float (_SIZES[count], made at import,
+# where float(count) made a new one at each text): the same values, and a window of one
+# size then holds one object, which tuple.count finds by identity.
+_SIZED = 2048
+_SIZES = tuple(map(float, range(_SIZED)))
+
 # What advance reads of an empty window: no masks, sizes nor scales.
 _NOTHING: tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]] = ((), (), ())
 
@@ -620,7 +626,7 @@ class GramMasks:
         self._window = (
             after,
             masks + (mine,),  # noqa: RUF005
-            sizes + (float(count),),  # noqa: RUF005
+            sizes + (_SIZES[count] if count < _SIZED else float(count),),  # noqa: RUF005
             scales + (1.0 / math.sqrt(count),),  # noqa: RUF005
         )
         return best, after

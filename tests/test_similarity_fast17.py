@@ -90,6 +90,8 @@ def test_advance_is_the_set_computation(
         assert latest[0] is after
         sizes = [float(len(trigrams(text))) for text in after]
         assert latest[2] == tuple(sizes)
+        assert latest[3] == tuple(1.0 / math.sqrt(size) for size in sizes)
+        assert latest[1] == tuple(masks.mask(text)[0] for text in after)
         window = after
 
 
@@ -234,3 +236,31 @@ def test_a_run_alike_but_for_its_keys(keys: list[int], size: int) -> None:
             window = after
     if len({len(trigrams(_result(key))) for key in keys}) == 1:
         assert taken == len(keys) - 1
+
+
+def test_sizes_at_the_table_s_edge() -> None:
+    """Texts of 2,046 to 2,050 trigrams (the table of sizes ends at 2,048): the window
+    keeps each text's size and the best is the set formula's."""
+    masks, window = GramMasks(), tuple[str, ...]()
+    for size in (2046, 2047, 2048, 2049, 2050, 2048, 2047):
+        text = "".join(chr(0x4E00 + at) for at in range(size + 2))
+        assert len(trigrams(text)) == size
+        best, after = masks.advance(window, text, text, 3)
+        assert best == _set_best(window[-3:], text)
+        latest = masks._window
+        assert latest is not None
+        assert latest[2] == tuple(float(len(trigrams(seen))) for seen in after)
+        window = after
+
+
+def test_a_window_of_one_size_holds_one_float() -> None:
+    """Once a run's results of one size have filled the window, its sizes are one float
+    object (the count that tests the window's one size finds it by identity)."""
+    masks, window = GramMasks(), tuple[str, ...]()
+    for key in range(1020, 1060):  # no key of repeated digits: 40 trigrams each
+        result = _result(key)
+        _, window = masks.advance(window, result, result, 8)
+    latest = masks._window
+    assert latest is not None
+    assert len({id(size) for size in latest[2]}) == 1
+    assert latest[2][0] == float(len(trigrams(_result(1059))))
