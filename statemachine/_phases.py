@@ -154,8 +154,14 @@ class Phase(Generic[C]):
     _ticket: _Ticket = attrs.field(alias="ticket", eq=False, repr=False, validator=_bind)
 
     def _leave(self, transition: str) -> None:
-        # _own_ticket's check without its frame when the slot holds a bound _Ticket.
-        ticket: object = getattr(self, "_ticket", None)
+        # _own_ticket's check without its frame when the slot holds a bound _Ticket. The
+        # slot read in a try, as getattr(self, "_ticket", None) reads it (the same look-up,
+        # an AttributeError answering None) without getattr's call.
+        ticket: object
+        try:
+            ticket = self._ticket
+        except AttributeError:
+            ticket = None
         if type(ticket) is _Ticket and ticket.holder is not None and ticket.holder() is self:
             owned = ticket
         else:
