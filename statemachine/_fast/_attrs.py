@@ -247,7 +247,10 @@ def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None)
     # name (an argument, a default, the ticket) is stored as it is: reading it runs
     # nothing.
     lines.extend(reads)
-    lines.append("    new = _new(_made_as)")
+    # The twin is made by calling it (its __init__ is object's: nothing runs), where
+    # object.__new__(twin) checked its argument through tp_new_wrapper; the frozen class
+    # itself (no twin) is made by object.__new__ as before.
+    lines.append("    new = _made_as()" if unfrozen is not None else "    new = _new(_made_as)")
     lines.extend(sets)
     if unfrozen is not None:
         lines.append("    new.__class__ = cls")
@@ -382,6 +385,9 @@ def _twin(cls: type[Any]) -> type[Any] | None:
             "__slots__": (),
             "__setattr__": object.__setattr__,
             "__delattr__": object.__delattr__,
+            # Called with no arguments by a builder (object.__new__ then object.__init__,
+            # neither of which runs code of cls's).
+            "__init__": object.__init__,
             "__module__": __name__,
         },
     )
