@@ -46,7 +46,7 @@ from ._actions import CHUNK, EMPTY_LOG, ActionLog, ActionRecord, _MakingRecord, 
 from ._budget import Budget, Spend, admits_call
 from ._errors import SetupError
 from ._fast._making import making_class
-from ._fast._pydantic import _set_dict, _set_extra, _set_fields_set, _set_private, _trusted
+from ._fast._pydantic import _making, _trusted
 from ._similarity import (
     LEXICAL,
     GramMasks,
@@ -521,24 +521,25 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
     def record(self, action: ActionRecord, *, iteration: bool = True) -> LoopState:
         """A state with ``action`` added (a tool iteration unless told otherwise).
 
-        A ``LoopState`` itself (by exact type) whose fields are a plain dict holding an
-        ``ActionLog`` and an ``int`` count, and whose index covers exactly its actions (a
-        run recording its next call, nearly always), is done here in one frame: what
-        ``_recorded`` makes (the log's append, ``_evolve`` and the index's ``add``),
-        without their frames. Anything else goes through ``_recorded``.
+        A ``LoopState`` itself (by exact type) whose fields and private attributes are
+        plain dicts, holding an ``ActionLog`` and an ``int`` count, an index and masks
+        (or none), and whose index covers exactly its actions (a run recording its next
+        call, nearly always), is done here in one frame: what ``_recorded`` makes (the
+        log's append, ``_evolve`` and the index's ``add``), without their frames.
+        Anything else goes through ``_recorded``.
         """
         fields: Any = self.__dict__ if type(self) is LoopState else None
-        if type(fields) is dict:  # (a dict subclass set behind pydantic's back: below)
-            actions = fields.get("actions")
-            count = fields.get("tool_iterations")
-            private = self.__pydantic_private__
-            line = None if private is None else private.get("_index")
-            if (
-                type(actions) is ActionLog
-                and type(count) is int
-                and type(line) is _Line
-                and private is not None
-            ):
+        private: Any = self.__pydantic_private__ if type(fields) is dict else None
+        # (a dict subclass set behind pydantic's back: below)
+        if type(private) is dict:
+            try:
+                actions = fields["actions"]
+                count = fields["tool_iterations"]
+                line = private["_index"]
+                grams = private["_grams"]
+            except KeyError:  # a field or private attribute missing: the plain path
+                return self._recorded(action, iteration)
+            if type(actions) is ActionLog and type(count) is int and type(line) is _Line:
                 chunks, tail = actions._chunks, actions._tail
                 position = len(chunks) * CHUNK + len(tail)  # ActionLog.__len__
                 if line.size == position:
@@ -550,14 +551,19 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
                     else:
                         log._chunks, log._tail = chunks + (tail,), (action,)  # noqa: RUF005
                         log._grown = None
-                    # _evolve's state: every field as it was, the two changes after them.
-                    values = {
-                        **fields,
-                        "actions": log,
-                        "tool_iterations": count + (1 if iteration else 0),
-                    }
-                    kept = {"_index": line, "_grams": private.get("_grams")}
-                    evolved = _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept)
+                    # _evolve's state: every field as it was, the two changes in their
+                    # places ({**fields, ...} as a copy of the plain dict, then two stores).
+                    values = fields.copy()
+                    values["actions"] = log
+                    values["tool_iterations"] = count + (1 if iteration else 0)
+                    # _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept), without its
+                    # frame: made as its making class, the slots stored, then its class.
+                    made: Any = _new(_MakingLoop)
+                    made.__dict__ = values
+                    made.__pydantic_fields_set__ = _LOOP_FIELD_SET.copy()
+                    made.__pydantic_extra__ = None
+                    made.__pydantic_private__ = {"_index": line, "_grams": grams}
+                    made.__class__ = LoopState
                     # _Line.add: the size first, then the call id's position.
                     line.size = position + 1
                     calls = line.calls
@@ -570,6 +576,7 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
                     if type(tool) is not str or tool != line.tool:
                         line.tool = tool if type(tool) is str else None
                         line.run = position
+                    evolved: LoopState = made
                     return evolved
         return self._recorded(action, iteration)
 
@@ -645,75 +652,16 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
     ) -> LoopState | None:
         """``settle(call_id, "ok", result, gain)`` with ``evidence`` and ``low_gain_streak``
         set, made in one step, when the action is the latest (nearly always: a run settles
-        the call it just recorded), this state a ``LoopState`` itself and its log an
-        ``ActionLog`` itself; ``None`` otherwise (the caller takes ``_settled`` and
+        the call it just recorded), this state a ``LoopState`` itself whose fields and
+        private attributes are plain dicts, its log an ``ActionLog`` itself and its index
+        ``None`` or a ``_Line`` (made here, as ``_settled`` makes it, when it does not
+        cover the action); ``None`` otherwise (the caller takes ``_settled`` and
         ``_evolve``, whose result this is)."""
-        actions: Any = self.actions
-        if type(self) is not LoopState or type(actions) is not ActionLog:
+        fields: Any = self.__dict__ if type(self) is LoopState else None
+        private: Any = self.__pydantic_private__ if type(fields) is dict else None
+        if type(private) is not dict:
             return None
-        # The log's tail and length, and its copy with the last record replaced, as
-        # ActionLog's tail, __len__ and replaced make them (by their code, without their
-        # frames).
-        tail = actions._tail
-        if not tail or tail[-1].call_id != call_id:
-            return None
-        chunks = actions._chunks
-        position = len(chunks) * CHUNK + len(tail) - 1
-        # _line()'s index, read without its frames while it covers the actions.
-        private = self.__pydantic_private__
-        line: _Line | None = None if private is None else private.get("_index")
-        if line is None or line.size <= position:
-            line = self._line()  # made here if it does not cover the actions (as _settled)
-            private = self.__pydantic_private__
-        action = tail[-1]
-        # _settled_record(action, "ok", result, gain), without its frame nor _record's
-        # (its body: the record's slots stored as object stores them, then its class).
-        making: Any = _new(_MakingRecord)
-        making.call_id = action.call_id
-        making.tool = action.tool
-        making.effect = action.effect
-        making.exact = action.exact
-        making.key = action.key
-        making.text = action.text
-        making.outcome = "ok"
-        making.result = result[:_RESULT_CHARS]
-        making.gain = gain
-        making.__class__ = ActionRecord
-        settled: ActionRecord = making
-        # ActionLog._of(chunks, ...), without its frame.
-        log = _new(ActionLog)
-        log._chunks = chunks
-        log._tail = tail[:-1] + (settled,)  # noqa: RUF005
-        log._grown = (tail, log._tail)
-        values = {
-            **self.__dict__,
-            "actions": log,
-            "evidence": evidence,
-            "low_gain_streak": streak,
-        }
-        if position >= line.base:
-            # line.settled(position, action), without its frame (nor _insert's for a key
-            # not seen before: nearly always).
-            keys, exact, key = line.keys, action.exact, action.key
-            if exact in keys:
-                _insert(keys, exact, position)
-            else:
-                keys[exact] = position
-            if key != exact:
-                if key in keys:
-                    _insert(keys, key, position)
-                else:
-                    keys[key] = position
-        else:
-            line.settled(position, action)
-        grams = None if private is None else private.get("_grams")
-        # _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept), without its frame.
-        made = _new(LoopState)
-        _set_dict(made, values)
-        _set_fields_set(made, _LOOP_FIELD_SET.copy())
-        _set_extra(made, None)
-        _set_private(made, {"_index": line, "_grams": grams})
-        return made
+        return _observed_in(self, fields, private, call_id, result, gain, evidence, streak)
 
     def noted(self, step: int, hook: Hook, decision: Decision, **changes: Any) -> LoopState:
         """A state that remembers ``decision`` (a verdict other than continue)."""
@@ -734,6 +682,97 @@ _new = object.__new__
 
 # Every field, as the set a state made by _evolve holds (copied for each: its own).
 _LOOP_FIELD_SET = set(_LOOP_FIELDS)
+# A LoopState being made by record and _observed (_trusted's making class for it, made
+# here: see making_class): its four slots stored as object stores them, then its class.
+_MakingLoop: Any = _making(LoopState)
+assert _MakingLoop is not None  # a pydantic model of pydantic's metaclass, object's __new__
+
+
+def _observed_in(
+    loop: LoopState,
+    fields: dict[str, Any],
+    private: dict[str, Any],
+    call_id: str,
+    result: str,
+    gain: float,
+    evidence: tuple[str, ...],
+    streak: int,
+) -> LoopState | None:
+    """``LoopState._observed`` for ``loop``, a ``LoopState`` itself, given its fields'
+    and its private attributes' plain dicts (``__dict__`` and ``__pydantic_private__``,
+    each a ``dict`` itself)."""
+    try:
+        actions = fields["actions"]
+        line = private["_index"]
+        grams = private["_grams"]
+    except KeyError:  # a field or private attribute missing: the plain path
+        return None
+    if type(actions) is not ActionLog:
+        return None
+    # The log's tail and length, and its copy with the last record replaced, as
+    # ActionLog's tail, __len__ and replaced make them (by their code, without their
+    # frames).
+    tail = actions._tail
+    if not tail or tail[-1].call_id != call_id:
+        return None
+    chunks = actions._chunks
+    position = len(chunks) * CHUNK + len(tail) - 1
+    # _line()'s index, read without its frames while it covers the actions.
+    if line is None or (type(line) is _Line and line.size <= position):
+        line = loop._line()  # made here if it does not cover the actions (as _settled)
+    elif type(line) is not _Line:
+        return None
+    action = tail[-1]
+    # _settled_record(action, "ok", result, gain), without its frame nor _record's
+    # (its body: the record's slots stored as object stores them, then its class).
+    making: Any = _new(_MakingRecord)
+    making.call_id = action.call_id
+    making.tool = action.tool
+    making.effect = action.effect
+    making.exact = action.exact
+    making.key = action.key
+    making.text = action.text
+    making.outcome = "ok"
+    making.result = result[:_RESULT_CHARS]
+    making.gain = gain
+    making.__class__ = ActionRecord
+    settled: ActionRecord = making
+    # ActionLog._of(chunks, ...), without its frame.
+    log = _new(ActionLog)
+    log._chunks = chunks
+    log._tail = tail[:-1] + (settled,)  # noqa: RUF005
+    log._grown = (tail, log._tail)
+    # {**loop.__dict__, "actions": ..., "evidence": ..., "low_gain_streak": ...} as a
+    # copy of the plain dict, then three stores.
+    values = fields.copy()
+    values["actions"] = log
+    values["evidence"] = evidence
+    values["low_gain_streak"] = streak
+    if position >= line.base:
+        # line.settled(position, action), without its frame (nor _insert's for a key
+        # not seen before: nearly always).
+        keys, exact, key = line.keys, action.exact, action.key
+        if exact in keys:
+            _insert(keys, exact, position)
+        else:
+            keys[exact] = position
+        if key != exact:
+            if key in keys:
+                _insert(keys, key, position)
+            else:
+                keys[key] = position
+    else:
+        line.settled(position, action)
+    # _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept), without its frame:
+    # made as its making class, the slots stored, then its class.
+    made: Any = _new(_MakingLoop)
+    made.__dict__ = values
+    made.__pydantic_fields_set__ = _LOOP_FIELD_SET.copy()
+    made.__pydantic_extra__ = None
+    made.__pydantic_private__ = {"_index": line, "_grams": grams}
+    made.__class__ = LoopState
+    observed: LoopState = made
+    return observed
 
 
 class Check(Protocol):
@@ -1237,16 +1276,36 @@ class LoopGovernor:
             masks = None if private is None else private.get("_grams")
             if masks is None:
                 masks = loop._masks()
-            best, evidence = masks.advance(
-                loop.evidence, result, result[:_RESULT_CHARS], self.evidence_window
-            )
-            gain = 1.0 - best
+            # A LoopState itself whose fields are a plain dict holding these two: read
+            # from it (as pydantic reads them), and _observed's body given the dicts.
+            fields: Any = loop.__dict__ if type(loop) is LoopState else None
+            if (
+                type(fields) is dict
+                and type(private) is dict
+                and "evidence" in fields
+                and "low_gain_streak" in fields
+            ):
+                best, evidence = masks.advance(
+                    fields["evidence"], result, result[:_RESULT_CHARS], self.evidence_window
+                )
+                gain = 1.0 - best
+                streak = fields["low_gain_streak"] + 1 if gain < self.plateau_gain else 0
+                observed = _observed_in(
+                    loop, fields, private, call_id, result, gain, evidence, streak
+                )
+            else:
+                best, evidence = masks.advance(
+                    loop.evidence, result, result[:_RESULT_CHARS], self.evidence_window
+                )
+                gain = 1.0 - best
+                streak = loop.low_gain_streak + 1 if gain < self.plateau_gain else 0
+                observed = loop._observed(call_id, result, gain, evidence, streak)
         else:
             gain = self.gain(loop, result)
             evidence = (*loop.evidence, result[:_RESULT_CHARS])[-self.evidence_window :]
-        streak = loop.low_gain_streak + 1 if gain < self.plateau_gain else 0
-        # settle(...) and then the evidence, in one new state.
-        observed = loop._observed(call_id, result, gain, evidence, streak)
+            streak = loop.low_gain_streak + 1 if gain < self.plateau_gain else 0
+            # settle(...) and then the evidence, in one new state.
+            observed = loop._observed(call_id, result, gain, evidence, streak)
         if observed is None:  # not the latest action, or a subclass: the general path
             settled = loop._settled(call_id, "ok", result, gain) or {}
             observed = loop._evolve(**settled, evidence=evidence, low_gain_streak=streak)
