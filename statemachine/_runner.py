@@ -65,6 +65,7 @@ from ._phases import (
 )
 from ._planning import _plan
 from ._saving import _Saver, _status, _stop_asked, _Went
+from ._seal import _Ticket
 from ._watch import Watch, check_start
 from .persist._lifecycle import RunStatus
 
@@ -181,13 +182,25 @@ def _result(run_id: str, went: _Went[C], final: Phase[C]) -> RunResult[C]:
 # The functions the runner's own loop calls in place of advance (Runner._steps), as the
 # library's classes define them: it does so only while the classes still hold these very
 # functions (one patched in the process, say by instrumentation, is awaited as it is).
-_OWN_ADVANCE = (Planning.advance, ToolCalling.advance, ToolCalling.execute, Observing.advance)
+_OWN_ADVANCE = (
+    Planning.advance,
+    ToolCalling.advance,
+    ToolCalling.execute,
+    Observing.advance,
+    ToolCalling._leave,
+)
 
 
 def _own_advance() -> bool:
     """Whether the library's Planning, ToolCalling and Observing hold their own advance
     (and execute) still; asked once per drive."""
-    now = (Planning.advance, ToolCalling.advance, ToolCalling.execute, Observing.advance)
+    now = (
+        Planning.advance,
+        ToolCalling.advance,
+        ToolCalling.execute,
+        Observing.advance,
+        ToolCalling._leave,
+    )
     return all(map(operator.is_, now, _OWN_ADVANCE))
 
 
@@ -563,7 +576,23 @@ class Runner(Generic[C, D]):
                         if cls is Observing:
                             advanced = known.observe()
                         elif cls is ToolCalling:
-                            known._leave("execute")
+                            # _leave("execute") in this frame (the class holds Phase's
+                            # _leave, _own_advance): its slot read in a try, then an exact
+                            # _Ticket held by this very object and not left is left; any
+                            # other case goes through _leave, which judges and raises.
+                            try:
+                                ticket: object = known._ticket
+                            except AttributeError:
+                                ticket = None
+                            if (
+                                type(ticket) is _Ticket
+                                and (holder := ticket.holder) is not None
+                                and holder() is known
+                                and ticket.left_by is None
+                            ):
+                                ticket.left_by = "execute"
+                            else:
+                                known._leave("execute")
                             advanced = await _execute(known, rt)
                         elif cls is Planning:
                             advanced = (
