@@ -5,7 +5,10 @@ text whose SHA-256 is the call's ``args_hash``, which approvals and idempotency 
 bound to. ``model_dump`` costs more than the rest of it together. For an arguments class
 whose pydantic schema is on an allow-list (``_plain_fields``: each field a ``str``,
 ``int``, ``bool``, ``decimal`` or ``literal`` of those, optionally ``nullable`` and with a
-default, nothing that changes how it is dumped), ``model_dump`` returns the model's
+default, nothing that changes how it is dumped) and whose serializer is the one pydantic
+built for it from that very schema (``_own_serializer``, asked once per class: not another
+class's, nor one made from another schema or config, delegating to another, or made before
+its schema was changed), ``model_dump`` returns the model's
 ``__dict__`` values themselves, so the text can be written from them; each value's type
 is checked at every call against its field's (an exact type: a subclass, or a value set
 behind pydantic's back, declines). Anything not recognised exactly answers ``None``, and
@@ -14,6 +17,7 @@ the caller takes the plain path: the text, and so the hash, never differ.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from json.encoder import encode_basestring
@@ -92,6 +96,53 @@ def _kinds(schema: Mapping[str, Any]) -> frozenset[type[Any]] | None:
     return None if leaf is None else frozenset({leaf})
 
 
+# The words (outside its quoted strings) of an allow-listed class's own serializer's repr:
+# a model serializer of leaf fields; anything else (``Prebuilt``, a function) declines.
+_SERIALIZER_WORDS: Final = frozenset(
+    {
+        "Bool", "BoolSerializer", "ComputedFields", "Decimal", "DecimalSerializer", "Default",
+        "DefaultFactory", "Fields", "GeneralFieldsSerializer", "Int", "IntSerializer",
+        "Literal", "LiteralSerializer", "Model", "ModelSerializer", "None", "Nullable",
+        "NullableSerializer", "PolymorphismTrampoline", "Py", "SchemaFilter",
+        "SchemaSerializer", "SerField", "SerFields", "SimpleDict", "Some", "Str",
+        "StrSerializer", "WithDefault", "WithDefaultSerializer", "alias", "by_name", "class",
+        "computed_fields", "default", "definitions", "enabled_from_config", "exclude",
+        "expected_int", "expected_py", "expected_str", "extra_serializer", "false", "fields",
+        "filter", "has_extra", "include", "key", "mode", "name", "required",
+        "required_fields", "root_model", "serialization_exclude_if", "serialize_by_alias",
+        "serializer", "true",
+    }
+)  # fmt: skip
+_QUOTED: Final = re.compile(r'"(?:[^"\\]|\\.)*"')
+_WORD: Final = re.compile(r"\b[A-Za-z_]\w*")
+
+
+def _own_serializer(serializer: SchemaSerializer, model: Mapping[str, Any]) -> bool:
+    """Whether ``serializer`` (of the exact type) is one pydantic builds for ``model``'s
+    class, from ``model`` itself: made from this very schema object (``__reduce__``'s
+    arguments, what a pickle remakes it from) with its config, and its structure (its
+    repr's words) a model serializer of leaf fields, not another serializer's
+    (``Prebuilt``, which a serializer made from the schema while the class held another
+    one delegates to) nor a function's (a schema changed after its serializer was made).
+    Anything not known declines: the class then takes the plain path."""
+    try:
+        reduced = serializer.__reduce__()
+        made, arguments = reduced[0], reduced[1]
+        if (
+            made is not SchemaSerializer
+            or type(arguments) is not tuple
+            or len(arguments) < 2
+            or arguments[0] is not model
+            or type(arguments[1]) is not dict
+            or arguments[1] != model.get("config")
+        ):
+            return False
+        words = set(_WORD.findall(_QUOTED.sub("", repr(serializer))))
+    except Exception:
+        return False
+    return "ModelSerializer" in words and words <= _SERIALIZER_WORDS
+
+
 def _plain_fields(cls: type[Any]) -> _Plain | None:
     """What ``_plain_canonical`` writes a ``cls`` from, or ``None`` when ``cls`` is not
     recognised exactly (its instances then take the plain path)."""
@@ -116,6 +167,9 @@ def _plain_fields(cls: type[Any]) -> _Plain | None:
         or config.get("extra_fields_behavior", "ignore") not in ("ignore", "forbid")
     ):
         return None
+    serializer = cls.__dict__["__pydantic_serializer__"]
+    if not _own_serializer(serializer, model):
+        return None
     inner = model.get("schema")
     if (
         not isinstance(inner, Mapping)
@@ -139,7 +193,7 @@ def _plain_fields(cls: type[Any]) -> _Plain | None:
         (name, ("," if index else "") + encode_basestring(name) + ":", kinds)
         for index, (name, _, kinds) in enumerate(fields)
     )
-    return cls.__dict__["__pydantic_serializer__"], heads
+    return serializer, heads
 
 
 def _value_text(value: Any, kinds: frozenset[type[Any]]) -> str | None:
