@@ -96,23 +96,12 @@ def _kinds(schema: Mapping[str, Any]) -> frozenset[type[Any]] | None:
     return None if leaf is None else frozenset({leaf})
 
 
-# The words (outside its quoted strings) of an allow-listed class's own serializer's repr:
-# a model serializer of leaf fields; anything else (``Prebuilt``, a function) declines.
-_SERIALIZER_WORDS: Final = frozenset(
-    {
-        "Bool", "BoolSerializer", "ComputedFields", "Decimal", "DecimalSerializer", "Default",
-        "DefaultFactory", "Fields", "GeneralFieldsSerializer", "Int", "IntSerializer",
-        "Literal", "LiteralSerializer", "Model", "ModelSerializer", "None", "Nullable",
-        "NullableSerializer", "PolymorphismTrampoline", "Py", "SchemaFilter",
-        "SchemaSerializer", "SerField", "SerFields", "SimpleDict", "Some", "Str",
-        "StrSerializer", "WithDefault", "WithDefaultSerializer", "alias", "by_name", "class",
-        "computed_fields", "default", "definitions", "enabled_from_config", "exclude",
-        "expected_int", "expected_py", "expected_str", "extra_serializer", "false", "fields",
-        "filter", "has_extra", "include", "key", "mode", "name", "required",
-        "required_fields", "root_model", "serialization_exclude_if", "serialize_by_alias",
-        "serializer", "true",
-    }
-)  # fmt: skip
+# Words (outside its quoted strings) in a serializer's repr that turn it away: one that
+# hands off to whatever serializer a class held when it was made (``Prebuilt``), or runs a
+# function (a schema changed after its serializer was made). A deny-list, not the full set
+# of words pydantic-core 2.50 writes: a later pydantic-core naming a new field in its repr
+# keeps the fast way (the per-call checks still hold), where an allow-list would lose it.
+_REFUSED_WORDS: Final = ("Prebuilt", "Function")
 _QUOTED: Final = re.compile(r'"(?:[^"\\]|\\.)*"')
 _WORD: Final = re.compile(r"\b[A-Za-z_]\w*")
 
@@ -120,11 +109,12 @@ _WORD: Final = re.compile(r"\b[A-Za-z_]\w*")
 def _own_serializer(serializer: SchemaSerializer, model: Mapping[str, Any]) -> bool:
     """Whether ``serializer`` (of the exact type) is one pydantic builds for ``model``'s
     class, from ``model`` itself: made from this very schema object (``__reduce__``'s
-    arguments, what a pickle remakes it from) with its config, and its structure (its
-    repr's words) a model serializer of leaf fields, not another serializer's
-    (``Prebuilt``, which a serializer made from the schema while the class held another
-    one delegates to) nor a function's (a schema changed after its serializer was made).
-    Anything not known declines: the class then takes the plain path."""
+    arguments, what a pickle remakes it from) with its config, and its repr naming a model
+    serializer and no word of ``_REFUSED_WORDS``: not another serializer's (``Prebuilt``,
+    which a serializer made from the schema while the class held another one delegates
+    to) nor a function's (a schema changed after its serializer was made). Anything else
+    declines: the class then takes the plain path (the schema's allow-list in
+    ``_plain_fields`` and the per-call type checks stand besides)."""
     try:
         reduced = serializer.__reduce__()
         made, arguments = reduced[0], reduced[1]
@@ -140,7 +130,9 @@ def _own_serializer(serializer: SchemaSerializer, model: Mapping[str, Any]) -> b
         words = set(_WORD.findall(_QUOTED.sub("", repr(serializer))))
     except Exception:
         return False
-    return "ModelSerializer" in words and words <= _SERIALIZER_WORDS
+    return "ModelSerializer" in words and not any(
+        refused in word for word in words for refused in _REFUSED_WORDS
+    )
 
 
 def _plain_fields(cls: type[Any]) -> _Plain | None:
