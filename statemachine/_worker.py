@@ -41,6 +41,7 @@ from datetime import timedelta
 from typing import Any, Final, Protocol, cast
 
 import anyio
+import anyio.abc
 import structlog
 
 from ._errors import CheckpointError, ConfigError, SetupError
@@ -149,15 +150,21 @@ class Worker:
         """
         async with anyio.create_task_group() as group:
             if handle_signals:
-                group.start_soon(self._watch_signals)
+                # Watched before the first claim: a signal from here on stops the worker.
+                await group.start(self._watch_signals)
             try:
                 await self._loop()
             finally:
                 group.cancel_scope.cancel()
         return self.outcomes
 
-    async def _watch_signals(self) -> None:
+    async def _watch_signals(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Stop the worker at the first SIGTERM or SIGINT; ``task_status`` is told once
+        the handlers are in place (from then on a signal is a stop, not the default end)."""
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
             async for received in signals:
                 _log.info(
                     "stopping: finishing the phase under way",

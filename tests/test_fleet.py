@@ -40,7 +40,7 @@ def overlapping(leases: list[LeaseRecord]) -> list[tuple[LeaseRecord, LeaseRecor
     by_run: dict[str, list[LeaseRecord]] = {}
     for lease in leases:
         by_run.setdefault(lease.run_id, []).append(lease)
-    clashes = []
+    clashes: list[tuple[LeaseRecord, LeaseRecord]] = []
     for held in by_run.values():
         ordered = sorted(held, key=lambda lease: lease.claimed_at)
         clashes += [(a, b) for a, b in itertools.pairwise(ordered) if b.claimed_at < a.ended_at]
@@ -79,8 +79,37 @@ class Fleet:
         said = {path.name: path.read_text() for path in self._log.glob("w*.err")}
         return {name: text for name, text in said.items() if "Traceback" in text}
 
+    def said(self, owner: str) -> str:
+        """What worker ``owner`` wrote to stderr (its log lines, a refusal, a traceback)."""
+        return (self._log / f"{owner}.err").read_text(errors="replace")
+
+    def why(self, owner: str, code: int | None) -> str:
+        """Worker ``owner``'s exit code and the end of its stderr: a failure says why (a
+        refusal is one line there, not a traceback; a worker killed by a signal, nothing)."""
+        return f"exit code {code}; stderr ends:\n" + "".join(
+            self.said(owner).splitlines(True)[-15:]
+        )
+
+    def unclean(self, codes: dict[str, int]) -> dict[str, str]:
+        """The stopped workers that did not exit 0, each with :meth:`why`."""
+        return {owner: self.why(owner, code) for owner, code in codes.items() if code != 0}
+
+    async def started(self) -> None:
+        """Wait until every live worker has said "worker started" (its SIGTERM handler is
+        in place from then on: SIGTERM is a stop, not the default end of a process that
+        has not taken a run yet). One that ended on its own fails the test, with why."""
+        with anyio.fail_after(120):
+            while not all("worker started" in self.said(owner) for owner in self.live):
+                ended = {
+                    o: self.why(o, p.returncode)
+                    for o, p in self.live.items()
+                    if p.poll() is not None
+                }
+                assert not ended, ended
+                await anyio.sleep(0.05)
+
     def stop_all(self) -> dict[str, int]:
-        codes = {}
+        codes: dict[str, int] = {}
         for process in self.live.values():
             process.terminate()
         for owner, process in self.live.items():
@@ -132,9 +161,11 @@ async def test_four_workers_and_random_kills_finish_every_run_and_pay_each_refun
                     if all(record.status in settled for record in records):
                         break
                     await anyio.sleep(0.2)
+            # Under load the last replacement may still be starting: stop it once it can be.
+            await fleet.started()
         finally:
             codes = fleet.stop_all()
-        assert codes == dict.fromkeys(codes, 0), fleet.errors()
+        assert codes == dict.fromkeys(codes, 0), (fleet.unclean(codes), fleet.errors())
 
         records = await store.registry()
         leases = await store.leases()

@@ -39,6 +39,7 @@ from statemachine import (
     ConfigError,
     Denial,
     LeaseRecord,
+    MemoryCheckpointer,
     ModelReply,
     ModelRequest,
     Runner,
@@ -297,6 +298,36 @@ async def test_a_worker_takes_only_its_agents_runs(
     assert await store.leases("theirs") == []
 
 
+async def test_a_worker_handling_signals_has_its_handlers_in_place_at_its_first_claim(
+    payments: PaymentsService,
+) -> None:
+    """Worker.run(handle_signals=True) watches SIGTERM before it claims anything: a SIGTERM
+    sent from the first claim on stops it (nothing taken), never the default end."""
+    seen: list[Any] = []
+    holder: list[Worker] = []
+
+    class SignalAtFirstClaim(MemoryCheckpointer):
+        async def claim_next(
+            self, owner: str, *, agents: Any = None, lease: timedelta
+        ) -> RunRecord | None:
+            seen.append(signal.getsignal(signal.SIGTERM))
+            if len(seen) == 1:
+                if seen[0] is signal.SIG_DFL:  # not watched yet: the signal would end pytest
+                    holder[0].stop()
+                else:
+                    os.kill(os.getpid(), signal.SIGTERM)
+            return None
+
+    default = signal.getsignal(signal.SIGTERM)
+    store = SignalAtFirstClaim()
+    worker = Worker(store, [worker_runner(store, payments=payments)], poll=timedelta(seconds=30))
+    holder.append(worker)
+    with anyio.fail_after(20):  # the poll is 30 s: only the signal ends the wait
+        assert dict(await worker.run(handle_signals=True)) == {}
+    assert seen[0] not in (signal.SIG_DFL, default), seen
+    assert signal.getsignal(signal.SIGTERM) == default  # given back when the worker stops
+
+
 def test_a_worker_with_bad_settings_is_refused_listing_every_problem(tmp_path: Path) -> None:
     """No runner, a runner under another agent's name, a zero lease, zero max_runs."""
     store = SQLiteCheckpointer(tmp_path / "runs.sqlite3")
@@ -492,6 +523,33 @@ async def test_sigterm_finishes_the_phase_and_leaves_every_run_resumable(tmp_pat
         after = {record.status for record in await store.registry()}
         assert after <= {RunStatus.COMPLETED, RunStatus.INTERRUPTED}
         assert no_overlap(await store.leases())
+
+
+async def test_sigterm_as_soon_as_the_worker_says_it_started_is_a_stop(tmp_path: Path) -> None:
+    """The command logs "worker started" once its handlers are in place: SIGTERM sent the
+    moment that line is written stops the worker (exit 0), never the default end."""
+    db = tmp_path / "runs.sqlite3"
+    await submitted(db, 2)
+    command = worker_command(db, "--owner", "proc-1", agent="worker_support:slow_runner")
+    said = tmp_path / "err.txt"
+    with said.open("w") as err:
+        async with await anyio.open_process(
+            command, env=environment(), stdout=subprocess.DEVNULL, stderr=err
+        ) as worker:
+            try:
+                with anyio.fail_after(60):
+                    while "worker started" not in said.read_text():
+                        assert worker.returncode is None, said.read_text()
+                        await anyio.sleep(0.005)
+                    worker.send_signal(signal.SIGTERM)
+                    code = await worker.wait()
+            finally:
+                if worker.returncode is None:
+                    worker.kill()
+    assert code == 0, said.read_text()
+    assert "worker stopped" in said.read_text()
+    async with SQLiteCheckpointer(db) as store:
+        assert all(lease.released_at is not None for lease in await store.leases())
 
 
 async def test_a_running_worker_picks_up_a_decision_made_in_another_process(

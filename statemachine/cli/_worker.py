@@ -5,6 +5,11 @@ give ``MODULE:FUNCTION``); the worker takes only those agents' runs. SIGTERM or 
 finish the phase under way and give the run back; a second one ends the process at
 once. At the end one line says how many runs the worker took, by outcome.
 
+The handlers are in place when the ``worker started`` line is logged. A signal before
+it (while Python starts, the agents are imported, the store is opened) is not a stop:
+SIGTERM ends the process at once (killed by it: no exit code of its own), SIGINT as an
+interrupt does. The worker has taken no run by then, so none is left held.
+
 The store is opened, and checked to answer, before the runners are built: a store
 that cannot be reached is refused now (exit 1), not retried forever. A store option
 that names no runs store (no file there, an empty file, another application's
@@ -68,14 +73,20 @@ async def _serve(args: argparse.Namespace, factories: Sequence[_Factory]) -> Cou
             lease=DEFAULT_LEASE if args.lease is None else args.lease,
             poll=DEFAULT_POLL if args.poll is None else args.poll,
         )
-        _log.info(
-            "worker started",
-            owner=worker.owner,
-            agents=sorted(worker.runners),
-            lease=str(worker.lease),
-        )
-        outcomes = await worker.run(handle_signals=True)
+        async with anyio.create_task_group() as group:
+            # The handlers first: once "worker started" is said, a signal is a stop.
+            await group.start(worker._watch_signals)
+            _log.info(
+                "worker started",
+                owner=worker.owner,
+                agents=sorted(worker.runners),
+                lease=str(worker.lease),
+            )
+            try:
+                await worker.run()
+            finally:
+                group.cancel_scope.cancel()
         _log.info("worker stopped", owner=worker.owner, processed=worker.processed)
-        return outcomes
+        return worker.outcomes
     finally:
         await close_store(store)
