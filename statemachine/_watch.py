@@ -512,7 +512,9 @@ class Watch:
             pending is not kept and _order_problem(before, after, pending, kept) is not None
         ):
             return None
-        # _asked_problem, with _last_reply's reading of a Transcript's last messages.
+        # _asked_problem, with _reply's reading of a Transcript's last messages, for a
+        # reply exactly a Message whose tool_calls is exactly a tuple (reading it runs no
+        # code); any other reply goes to _checked untouched (it reads tool_calls once).
         transcript = after.transcript
         if type(transcript) is not Transcript:
             return None
@@ -523,15 +525,23 @@ class Watch:
         while start and last[start - 1].role == "tool":
             start -= 1
         if start:
-            asking: Message | None = last[start - 1]
-            answered: Sequence[Message] = last[start:]
+            asking: Any = last[start - 1]
+            if asking.role != "assistant":
+                found: Any = (None, (), ())
+            # A reply made otherwise (its tool_calls not asked its truth): the plain way.
+            elif type(asking) is not Message or type(asking.tool_calls) is not tuple:
+                return None
+            else:
+                found = (asking, asking.tool_calls, last[start:])
         else:  # the reply is further back (or none)
-            asking, answered = _last_reply_plain(transcript)
+            found = _exact_reply(transcript)
+            if found is None:
+                return None
+        asking, asked, answered = found
         if (
             asking is not None
-            and asking.role == "assistant"
-            and asking.tool_calls
-            and not _all_accounted(asking, answered, after if holds else None, pending)
+            and asked
+            and not _all_accounted(asked, answered, after if holds else None, pending)
         ):
             return None
         after._ticket.parent = None
@@ -780,12 +790,14 @@ def _pair_code(
     each attribute read in it sees one class (the interpreter keeps what it found a read
     to be; ``accept``'s reads of the phases, each on several classes, took the slow way).
 
-    The last reply's ``tool_calls`` is read once where ``_quick`` reads it twice (its
-    truth, then ``_all_accounted``'s): for a reply exactly a ``Message`` (a slotted class:
-    a read runs no code) whose ``tool_calls`` is exactly a tuple (its truth runs none),
-    so the second read would answer the very same object; anything else goes to
-    ``_all_accounted``, which reads it again as ``_quick`` does. Its answers are
-    compared in place in the transcript's last messages, without a slice of them."""
+    The last reply is read, as ``_quick`` reads it, only when it is exactly a ``Message``
+    (a slotted class: a read runs no code) whose ``tool_calls`` is exactly a tuple (its
+    truth runs none): any other reply is left to ``_checked`` (``None``) before its
+    ``tool_calls`` is asked anything, so that ``_checked``, reading it once, judges it as
+    it would alone (tests/test_watch_fast18.py). Its answers are compared in place in
+    the transcript's last messages, without a slice of them; each message of the
+    transcript's end is read once in the loop finding the reply (the same reads as
+    ``_quick``'s)."""
     counted = _counters_body(call_id, attempt)
     lines, at = _terms_lines(keys, "None")
     lines.append("if not (before.agent is agent and phase.agent is agent): return None")
@@ -793,9 +805,9 @@ def _pair_code(
     write = "    if type(phase.call) is ApprovedCall:\n        return None\n" if runs else ""
     pending = "phase.pending" if queued else "()"
     held = (
-        "                mine, theirs = phase.call_id, asked[at].id\n"
-        "                if not (mine is theirs or mine == theirs):\n"
-        "                    return None\n"
+        "                    mine, theirs = phase.call_id, asked[at].id\n"
+        "                    if not (mine is theirs or mine == theirs):\n"
+        "                        return None\n"
         if holds
         else ""
     )
@@ -837,36 +849,33 @@ def fast(watch, before, phase):
         and type(last := transcript._tail) is tuple
     ):
         return None
-    end = len(last)
-    start = end
-    while start and last[start - 1].role == "tool":
+    end = start = len(last)
+    while start:
+        asking = last[start - 1]
+        if not asking.role == "tool":
+            break
         start -= 1
     if start:
-        asking = last[start - 1]
-        if asking.role == "assistant" and (asked := asking.tool_calls):
-            if (
-                not pending
-                and type(asked) is tuple
-                and type(asking) is Message
-                and len(asked) == end - start{" + 1" if holds else ""}
-            ):
-                at = 0
-                while start < end:
-                    mine, theirs = last[start].tool_call_id, asked[at].id
-                    if not (mine is theirs or mine == theirs):
-                        return None
-                    start += 1
-                    at += 1
-{held}            elif not _all_accounted(asking, last[start:], {held_by}, pending):
+        if not asking.role != "assistant":
+            if type(asking) is not Message or type(asked := asking.tool_calls) is not tuple:
                 return None
+            if asked:
+                if not pending and len(asked) == end - start{" + 1" if holds else ""}:
+                    at = 0
+                    while start < end:
+                        mine, theirs = last[start].tool_call_id, asked[at].id
+                        if not (mine is theirs or mine == theirs):
+                            return None
+                        start += 1
+                        at += 1
+{held}                elif not _all_accounted(asked, last[start:], {held_by}, pending):
+                    return None
     else:
-        asking, answered = _last_reply_plain(transcript)
-        if (
-            asking is not None
-            and asking.role == "assistant"
-            and asking.tool_calls
-            and not _all_accounted(asking, answered, {held_by}, pending)
-        ):
+        found = _exact_reply(transcript)
+        if found is None:
+            return None
+        asking, asked, answered = found
+        if asking is not None and not _all_accounted(asked, answered, {held_by}, pending):
             return None
     phase._ticket.parent = None
     watch._counters = (
@@ -1079,35 +1088,35 @@ def _asked_problem(after: Phase[Any], pending: tuple[Any, ...]) -> str | None:
     """
     if isinstance(after, Failed):
         return None
-    asking, answered = _last_reply(after.transcript)
+    asking, asked, answered = _reply(after.transcript)
     if asking is None:
         return None
     holder = after if isinstance(after, _HOLDS_A_CALL) else None
-    if _all_accounted(asking, answered, holder, pending):
+    if _all_accounted(asked, answered, holder, pending):
         return None
     accounted = tuple(map(_TOOL_CALL_ID, answered))
     if holder is not None:
         accounted += (holder.call_id,)
     if pending:
         accounted += tuple(map(_ID, pending))
-    asked = tuple(map(_ID, asking.tool_calls))
-    if accounted != asked:
+    asked_ids = tuple(map(_ID, asked))
+    if accounted != asked_ids:
         return (
-            f"the model asked for calls {list(asked)}, and {list(accounted)} are answered, "
-            "held or pending"
+            f"the model asked for calls {list(asked_ids)}, and {list(accounted)} are "
+            "answered, held or pending"
         )
     return None
 
 
 def _all_accounted(
-    asking: Message, answered: Sequence[Message], holder: Any, pending: tuple[Any, ...]
+    asked: object, answered: Sequence[Message], holder: Any, pending: tuple[Any, ...]
 ) -> bool:
     """Whether the ids of ``answered``, then ``holder``'s call id (``None``: none held),
-    then those of ``pending`` are those ``asking`` asked for, in order: each pair the same
-    object or equal, as the tuples compare. Read in place, one id at a time, without
-    the tuples, for the tuples the model's messages and the queue are; ``False`` for
-    anything else (the caller then builds the tuples and compares them as before)."""
-    asked = asking.tool_calls
+    then those of ``pending`` are those of ``asked`` (the reply's ``tool_calls``, as its
+    caller read it, once), in order: each pair the same object or equal, as the tuples
+    compare. Read in place, one id at a time, without the tuples, for the tuples the
+    model's messages and the queue are; ``False`` for anything else (the caller then
+    builds the tuples and compares them as before)."""
     if type(asked) is not tuple or type(answered) is not tuple:
         return False
     if len(asked) != len(answered) + (holder is not None) + len(pending):
@@ -1139,13 +1148,23 @@ _ID = operator.attrgetter("id")
 _TAIL = 8
 
 
-def _last_reply(transcript: Sequence[Message]) -> tuple[Message | None, Sequence[Message]]:
-    """The model's last message, when it asked for tool calls, and the tool messages
-    after it (``(None, ())`` when the transcript does not end with such a reply and its
-    answers): what ``_last_reply_plain`` finds, read from the transcript's last messages
-    when the reply is among them. Those are a ``Transcript``'s ``_tail`` (the very tuple
-    its negative indexes and its iteration end with: no call of its own), or one slice of
-    a tuple."""
+def _last_reply(  # pyright: ignore[reportUnusedFunction]
+    transcript: Sequence[Message],
+) -> tuple[Message | None, Sequence[Message]]:
+    """``_reply``'s reply and answers (what tests/test_watch_fast.py and
+    tests/test_fast_paths.py compare with ``_last_reply_plain``)."""
+    asking, _, answered = _reply(transcript)
+    return asking, answered
+
+
+def _reply(transcript: Sequence[Message]) -> tuple[Message | None, Any, Sequence[Message]]:
+    """The model's last message, when it asked for tool calls, its ``tool_calls`` (read
+    once: the object whose truth was asked is the one its ids are read from, whatever
+    asking its truth did), and the tool messages after it (``(None, (), ())`` when the
+    transcript does not end with such a reply and its answers): what ``_reply_plain``
+    finds, read from the transcript's last messages when the reply is among them. Those
+    are a ``Transcript``'s ``_tail`` (the very tuple its negative indexes and its
+    iteration end with: no call of its own), or one slice of a tuple."""
     kind = type(transcript)
     tail: object = None
     if kind is Transcript:
@@ -1159,21 +1178,61 @@ def _last_reply(transcript: Sequence[Message]) -> tuple[Message | None, Sequence
             start -= 1
         if start:
             asking = last[start - 1]
-            if asking.role != "assistant" or not asking.tool_calls:
-                return None, ()
-            return asking, last[start:]
-    return _last_reply_plain(transcript)
+            if asking.role != "assistant":
+                return None, (), ()
+            asked = asking.tool_calls
+            if not asked:
+                return None, (), ()
+            return asking, asked, last[start:]
+    return _reply_plain(transcript)
 
 
-def _last_reply_plain(transcript: Sequence[Message]) -> tuple[Message | None, Sequence[Message]]:
-    """``_last_reply``, one index at a time from the end."""
+def _last_reply_plain(  # pyright: ignore[reportUnusedFunction]
+    transcript: Sequence[Message],
+) -> tuple[Message | None, Sequence[Message]]:
+    """``_reply_plain``'s reply and answers."""
+    asking, _, answered = _reply_plain(transcript)
+    return asking, answered
+
+
+def _reply_plain(transcript: Sequence[Message]) -> tuple[Message | None, Any, Sequence[Message]]:
+    """``_reply``, one index at a time from the end."""
+    start = _reply_at(transcript)
+    asking = transcript[start - 1] if start else None
+    if asking is None or asking.role != "assistant":
+        return None, (), ()
+    asked = asking.tool_calls
+    if not asked:
+        return None, (), ()
+    return asking, asked, transcript[start:]
+
+
+def _exact_reply(
+    transcript: Sequence[Message],
+) -> tuple[Message | None, Any, Sequence[Message]] | None:
+    """``_reply_plain(transcript)`` for a reply that is exactly a ``Message`` whose
+    ``tool_calls`` is exactly a tuple (or no reply); ``None``, with its ``tool_calls``
+    not asked its truth, for any other reply (the plain way judges it)."""
+    start = _reply_at(transcript)
+    asking = transcript[start - 1] if start else None
+    if asking is None or asking.role != "assistant":
+        return None, (), ()
+    if type(asking) is not Message:
+        return None
+    asked = asking.tool_calls
+    if type(asked) is not tuple:
+        return None
+    if not asked:
+        return None, (), ()
+    return asking, asked, transcript[start:]
+
+
+def _reply_at(transcript: Sequence[Message]) -> int:
+    """Where the tool messages ``transcript`` ends with start, one index at a time."""
     start = len(transcript)
     while start and transcript[start - 1].role == "tool":
         start -= 1
-    asking = transcript[start - 1] if start else None
-    if asking is None or asking.role != "assistant" or not asking.tool_calls:
-        return None, ()
-    return asking, transcript[start:]
+    return start
 
 
 def _answers(transcript: Sequence[Message], calls: tuple[ToolRequest, ...]) -> bool:
@@ -1200,6 +1259,6 @@ _PAIR_NAMES: dict[str, Any] = {
     "Transcript": Transcript,
     "Message": Message,
     "_order_problem": _order_problem,
-    "_last_reply_plain": _last_reply_plain,
+    "_exact_reply": _exact_reply,
     "_all_accounted": _all_accounted,
 }
