@@ -54,8 +54,14 @@ def _holds_no_unapproved_write(call: object) -> None:
         raise UnapprovedWriteError(getattr(call, "name", repr(call)))
 
 
-async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retrying[C] | Failed[C]:
-    """What ``ToolCalling.execute`` does once the phase is left (its docstring says what)."""
+async def _execute(
+    calling: ToolCalling[C], rt: Runtime, free: object = None
+) -> Observing[C] | Retrying[C] | Failed[C]:
+    """What ``ToolCalling.execute`` does once the phase is left (its docstring says what).
+
+    ``free`` is the budget the runner found with no limit at the drive's start (a
+    ``Budget`` itself, frozen: what it read then it would read now), or ``None``.
+    """
     agent = calling.agent
     # _checked's read path in this frame, its reads in its order: the library's ticket,
     # bound to this very phase, of no other runtime, holding a ReadCall (exactly) of a
@@ -91,12 +97,16 @@ async def _execute(calling: ToolCalling[C], rt: Runtime) -> Observing[C] | Retry
     breaker = agent.breaker
     # A budget of exactly this class with no limit refuses nothing: its check (and the
     # clock reading and the text it would be given) is skipped; any other is asked.
-    unlimited = (  # _unlimited(budget), in this frame
-        type(budget) is Budget
-        and budget.wall_clock is None
-        and budget.tool_calls is None
-        and budget.tokens is None
-        and budget.cost is None
+    # _unlimited(budget), in this frame; not read again for the very budget the runner
+    # found with none at the drive's start (``free``).
+    unlimited = type(budget) is Budget and (
+        budget is free
+        or (
+            budget.wall_clock is None
+            and budget.tool_calls is None
+            and budget.tokens is None
+            and budget.cost is None
+        )
     )
     refusal = (
         None

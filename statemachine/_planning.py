@@ -80,9 +80,13 @@ _TEXT_FALLBACK = {"statemachine.schema": "CustomerResponse"}
 
 
 async def _plan(
-    planning: Planning[C], rt: Runtime
+    planning: Planning[C], rt: Runtime, free: object = None
 ) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | ModelRetrying[C] | Failed[C]:
-    """What ``Planning.advance`` does (its docstring says what)."""
+    """What ``Planning.advance`` does (its docstring says what).
+
+    ``free`` is the budget the runner found with no limit at the drive's start (a
+    ``Budget`` itself, frozen: what it read then it would read now), or ``None``.
+    """
     agent = planning.agent
     runtime: object = rt  # a final class, whose subclasses the types do not foresee
     decision = agent.governor.begin_step(
@@ -115,14 +119,22 @@ async def _plan(
     planning._leave("advance")
     tools: object = agent.tools  # ToolRegistry.schemas's own answer for the class itself
     schemas = tools._schemas if type(tools) is ToolRegistry else agent.tools.schemas()
-    reply, spent, loop = await _heard(planning, rt, tools=schemas)
+    reply, spent, loop = await _heard(planning, rt, tools=schemas, free=free)
     # A ModelReply itself is no str (the usual answer): the isinstance only for others.
     if type(reply) is not ModelReply and isinstance(reply, str):
         return _unanswered(planning._copy(spent=spent, loop=loop), reply)
-    if reply.tool_calls and reply.finish_reason != "length":
+    if (calls := reply.tool_calls) and reply.finish_reason != "length":
         # What _route does with the phase _ask makes, in one copy of this phase (or none:
-        # _take_reply): the reply's usage and the calls it asks for, queued.
-        return _take_reply(planning, rt, reply.tool_calls, spent=spent, loop=loop)
+        # _take_reply): the reply's usage and the calls it asks for, queued. A ModelReply
+        # itself answers its field from its own dict, the same object at each read: read
+        # once; another class's is read again, as before.
+        return _take_reply(
+            planning,
+            rt,
+            calls if type(reply) is ModelReply else reply.tool_calls,
+            spent=spent,
+            loop=loop,
+        )
     return await _route(planning._copy(spent=spent, loop=loop), rt, reply)
 
 
@@ -191,6 +203,7 @@ async def _heard(
     tools: tuple[dict[str, Any], ...],
     note: str = "",
     answering: bool = False,
+    free: object = None,
 ) -> tuple[ModelReply | str, Spend, LoopState]:
     """What ``_ask`` does, with the spend and the loop memory its phase would hold
     instead of the phase (a caller that changes more makes the phase once)."""
@@ -200,8 +213,9 @@ async def _heard(
         type(runtime) is Runtime
         and rt.clock is _monotonic
         and type(budget) is Budget
-        and budget.wall_clock is None
+        and (budget is free or budget.wall_clock is None)
     ):  # rt.remaining(budget) without its three frames: no limit, and a clock read is inert
+        # (not read again for the very budget the runner found with none: ``free``)
         remaining = None
     else:
         remaining = rt.remaining(budget)

@@ -32,7 +32,7 @@ from ._approval import (
     waits_for_approval,
 )
 from ._batch import _take_next
-from ._budget import Spend
+from ._budget import Budget, Spend
 from ._calling import _execute
 from ._context import _deps_for_run
 from ._errors import (
@@ -551,6 +551,20 @@ class Runner(Generic[C, D]):
         # that class itself, made in _run) when it keeps no phases: the same reads
         # (kind, then step) in the same order.
         path = went._path.append if type(went) is _Went and went._keep is False else None
+        # The agent's budget when it is a Budget itself with no limit, read once a drive
+        # (a frozen model: what it reads now it reads at every transition): _execute and
+        # _plan do not read its limits again for this very object (by identity).
+        held: object = self._agent.budget
+        budget = self._agent.budget
+        free = (
+            budget
+            if type(held) is Budget
+            and budget.wall_clock is None
+            and budget.tool_calls is None
+            and budget.tokens is None
+            and budget.cost is None
+            else None
+        )
         with driving.scope as scope:
             while isinstance(state, Active):
                 if driving.hand_back is not None and driving.hand_back.is_set():
@@ -593,10 +607,12 @@ class Runner(Generic[C, D]):
                                 ticket.left_by = "execute"
                             else:
                                 known._leave("execute")
-                            advanced = await _execute(known, rt)
+                            advanced = await _execute(known, rt, free)
                         elif cls is Planning:
                             advanced = (
-                                _take_next(known, rt) if known.pending else await _plan(known, rt)
+                                _take_next(known, rt)
+                                if known.pending
+                                else await _plan(known, rt, free)
                             )
                         else:
                             advanced = await before.advance(rt)
