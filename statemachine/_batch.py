@@ -113,8 +113,7 @@ def _with_ids(
             if type(loop) is LoopState:  # its one question, asked of it (a subclass: below)
                 # _call_free's first answer, read here (no frame): an index that is a line
                 # of its own covering its ActionLog, without a call of the id.
-                private = loop.__pydantic_private__
-                line = private.get("_index") if type(private) is dict else None
+                line = loop._index
                 log: Any = loop.actions
                 if (
                     type(line) is _Line

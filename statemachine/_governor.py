@@ -14,7 +14,7 @@ It answers each hook with a :class:`Decision` carrying a :class:`Verdict`:
   agent's own completion signal, either of which finalizes the run.
 
 The governor is configuration and holds no memory: everything it remembers is in
-:class:`LoopState`, a pydantic model carried by every phase, so a checkpoint of
+:class:`LoopState`, a slotted frozen class carried by every phase, so a checkpoint of
 the phase carries it too. No check walks the run's actions, so each costs the same
 at any length of the run: the index of a line of states (``_Line``) is kept up as
 actions are recorded and settled; exact and canonical checks are look-ups in it; the
@@ -28,6 +28,7 @@ trigram mask with the masks the evidence window's results keep. The actions are 
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 import numbers
 import warnings
@@ -36,17 +37,17 @@ from enum import StrEnum
 from functools import lru_cache
 from itertools import compress
 from operator import attrgetter
-from typing import Any, Literal, Protocol, Self, final
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self, final
 
 import attrs
-from pydantic import BaseModel, PrivateAttr
+from pydantic import BaseModel, GetCoreSchemaHandler
+from pydantic_core import core_schema
 
 from . import _json
 from ._actions import CHUNK, EMPTY_LOG, ActionLog, ActionRecord, _MakingRecord, _record
 from ._budget import Budget, Spend, admits_call
 from ._errors import SetupError
 from ._fast._making import making_class
-from ._fast._pydantic import _making, _trusted
 from ._similarity import (
     LEXICAL,
     GramMasks,
@@ -404,11 +405,35 @@ class VerdictRecord(BaseModel, frozen=True, extra="forbid", defer_build=True):
     reason: str
 
 
-class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
+class _LoopFields(BaseModel, frozen=True, extra="forbid", defer_build=True, title="LoopState"):
+    """What ``LoopState(...)``, ``model_validate`` and a checkpoint's loader check a loop
+    memory's values by: the pydantic model ``LoopState`` was (the same fields, types,
+    lax conversions, refusals and error texts, titled ``LoopState``). Its instances live
+    only while a ``LoopState`` is made from them; ``model_dump`` writes through it."""
+
+    actions: ActionLog = EMPTY_LOG
+    evidence: tuple[str, ...] = ()
+    tool_iterations: int = 0
+    low_gain_streak: int = 0
+    finalize: str = ""
+    paused: str = ""
+    verdicts: tuple[VerdictRecord, ...] = ()
+    flags: tuple[str, ...] = ()
+    failures: tuple[int, ...] = ()
+
+
+@attrs.define(frozen=True, init=False, eq=False, weakref_slot=False, getstate_setstate=False)
+class LoopState:
     """The governor's memory of one run; immutable, carried by every phase.
 
     ``finalize`` holds the reason of a finalize verdict reached after an action,
     for the next step to act on; ``paused`` the reason the run waits for a person.
+
+    A slotted frozen class, not a pydantic model. ``LoopState(...)`` (and
+    ``attrs.evolve``, ``model_validate`` and ``model_copy``) checks its values as the
+    pydantic model it was did (the same types, conversions and refusals, a
+    ``pydantic.ValidationError`` titled ``LoopState``); ``model_dump`` and
+    ``model_dump_json`` write what that model wrote, so checkpoints are unchanged.
     """
 
     actions: ActionLog = EMPTY_LOG
@@ -424,94 +449,160 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
 
     # Where each key and call id sits in ``actions`` (see _Line); shared by a state
     # and its successors. ``None``: not made yet (a restored state makes it on first use).
-    _index: _Line | None = PrivateAttr(default=None)
+    _index: _Line | None = attrs.field(default=None, init=False, repr=False)
     # The trigram bitmasks of the semantic and convergence checks (a cache), shared the
     # same way.
-    _grams: GramMasks | None = PrivateAttr(default=None)
+    _grams: GramMasks | None = attrs.field(default=None, init=False, repr=False)
 
-    def _private(self) -> dict[str, Any]:
-        """The private attributes, read without pydantic's slow ``__getattr__``."""
-        private = self.__pydantic_private__
-        if private is None:  # pragma: no cover - pydantic sets them on every LoopState
-            private = {"_index": None, "_grams": None}
-            object.__setattr__(self, "__pydantic_private__", private)
-        return private
+    model_fields: ClassVar[dict[str, Any]]
 
-    def _evolve(self, *, _index: _Line | None = None, **changes: Any) -> LoopState:
-        """This state with ``changes``; it shares the private index (or takes ``_index``).
+    if TYPE_CHECKING:  # the constructor as type checkers read it (the fields' types)
 
-        Made as ``LoopState.model_construct`` with every field would make it (the
-        fields were validated, or made here), in one step instead of pydantic's loop.
-        """
-        if type(self) is LoopState:
-            values = {**self.__dict__, **changes}
-        else:  # a subclass: its own fields are left behind, as model_construct leaves them
-            values = {name: getattr(self, name) for name in _LOOP_FIELDS}
-            values.update(changes)
-        private = self._private()
-        kept = {
-            "_index": private.get("_index") if _index is None else _index,
-            "_grams": private.get("_grams"),
-        }
-        return _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept)
+        def __init__(
+            self,
+            *,
+            actions: ActionLog = EMPTY_LOG,
+            evidence: tuple[str, ...] = (),
+            tool_iterations: int = 0,
+            low_gain_streak: int = 0,
+            finalize: str = "",
+            paused: str = "",
+            verdicts: tuple[VerdictRecord, ...] = (),
+            flags: tuple[str, ...] = (),
+            failures: tuple[int, ...] = (),
+        ) -> None: ...
+
+    else:
+
+        def __init__(self, /, **values: Any) -> None:
+            _fill(self, _LoopFields(**values).__dict__, None, None)
+
+    @classmethod
+    def model_validate(cls, value: Any) -> Self:
+        """A state from a dict of its fields, checked as ``LoopState(...)`` checks them;
+        a ``LoopState`` (of this class) is given back as it is, as pydantic gives it."""
+        if isinstance(value, cls):
+            return value
+        made: Self = _new(cls)
+        _fill(made, _LoopFields.model_validate(value).__dict__, None, None)
+        return made
+
+    @classmethod
+    def model_validate_json(cls, text: str | bytes | bytearray) -> Self:
+        """A state from the JSON ``model_dump_json`` writes, checked as ``model_validate``."""
+        made: Self = _new(cls)
+        _fill(made, _LoopFields.model_validate_json(text).__dict__, None, None)
+        return made
+
+    @classmethod
+    def model_construct(cls, **values: Any) -> Self:
+        """A state of these values, unchecked (as pydantic's ``model_construct``: for
+        values known valid, and for tests); the fields not given take their defaults."""
+        unknown = set(values) - _LOOP_FIELD_SET
+        if unknown:  # pydantic kept them as extras; a slotted class has nowhere to
+            raise TypeError(f"LoopState has no field {', '.join(sorted(unknown))}")
+        made: Self = _new(cls)
+        _fill(made, {**_LOOP_DEFAULTS, **values}, None, None)
+        return made
+
+    def _fields(self) -> dict[str, Any]:
+        """Its fields, in their order, as a new dict."""
+        return {name: getter(self) for name, getter in _LOOP_GETTERS}
+
+    def model_dump(self, **options: Any) -> dict[str, Any]:
+        """Its fields as the pydantic model it was dumped them (the same options)."""
+        return _LoopFields.model_construct(**self._fields()).model_dump(**options)
+
+    def model_dump_json(self, **options: Any) -> str:
+        """Its fields as JSON, as the pydantic model it was wrote them (the same options)."""
+        return _LoopFields.model_construct(**self._fields()).model_dump_json(**options)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        """A copy, as pydantic makes it; one with other ``actions`` or ``failures`` indexes
-        them anew (and holds the actions as an :class:`ActionLog`, whatever sequence they
-        came in). The very log and failures this state holds are not other: the copy
-        shares this state's index (it branches from it when it records)."""
-        if update and "actions" in update and not isinstance(update["actions"], ActionLog):
-            update = {**update, "actions": ActionLog(update["actions"])}
-        copied = super().model_copy(update=update, deep=deep)
-        if update and ("actions" in update or "failures" in update):
-            same = (
-                not deep
-                and update.get("actions", self.actions) is self.actions
-                and update.get("failures", self.failures) is self.failures
-            )
-            if not same:
-                copied._private()["_index"] = None
-        return copied
+        """A copy (a ``LoopState`` itself), its ``update`` checked as ``LoopState(...)``
+        checks values (the pydantic model took them unchecked). One with other
+        ``actions`` or ``failures`` indexes them anew; the very log and failures this
+        state holds are not other: the copy shares this state's index (it branches from it
+        when it records). ``deep``: its fields deep-copied, its caches made anew."""
+        values = self._fields()
+        if deep:
+            values = copy.deepcopy(values)
+        if update:
+            checked = _LoopFields(**{**values, **update}).__dict__
+            for name in update:  # the fields not updated: this state's own (valid) objects
+                values[name] = checked[name]
+        made: Self = _new(type(self))
+        same = (
+            not deep and values["actions"] is self.actions and values["failures"] is self.failures
+        )
+        _fill(made, values, self._index if same else None, None if deep else self._grams)
+        return made
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        # In a pydantic model's field: validated by model_validate (a state as it is, a
+        # dict checked), written as model_dump writes it in the model's mode.
+        return core_schema.no_info_plain_validator_function(
+            cls.model_validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                _dump_in_mode, info_arg=True
+            ),
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle or a copy keeps: its fields (the caches are made anew)."""
+        return self._fields()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A pickle's or a copy's state: its fields as kept, its caches not made yet."""
+        _fill(self, state, None, None)
 
     def __eq__(self, other: object) -> bool:
         """Equal when every field is: the private index is only a cache of ``actions``."""
         if not isinstance(other, LoopState):
             return NotImplemented
-        return self.__dict__ == other.__dict__
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        """The hash of its fields (as the frozen pydantic model's)."""
+        return hash(tuple(getter(self) for _, getter in _LOOP_GETTERS))
+
+    def _evolve(self, *, _index: _Line | None = None, **changes: Any) -> LoopState:
+        """This state with ``changes`` (known valid: made by the library); it shares the
+        private index (or takes ``_index``). A ``LoopState`` itself, whatever this one is."""
+        values = self._fields()
+        values.update(changes)
+        made: LoopState = _new(LoopState)
+        _fill(made, values, self._index if _index is None else _index, self._grams)
+        return made
 
     def _line(self) -> _Line:
-        """The index of this state's actions (made from them if it does not cover them)."""
-        private = self._private()
-        line: _Line | None = private.get("_index")
-        if line is None or line.size < len(self.actions):  # new, or restored: make it
-            line = private["_index"] = _Line.of(self.actions, self.failures)
+        line: _Line | None = self._index
+        if line is None or line.size < len(self.actions):
+            line = _Line.of(self.actions, self.failures)
+            object.__setattr__(self, "_index", line)
         return line
 
     def _call_free(self, call_id: str) -> bool:
-        """Whether no action of this state has ``call_id``: what
-        ``self._line().call(call_id, len(self.actions)) is None`` answers, in one frame
-        while the index covers the actions (a model's new call: ``_batch._with_ids``)."""
         actions: Any = self.actions
-        # ActionLog.__len__, by its code, without its frame.
         size = (
             len(actions._chunks) * CHUNK + len(actions._tail)
             if type(actions) is ActionLog
             else len(actions)
         )
-        private = self.__pydantic_private__
-        line: _Line | None = None if private is None else private.get("_index")
-        if line is None or line.size < size:  # new, or restored: _line makes it
+        line: _Line | None = self._index
+        if line is None or line.size < size:
             line = self._line()
-        if line.parent is None and call_id not in line.calls:  # nearly always
+        if line.parent is None and call_id not in line.calls:
             return True
         return line.call(call_id, size) is None
 
     def _masks(self) -> GramMasks:
-        """The trigram bitmasks of this run's texts (made on first use)."""
-        private = self._private()
-        masks: GramMasks | None = private.get("_grams")
+        masks: GramMasks | None = self._grams
         if masks is None:
-            masks = private["_grams"] = GramMasks()
+            masks = GramMasks()
+            object.__setattr__(self, "_grams", masks)
         return masks
 
     def earlier(self, key: str) -> ActionRecord | None:
@@ -521,24 +612,17 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
     def record(self, action: ActionRecord, *, iteration: bool = True) -> LoopState:
         """A state with ``action`` added (a tool iteration unless told otherwise).
 
-        A ``LoopState`` itself (by exact type) whose fields and private attributes are
-        plain dicts, holding an ``ActionLog`` and an ``int`` count, an index and masks
-        (or none), and whose index covers exactly its actions (a run recording its next
-        call, nearly always), is done here in one frame: what ``_recorded`` makes (the
-        log's append, ``_evolve`` and the index's ``add``), without their frames.
+        A ``LoopState`` itself (by exact type) holding an ``ActionLog`` and an ``int``
+        count and an index (a ``_Line`` itself) that covers exactly its actions (a run
+        recording its next call, nearly always), is done here in one frame: what
+        ``_recorded`` makes (the log's append, ``_evolve`` and the index's ``add``),
+        without their frames.
         Anything else goes through ``_recorded``.
         """
-        fields: Any = self.__dict__ if type(self) is LoopState else None
-        private: Any = self.__pydantic_private__ if type(fields) is dict else None
-        # (a dict subclass set behind pydantic's back: below)
-        if type(private) is dict:
-            try:
-                actions = fields["actions"]
-                count = fields["tool_iterations"]
-                line = private["_index"]
-                grams = private["_grams"]
-            except KeyError:  # a field or private attribute missing: the plain path
-                return self._recorded(action, iteration)
+        if type(self) is LoopState:  # its slots read (made by model_construct: any values)
+            actions: Any = self.actions
+            count: Any = self.tool_iterations
+            line: Any = self._index
             if type(actions) is ActionLog and type(count) is int and type(line) is _Line:
                 chunks, tail = actions._chunks, actions._tail
                 position = len(chunks) * CHUNK + len(tail)  # ActionLog.__len__
@@ -551,18 +635,20 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
                     else:
                         log._chunks, log._tail = chunks + (tail,), (action,)  # noqa: RUF005
                         log._grown = None
-                    # _evolve's state: every field as it was, the two changes in their
-                    # places ({**fields, ...} as a copy of the plain dict, then two stores).
-                    values = fields.copy()
-                    values["actions"] = log
-                    values["tool_iterations"] = count + (1 if iteration else 0)
-                    # _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept), without its
-                    # frame: made as its making class, the slots stored, then its class.
+                    # _evolve's state: made as its making class, every slot stored as
+                    # object stores it (the two changes in their places), then its class.
                     made: Any = _new(_MakingLoop)
-                    made.__dict__ = values
-                    made.__pydantic_fields_set__ = _LOOP_FIELD_SET.copy()
-                    made.__pydantic_extra__ = None
-                    made.__pydantic_private__ = {"_index": line, "_grams": grams}
+                    made.actions = log
+                    made.evidence = self.evidence
+                    made.tool_iterations = count + (1 if iteration else 0)
+                    made.low_gain_streak = self.low_gain_streak
+                    made.finalize = self.finalize
+                    made.paused = self.paused
+                    made.verdicts = self.verdicts
+                    made.flags = self.flags
+                    made.failures = self.failures
+                    made._index = line
+                    made._grams = self._grams
                     made.__class__ = LoopState
                     # _Line.add: the size first, then the call id's position.
                     line.size = position + 1
@@ -583,7 +669,7 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
     def _recorded(self, action: ActionRecord, iteration: bool) -> LoopState:
         """What ``record`` makes, for any state (its plain path)."""
         position = len(self.actions)
-        line = self._private().get("_index")
+        line = self._index
         if line is None or line.size < position:  # not made yet (a restored state)
             line = _Line.of(self.actions, self.failures)
         elif line.size != position:
@@ -652,16 +738,14 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
     ) -> LoopState | None:
         """``settle(call_id, "ok", result, gain)`` with ``evidence`` and ``low_gain_streak``
         set, made in one step, when the action is the latest (nearly always: a run settles
-        the call it just recorded), this state a ``LoopState`` itself whose fields and
-        private attributes are plain dicts, its log an ``ActionLog`` itself and its index
+        the call it just recorded), this state a ``LoopState`` itself, its log an
+        ``ActionLog`` itself and its index
         ``None`` or a ``_Line`` (made here, as ``_settled`` makes it, when it does not
         cover the action); ``None`` otherwise (the caller takes ``_settled`` and
         ``_evolve``, whose result this is)."""
-        fields: Any = self.__dict__ if type(self) is LoopState else None
-        private: Any = self.__pydantic_private__ if type(fields) is dict else None
-        if type(private) is not dict:
+        if type(self) is not LoopState:
             return None
-        return _observed_in(self, fields, private, call_id, result, gain, evidence, streak)
+        return _observed_in(self, call_id, result, gain, evidence, streak)
 
     def noted(self, step: int, hook: Hook, decision: Decision, **changes: Any) -> LoopState:
         """A state that remembers ``decision`` (a verdict other than continue)."""
@@ -675,38 +759,53 @@ class LoopState(BaseModel, frozen=True, extra="forbid", defer_build=True):
         return self._evolve(verdicts=self.verdicts + (record,), **changes)  # noqa: RUF005
 
 
-_LOOP_FIELDS = tuple(LoopState.model_fields)
+_LOOP_FIELDS = tuple(a.name for a in attrs.fields(LoopState) if a.init)
+# Its fields' names and defaults (pydantic's ``model_fields``, kept for callers).
+LoopState.model_fields = _LoopFields.model_fields
+_LOOP_DEFAULTS: dict[str, Any] = {a.name: a.default for a in attrs.fields(LoopState) if a.init}
+_LOOP_GETTERS = tuple((name, attrgetter(name)) for name in _LOOP_FIELDS)
+# Its slots' descriptors' stores, every field then the two caches, for _fill.
+_LOOP_SETTERS = tuple(
+    (name, LoopState.__dict__[name].__set__) for name in (*_LOOP_FIELDS, "_index", "_grams")
+)
+assert tuple(_LoopFields.model_fields) == _LOOP_FIELDS
 # ActionLog.__new__ (object's: neither it nor its bases define one), for record.
 _new = object.__new__
 
 
-# Every field, as the set a state made by _evolve holds (copied for each: its own).
-_LOOP_FIELD_SET = set(_LOOP_FIELDS)
-# A LoopState being made by record and _observed (_trusted's making class for it, made
-# here: see making_class): its four slots stored as object stores them, then its class.
-_MakingLoop: Any = _making(LoopState)
-assert _MakingLoop is not None  # a pydantic model of pydantic's metaclass, object's __new__
+def _fill(
+    made: LoopState, values: Mapping[str, Any], index: _Line | None, grams: GramMasks | None
+) -> None:
+    """Store ``values`` (every field) and the two caches in ``made``'s slots."""
+    setters = _LOOP_SETTERS
+    for name, store in setters[:-2]:
+        store(made, values[name])
+    setters[-2][1](made, index)
+    setters[-1][1](made, grams)
+
+
+def _dump_in_mode(state: LoopState, info: core_schema.SerializationInfo) -> dict[str, Any]:
+    return state.model_dump(mode=info.mode)
+
+
+_LOOP_FIELD_SET = frozenset(_LOOP_FIELDS)
+# A LoopState being made by record and _observed (see making_class): its slots stored as
+# object stores them, then its class.
+_MakingLoop: Any = making_class(LoopState)
 
 
 def _observed_in(
     loop: LoopState,
-    fields: dict[str, Any],
-    private: dict[str, Any],
     call_id: str,
     result: str,
     gain: float,
     evidence: tuple[str, ...],
     streak: int,
 ) -> LoopState | None:
-    """``LoopState._observed`` for ``loop``, a ``LoopState`` itself, given its fields'
-    and its private attributes' plain dicts (``__dict__`` and ``__pydantic_private__``,
-    each a ``dict`` itself)."""
-    try:
-        actions = fields["actions"]
-        line = private["_index"]
-        grams = private["_grams"]
-    except KeyError:  # a field or private attribute missing: the plain path
-        return None
+    """``LoopState._observed`` for ``loop``, a ``LoopState`` itself."""
+    actions: Any = loop.actions
+    line: Any = loop._index
+    grams = loop._grams
     if type(actions) is not ActionLog:
         return None
     # The log's tail and length, and its copy with the last record replaced, as
@@ -742,12 +841,6 @@ def _observed_in(
     log._chunks = chunks
     log._tail = tail[:-1] + (settled,)  # noqa: RUF005
     log._grown = (tail, log._tail)
-    # {**loop.__dict__, "actions": ..., "evidence": ..., "low_gain_streak": ...} as a
-    # copy of the plain dict, then three stores.
-    values = fields.copy()
-    values["actions"] = log
-    values["evidence"] = evidence
-    values["low_gain_streak"] = streak
     if position >= line.base:
         # line.settled(position, action), without its frame (nor _insert's for a key
         # not seen before: nearly always).
@@ -763,13 +856,20 @@ def _observed_in(
                 keys[key] = position
     else:
         line.settled(position, action)
-    # _trusted(LoopState, values, _LOOP_FIELD_SET.copy(), kept), without its frame:
-    # made as its making class, the slots stored, then its class.
+    # _evolve's state, without its frame: made as its making class, every slot stored
+    # (the three changes in their places), then its class.
     made: Any = _new(_MakingLoop)
-    made.__dict__ = values
-    made.__pydantic_fields_set__ = _LOOP_FIELD_SET.copy()
-    made.__pydantic_extra__ = None
-    made.__pydantic_private__ = {"_index": line, "_grams": grams}
+    made.actions = log
+    made.evidence = evidence
+    made.tool_iterations = loop.tool_iterations
+    made.low_gain_streak = streak
+    made.finalize = loop.finalize
+    made.paused = loop.paused
+    made.verdicts = loop.verdicts
+    made.flags = loop.flags
+    made.failures = loop.failures
+    made._index = line
+    made._grams = grams
     made.__class__ = LoopState
     observed: LoopState = made
     return observed
@@ -1084,8 +1184,7 @@ class LoopGovernor:
         # frames. Anything else (a subclass, a restored state without its index, a branch,
         # a key seen before) goes through _checked, the plain path.
         if type(loop) is LoopState and type(action) is ActionRecord:
-            private = loop.__pydantic_private__
-            line = None if private is None else private.get("_index")
+            line = loop._index
             log = loop.actions
             if type(line) is _Line and line.parent is None and type(log) is ActionLog:
                 tail = log._tail
@@ -1250,8 +1349,7 @@ class LoopGovernor:
             # its gain was measured), so only the new result's is made here. The masks
             # read from the private attributes in place (as _masks reads them) once made;
             # compared: start, then best, in one frame.
-            private = loop.__pydantic_private__
-            masks = None if private is None else private.get("_grams")
+            masks = loop._grams
             if masks is None:
                 masks = loop._masks()
             return 1.0 - masks.compared(result, window, self.evidence_window)
@@ -1272,27 +1370,17 @@ class LoopGovernor:
             # gain(...) and the evidence after it in one pass, the window's masks kept;
             # the masks read from the private attributes in place (as _masks reads them)
             # once made.
-            private = loop.__pydantic_private__
-            masks = None if private is None else private.get("_grams")
+            masks = loop._grams
             if masks is None:
                 masks = loop._masks()
-            # A LoopState itself whose fields are a plain dict holding these two: read
-            # from it (as pydantic reads them), and _observed's body given the dicts.
-            fields: Any = loop.__dict__ if type(loop) is LoopState else None
-            if (
-                type(fields) is dict
-                and type(private) is dict
-                and "evidence" in fields
-                and "low_gain_streak" in fields
-            ):
+            # A LoopState itself: its two fields read from its slots, and _observed's body.
+            if type(loop) is LoopState:
                 best, evidence = masks.advance(
-                    fields["evidence"], result, result[:_RESULT_CHARS], self.evidence_window
+                    loop.evidence, result, result[:_RESULT_CHARS], self.evidence_window
                 )
                 gain = 1.0 - best
-                streak = fields["low_gain_streak"] + 1 if gain < self.plateau_gain else 0
-                observed = _observed_in(
-                    loop, fields, private, call_id, result, gain, evidence, streak
-                )
+                streak = loop.low_gain_streak + 1 if gain < self.plateau_gain else 0
+                observed = _observed_in(loop, call_id, result, gain, evidence, streak)
             else:
                 best, evidence = masks.advance(
                     loop.evidence, result, result[:_RESULT_CHARS], self.evidence_window

@@ -494,7 +494,7 @@ def test_a_tail_grown_by_one_or_not_quite_is_as_the_plain_path(
     if log:
         loop = phase.loop
         changed = LoopState.model_construct(
-            **{**loop.__dict__, "actions": _tailed(loop.actions, how)}
+            **{**loop._fields(), "actions": _tailed(loop.actions, how)}
         )
         phase = _copy(phase, loop=changed)
     else:
@@ -582,7 +582,7 @@ def test_a_record_settled_or_not_quite_is_as_the_plain_path(at: int, how: str) -
     if how == "a list":
         tail = list(tail)
     log._tail = tail
-    loop = LoopState.model_construct(**{**phase.loop.__dict__, "actions": log})
+    loop = LoopState.model_construct(**{**phase.loop._fields(), "actions": log})
     encoded = document["fields"]["loop"]
     if how == "encoded otherwise":  # the last record's encoding of other keys
         actions = list(encoded["actions"])

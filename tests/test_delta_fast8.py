@@ -374,7 +374,7 @@ BEFORE = ["before as made", "before an equal copy", "before changed"]
 
 
 def _with_log(state: Any, log: Any) -> Any:
-    return _copy(state, loop=LoopState.model_construct(**{**state.loop.__dict__, "actions": log}))
+    return _copy(state, loop=LoopState.model_construct(**{**state.loop._fields(), "actions": log}))
 
 
 def _agree_remade(step: Any, how: str, was: str, log: bool) -> None:

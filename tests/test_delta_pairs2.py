@@ -192,7 +192,7 @@ def _set(phase: Phase[Any], name: str, value: Any) -> Phase[Any]:
 
 def _loop_variant(loop: LoopState, how: str) -> LoopState:
     """A loop memory of ``loop``'s fields with one changed as ``how`` says."""
-    values = dict(loop.__dict__)
+    values = loop._fields()
     if how == "int as bool":
         values["low_gain_streak"] = True
     elif how == "int of a subclass":
@@ -292,9 +292,9 @@ def _variant(old: Phase[Any], phase: Phase[Any], how: str) -> tuple[Phase[Any], 
         object.__setattr__(made, "tool_calls", Count(phase.spent.tool_calls))
         return old, _set(phase, "spent", made)
     if how == "loop of a subclass":
-        return old, _set(phase, "loop", OwnLoop.model_construct(**phase.loop.__dict__))
+        return old, _set(phase, "loop", OwnLoop.model_construct(**phase.loop._fields()))
     if how == "loop the same fields":
-        return old, _set(phase, "loop", LoopState.model_construct(**old.loop.__dict__))
+        return old, _set(phase, "loop", LoopState.model_construct(**old.loop._fields()))
     if how == "loop memory missing on the phase before":
         made = _copy(old)
         object.__delattr__(made, "loop")

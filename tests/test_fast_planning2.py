@@ -132,7 +132,7 @@ def test_a_replys_id_is_the_plain_loops_on_branched_lines(
         assert _free(loop, fast[0].id)
 
 
-class _Lying(LoopState, frozen=True):
+class _Lying(LoopState):
     """A subclass whose own answer says every id is free."""
 
     def _call_free(self, call_id: str) -> bool:

@@ -154,7 +154,7 @@ def test_the_shortcut_is_taken_and_answers() -> None:
     assert _ask(governor, loop, again).check == "canonical"
 
 
-class _Own(LoopState, frozen=True):
+class _Own(LoopState):
     """A subclass: the plain path."""
 
 

@@ -118,8 +118,7 @@ def _fields(decision: Decision) -> tuple[Any, ...]:
 
 
 def _line(loop: LoopState) -> _Line | None:
-    private = loop.__pydantic_private__
-    return None if private is None else private.get("_index")
+    return loop._index
 
 
 def _run_holds(loop: LoopState) -> None:

@@ -131,42 +131,12 @@ def test_an_older_state_of_its_line_is_asked() -> None:
     ] == ["call-3.2"]
 
 
-def test_a_private_store_not_a_dict_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A state whose private store was replaced behind pydantic's back by a dict subclass
-    is not read in place: its ``get`` is called only by ``_call_free``, once a question."""
-    gets: list[str] = []
-
-    class Store(dict[str, Any]):
-        def get(self, key: str, default: Any = None) -> Any:
-            gets.append(key)
-            return super().get(key, default)
-
-    asks: list[str] = []
-    plain_free = LoopState._call_free
-
-    def counted(self: LoopState, call_id: str) -> bool:
-        asks.append(call_id)
-        return plain_free(self, call_id)
-
-    loop = LoopState().record(_action("a"))
-    line = loop._line()
-    object.__setattr__(loop, "__pydantic_private__", Store(_index=line, _grams=None))
-    monkeypatch.setattr(LoopState, "_call_free", counted)
-    for given_id, expected in (("a", "call-3"), ("b", "b"), ("", "call-3")):
-        gets.clear()
-        asks.clear()
-        (made,) = _with_ids(loop, 3, (ToolRequest(name="t", arguments="{}", id=given_id),))
-        assert made.id == expected
-        assert asks
-        assert gets == ["_index"] * len(asks)
-
-
 def test_an_index_not_covering_the_log_is_asked() -> None:
     """A state whose index covers fewer actions than its log holds (an index kept by
     ``_evolve`` with other actions) is asked: its index is made again from the log."""
     loop = LoopState().record(_action("a"))
     grown = loop._evolve(actions=loop.actions.appended(_action("b")))
-    assert grown._private()["_index"].size < len(grown.actions)
+    assert grown._index.size < len(grown.actions)
     for given_id, expected in (("b", "call-3"), ("", "call-3"), ("c", "c")):
         (made,) = _with_ids(grown, 3, (ToolRequest(name="t", arguments="{}", id=given_id),))
         assert made.id == expected

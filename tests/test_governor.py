@@ -20,7 +20,7 @@ import anyio.lowlevel
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from support import CityArgs, FlightArgs, exactly
 
 from statemachine import (
@@ -950,9 +950,8 @@ def test_after_action_makes_the_state_settle_then_evolve_makes(
             loop, call_id=call_id, effect="read", result=result, ctx=None, step=n
         )
         assert fast == plain
-        assert fast.model_fields_set == plain.model_fields_set
-        assert fast._private()["_index"] is plain._private()["_index"]
-        assert fast._private()["_grams"] is loop._private()["_grams"]
+        assert fast._index is plain._index
+        assert fast._grams is loop._grams
         keys = [a.key for a in fast.actions]
         assert [fast.earlier(k) for k in keys] == [plain.earlier(k) for k in keys]
         loop = fast
@@ -978,10 +977,9 @@ def test_evolved_states_and_settled_actions_are_the_models_pydantic_would_make()
     assert loop == rebuilt
     assert loop.model_dump() == rebuilt.model_dump()
     assert list(loop.model_dump()) == list(LoopState.model_fields)
-    assert loop.model_fields_set == set(LoopState.model_fields)
     settled = loop.actions[0]
     assert settled == action.model_copy(update={"outcome": "ok", "result": "r", "gain": 1.0})
-    with pytest.raises(ValidationError, match="frozen"):
+    with pytest.raises(AttributeError):  # frozen (an attrs class since issue 23, round 18)
         loop.tool_iterations = 3  # type: ignore[misc]  # pyright: ignore[reportAttributeAccessIssue]
 
 

@@ -176,4 +176,4 @@ def test_observed_reads_the_index_as_settle_does(outcomes: list[str], kind: str)
     for action in plain.actions:
         assert fast.earlier(action.exact) == plain.earlier(action.exact)
         assert fast.earlier(action.key) == plain.earlier(action.key)
-    assert fast._private()["_grams"] is loop._private()["_grams"]
+    assert fast._grams is loop._grams

@@ -1,20 +1,19 @@
 """The state updates of one call without their frames (round 17 of issue 23), each
 against the plain path.
 
-- ``LoopState.record`` makes its state as ``_trusted``'s making class would (inline), its
-  fields a copy of the plain dict with two stores, its private attributes read by key;
+- ``LoopState.record`` makes its state as its making class (inline), every slot stored;
   against ``LoopState._recorded``.
 - ``after_action`` (the lexical convergence check) reads ``evidence`` and
-  ``low_gain_streak`` from the state's own dict and settles through ``_observed_in`` (the
-  body of ``LoopState._observed``, given the dicts); against the plain path: the same
-  checks with ``LoopState._settled`` and ``_evolve``.
+  ``low_gain_streak`` from the state's slots and settles through ``_observed_in`` (the
+  body of ``LoopState._observed``); against the plain path: the same checks with
+  ``LoopState._settled`` and ``_evolve``.
 
 Two pools of states are grown by the same steps, one the fast way and one the plain way,
-from states made by hand too (fields a dict subclass, private attributes missing, extra,
-in another order, of a dict subclass or none, a count that is a bool, a log that is a
-tuple): every state of the one is the other's (class exactly, fields and their order,
-fields set its own, extra ``None``, private attributes and their order, the masks the
-same object where the plain way keeps them), and answers every index question the same.
+from states made by hand too (a slot not set, no index or no masks, a count that is a
+bool, a log that is a tuple; since round 18 a slotted class, whose round-17 variants of
+pydantic's dicts no longer exist): every state of the one is the other's (class exactly,
+slots in order, the index and masks kept or made alike), and answers every index
+question the same.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from hypothesis import strategies as st
 
 from statemachine._actions import CHUNK, ActionLog, ActionRecord
 from statemachine._governor import (
-    _LOOP_FIELD_SET,
     _RESULT_CHARS,
     Decision,
     LoopGovernor,
@@ -47,46 +45,24 @@ _TEXTS = (
 )
 
 
-class _Odd(dict[str, Any]):
-    """A dict subclass whose reads by ``get`` see nothing (the plain path reads so)."""
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return default
+_MISSING = object()
+_STORED = (*LoopState.model_fields, "_index", "_grams")
 
 
-class _Sub(dict[str, Any]):
-    """A dict subclass read through its own keys and items (``{**it}`` reads so), with a
-    copy of its own."""
-
-    def __iter__(self) -> Any:
-        return iter(list(super().keys()))
-
-    def keys(self) -> Any:
-        return list(super().keys())
-
-    def copy(self) -> Any:  # the plain path never copies it so
-        return {**self, "flags": ("copied",)}
-
-    def __getitem__(self, key: str) -> Any:
-        found = super().__getitem__(key)
-        return ("seen through",) if key == "evidence" else found
+def _stored(loop: LoopState) -> list[tuple[str, Any]]:
+    """What its slots hold, in their order (``_MISSING`` for one not set)."""
+    return [(name, getattr(loop, name, _MISSING)) for name in _STORED]
 
 
 # How a state is made by hand before a step (none, or one of these).
 _HANDS = (
-    "dict-sub",
-    "private-none",
-    "private-sub",
-    "private-odd",
-    "private-missing",
-    "private-extra",
-    "private-reversed",
+    "index-none",
+    "grams-none",
     "count-bool",
     "log-tuple",
     "fields-missing",
     "masks",
 )
-
 _pick = st.one_of(st.just(-1), st.just(-1), st.just(-1), st.integers(0, 10**6))
 _step = st.one_of(
     st.tuples(st.just("record"), _pick, st.sampled_from(_IDS), st.integers(0, 7)),
@@ -126,45 +102,32 @@ def _action(call_id: str, flag: int) -> ActionRecord:
 
 def _by_hand(loop: LoopState, how: str) -> LoopState:
     """A state equal to ``loop`` made or changed by hand (``how``)."""
-    fields = dict(loop.__dict__)
-    if how in ("private-sub", "private-odd", "masks"):
+    if how == "masks":
         loop._masks()  # the masks made: a reading that misses them tells
-    private = loop.__pydantic_private__
+    stored = dict(_stored(loop))
+    fields = {name: stored[name] for name in LoopState.model_fields if stored[name] is not _MISSING}
     made = LoopState.model_construct(**fields)
-    kept: dict[str, Any] = (
-        dict(private) if private is not None else {"_index": None, "_grams": None}
-    )
-    if how == "dict-sub":
-        object.__setattr__(made, "__dict__", _Sub(fields))
-    elif how == "private-none":
-        object.__setattr__(made, "__pydantic_private__", None)
-        return made
-    elif how == "private-sub":
-        kept = _Sub(kept)
-    elif how == "private-odd":
-        kept = _Odd(kept)
-    elif how == "private-missing":
-        kept.pop("_grams", None)
-    elif how == "private-extra":
-        kept["other"] = 1
-    elif how == "private-reversed":
-        kept = {"_grams": kept.get("_grams"), "_index": kept.get("_index")}
+    index, grams = stored["_index"], stored["_grams"]
+    if how == "index-none":
+        index = None
+    elif how == "grams-none":
+        grams = None
     elif how == "count-bool":
-        made.__dict__["tool_iterations"] = True
+        object.__setattr__(made, "tool_iterations", True)
     elif how == "log-tuple":
-        made.__dict__["actions"] = tuple(loop.actions)
-        kept["_index"] = None
+        object.__setattr__(made, "actions", tuple(stored["actions"]))
+        index = None
     elif how == "fields-missing":
-        del made.__dict__["evidence"]
-    object.__setattr__(made, "__pydantic_private__", kept)
+        object.__delattr__(made, "evidence")
+    object.__setattr__(made, "_index", None if index is _MISSING else index)
+    object.__setattr__(made, "_grams", None if grams is _MISSING else grams)
     return made
 
 
 def _plain_after(governor: LoopGovernor, loop: LoopState, call_id: str, result: str) -> LoopState:
     """after_action's plain path: its checks, then ``_settled`` and ``_evolve``."""
     if governor.evidence_similarity is lexical_similarity:
-        private = loop.__pydantic_private__
-        masks = None if private is None else private.get("_grams")
+        masks = loop._grams
         if masks is None:
             masks = loop._masks()
         best, evidence = masks.advance(
@@ -194,6 +157,10 @@ def _outcome(call: Any, *args: Any, **kwargs: Any) -> tuple[str, Any]:
         return "raised", (type(error), str(error))
 
 
+def _restored(loop: LoopState) -> LoopState:
+    return LoopState.model_validate_json(loop.model_dump_json())
+
+
 def _pool(
     governor: LoopGovernor, steps: list[tuple[str, int, str, int]], *, plain: bool
 ) -> list[Any]:
@@ -208,7 +175,7 @@ def _pool(
     states: list[LoopState] = [pool[0]]
     for kind, at, name, flag in steps:
         loop = states[at % len(states)]
-        before = list(dict.items(loop.__dict__))  # the stored values themselves
+        before = _stored(loop)  # the stored values themselves
         made: Any
         if kind == "record":
             made = _outcome(record, loop, _action(name, flag), bool(flag % 2))
@@ -221,7 +188,7 @@ def _pool(
 
             made = _outcome(many, loop, name, flag)
         elif kind in ("after", "after-last"):
-            actions = loop.__dict__.get("actions", ())
+            actions = getattr(loop, "actions", ())
             call_id = name if kind == "after" or not actions else actions[-1].call_id
             text = _TEXTS[flag % len(_TEXTS)]
             if plain:
@@ -241,10 +208,11 @@ def _pool(
         elif kind == "copy":
             made = _outcome(loop.model_copy, update={"actions": loop.actions})
         elif kind == "restore":
-            made = _outcome(LoopState.model_validate_json, loop.model_dump_json())
+            made = _outcome(_restored, loop)
         else:
             made = ("made", _by_hand(loop, name))
-        assert list(dict.items(loop.__dict__)) == before  # the state made from: unchanged
+        # the state made from: its fields unchanged (its caches may be made)
+        assert all(a[1] is b[1] for a, b in zip(_stored(loop)[:-2], before[:-2], strict=True))
         pool.append(made)
         if made[0] == "made":
             states.append(made[1])
@@ -269,23 +237,23 @@ def _same(mine: Any, theirs: Any) -> None:
         return
     fast, plain = mine[1], theirs[1]
     assert type(fast) is type(plain)
-    assert fast.__dict__ == plain.__dict__
-    assert type(fast.__dict__) is type(plain.__dict__)
-    assert list(fast.__dict__) == list(plain.__dict__)
-    assert fast.__pydantic_fields_set__ == plain.__pydantic_fields_set__
-    assert fast.__pydantic_fields_set__ is not _LOOP_FIELD_SET
-    assert type(fast.__pydantic_fields_set__) is set
-    assert fast.__pydantic_extra__ is None
-    assert plain.__pydantic_extra__ is None
-    mine_private, their_private = fast.__pydantic_private__, plain.__pydantic_private__
-    assert type(mine_private) is type(their_private)
-    if their_private is not None:
-        assert list(mine_private) == list(their_private)
-        # The masks: made anew, or the very object the state recorded from kept, alike.
-        assert (mine_private.get("_grams") is None) == (their_private.get("_grams") is None)
-    actions = fast.__dict__.get("actions")
+    mine_stored, their_stored = _stored(fast), _stored(plain)
+    assert [name for name, _ in mine_stored] == [name for name, _ in their_stored]
+    for (name, mine_value), (_, their_value) in zip(mine_stored, their_stored, strict=True):
+        assert (mine_value is _MISSING) == (their_value is _MISSING)
+        if name == "_grams":
+            # The masks: made anew, or the very object the state recorded from kept, alike.
+            assert (mine_value is None) == (their_value is None)
+        elif name == "_index":
+            assert (mine_value is None) == (their_value is None)
+        else:
+            assert type(mine_value) is type(their_value)
+            assert mine_value == their_value
+    if any(value is _MISSING for _, value in mine_stored):
+        return
+    actions = fast.actions
     if type(actions) is ActionLog:
-        theirs_log = plain.__dict__["actions"]
+        theirs_log = plain.actions
         assert type(theirs_log) is ActionLog
         assert actions._chunks == theirs_log._chunks
         assert actions._tail == theirs_log._tail
@@ -312,9 +280,9 @@ def test_record_and_after_action_make_the_plain_paths_states(
         _same(mine, theirs)
 
 
-def test_each_state_has_its_own_fields_set_and_private_attributes() -> None:
-    """Nothing made is shared between states: each its own fields set, fields and
-    private dicts; the index and the masks shared along the line."""
+def test_each_state_has_its_own_slots_and_shares_its_caches() -> None:
+    """Each state made is its own object, every slot set; the index and the masks
+    shared along the line."""
     governor = LoopGovernor()
     loop = LoopState()
     loop = loop.record(_action("a", 1))
@@ -327,13 +295,9 @@ def test_each_state_has_its_own_fields_set_and_private_attributes() -> None:
     for one in states:
         for other in states:
             if one is not other:
-                assert one.__pydantic_fields_set__ is not other.__pydantic_fields_set__
-                assert one.__dict__ is not other.__dict__
-                assert one.__pydantic_private__ is not other.__pydantic_private__
+                assert one != other
         assert type(one) is LoopState
-        assert one.__pydantic_fields_set__ == _LOOP_FIELD_SET
-        assert one.__pydantic_extra__ is None
-        assert list(one.__pydantic_private__ or ()) == ["_index", "_grams"]
+        assert [name for name, value in _stored(one) if value is _MISSING] == []
     assert recorded._line() is loop._line() is observed._line()
     assert recorded._masks() is loop._masks() is observed._masks()
     assert observed.actions[-1].outcome == "ok"

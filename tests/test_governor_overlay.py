@@ -234,7 +234,7 @@ def test_branches_and_copies_read_their_parent_instead_of_indexing_again(
 
     monkeypatch.setattr(_Line, "of", classmethod(counted))
     copied = loop.model_copy(update={"actions": loop.actions})
-    assert copied._private()["_index"] is loop._private()["_index"]
+    assert copied._index is loop._index
     assert copied.earlier("k5") is loop.actions[5]
     branch = copied.record(action("y", "search", "ey", "ky", TEXTS[1]))  # `later` recorded
     assert branch._line().parent is loop._line()
@@ -286,12 +286,12 @@ def test_a_copy_with_other_failures_or_a_deep_copy_is_indexed_anew() -> None:
 
     assert decided(loop) == "semantic"
     dropped = loop.model_copy(update={"actions": loop.actions, "failures": ()})
-    assert dropped._private()["_index"] is None
+    assert dropped._index is None
     assert decided(dropped) == ""
     again = loop.model_copy(
         update={"actions": loop.actions, "failures": tuple(list(loop.failures))}
     )
     assert decided(again) == "semantic"
     deep = loop.model_copy(update={"actions": loop.actions}, deep=True)
-    assert deep._private()["_index"] is None
+    assert deep._index is None
     assert decided(deep) == "semantic"

@@ -19,11 +19,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, PrivateAttr, ValidationError
 
 from statemachine._fast import _pydantic
 from statemachine._fast._pydantic import _trusted, _trusted_plain
-from statemachine._governor import LoopState
 from statemachine.persist._lifecycle import RunStatus
 from statemachine.persist._protocol import RunRecord
 
@@ -106,16 +105,26 @@ def test_run_record(values: dict[str, Any], own_set: bool) -> None:
     )
 
 
+class _Memory(BaseModel, frozen=True, extra="forbid"):
+    """A frozen model with private attributes (as ``LoopState`` was before round 18)."""
+
+    evidence: tuple[str, ...] = ()
+    tool_iterations: int = 0
+    finalize: str = ""
+    _index: Any = PrivateAttr(default=None)
+    _grams: Any = PrivateAttr(default=None)
+
+
 @settings(max_examples=60)
 @given(st.lists(_TEXT, max_size=3).map(tuple), st.integers(0, 50), _TEXT)
 def test_loop_state(evidence: tuple[str, ...], iterations: int, finalize: str) -> None:
-    base = LoopState()
+    base = _Memory()
     values = {**base.__dict__, "evidence": evidence, "tool_iterations": iterations}
     values["finalize"] = finalize
-    fields = set(LoopState.model_fields)
+    fields = set(_Memory.model_fields)
     private = {"_index": None, "_grams": None}
-    made = _trusted(LoopState, values, fields, private)
-    plain = _trusted_plain(LoopState, dict(values), set(fields), dict(private))
+    made = _trusted(_Memory, values, fields, private)
+    plain = _trusted_plain(_Memory, dict(values), set(fields), dict(private))
     _same(made, plain, values, fields, private)
     assert made.tool_iterations == iterations
     assert made.evidence == evidence

@@ -66,7 +66,7 @@ from .._errors import (
     UnknownToolError,
 )
 from .._fast._by_class import by_class
-from .._governor import LoopState
+from .._governor import LoopState, _LoopFields
 from .._guard import Parsed, Repair
 from .._model import Message, ToolRequest, Transcript
 from .._phases import Agent, AnyPhase, Done, Failed, Phase, Phases
@@ -275,6 +275,8 @@ def _encode(value: Any) -> Any:
                     dumped[key] = _encode(item)
             return dumped
         return _encode(dumped)
+    if isinstance(value, LoopState):  # not a model any more: as the model it was
+        return _encode(_LoopFields.model_construct(**value._fields()))
     if isinstance(value, Mapping):
         out = {}
         for key, item in value.items():
@@ -447,7 +449,29 @@ def _dump_log(log: ActionLog) -> list[Any]:
 
 
 def _dump_loop(value: Any) -> Any:
-    encoded = _encode(value)
+    """A loop memory as the checkpoint writes it: its fields in order, each encoded as
+    ``_encode`` encoded the pydantic model it was (its ``model_dump``), the actions of an
+    ``ActionLog`` as version 2 writes them. A ``LoopState`` itself holding an exact
+    ``ActionLog`` (every state a run makes) is written from its slots; anything else
+    through the model's own dump (``_LoopFields``, the same fields and types), a subclass's
+    actions as that dump writes them (as they were written)."""
+    if type(value) is LoopState:
+        actions = value.actions
+        if type(actions) is ActionLog:
+            return {
+                "actions": _dump_log(actions),
+                "evidence": _encode(value.evidence),
+                "tool_iterations": _encode(value.tool_iterations),
+                "low_gain_streak": _encode(value.low_gain_streak),
+                "finalize": _encode(value.finalize),
+                "paused": _encode(value.paused),
+                "verdicts": _encode(value.verdicts),
+                "flags": _encode(value.flags),
+                "failures": _encode(value.failures),
+            }
+    if not isinstance(value, LoopState):
+        return _encode(value)
+    encoded = _encode(_LoopFields.model_construct(**value._fields()))
     if type(value) is LoopState and type(value.actions) is ActionLog:
         encoded["actions"] = _dump_log(value.actions)
     return encoded

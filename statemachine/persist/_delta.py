@@ -799,9 +799,8 @@ def _loop_change(
     """``new``'s encoding from ``old``'s, field by field; the ops go to ``ops``."""
     result: dict[str, Any] = {}
     merged: dict[str, Any] = {}  # the fields set whole
-    values, befores = new.__dict__, old.__dict__  # a LoopState's fields, as getattr reads them
     for name in _names(type(new)):
-        value, before = values[name], befores[name]
+        value, before = getattr(new, name), getattr(old, name)
         if value is before:
             result[name] = encoded[name]
             continue
@@ -1543,14 +1542,13 @@ def _loop_source(names: tuple[str, ...]) -> str:
         "def change(old, encoded, new, ops):",
         "    if type(encoded) is not dict or tuple(encoded) != NAMES:",
         "        return _loop_change(old, encoded, new, ops)",
-        "    values, befores = new.__dict__, old.__dict__",
         "    result = encoded.copy()",
         "    merged = {}",
     ]
     for name in names:
         lines += [
-            f"    value = values[{name!r}]",
-            f"    before = befores[{name!r}]",
+            f"    value = new.{name}",
+            f"    before = old.{name}",
             "    if value is before:",
             "        pass",
             "    elif type(value) is ActionLog and type(before) is ActionLog:",
