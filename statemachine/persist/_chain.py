@@ -342,7 +342,12 @@ def _placed(
         for index, (key, item) in enumerate(value.items()):
             if type(key) is not str:
                 raise TypeError(f"JSON object keys must be strings, got {key!r}")
-            out.append(("," if index else "") + _encode_str(key) + ":")
+            # ("," if index else "") + _encode_str(key) + ":", kept for the key (a str's
+            # text is its own: the same for every equal str).
+            written = _KEY_TEXTS.get(key)
+            if written is None:
+                written = _key_texts(key)
+            out.append(written[1] if index else written[0])
             path.append(key)
             _placed(item, texts, kept, out, path, places, longs)
             path.pop()
@@ -369,6 +374,22 @@ def _placed(
         out.append("]")
     else:
         out.append(dumps_bytes(value).decode())
+
+
+# A key's texts in an object as _placed writes it: first, and after another member
+# (``_encode_str(key) + ":"`` and ``"," + _encode_str(key) + ":"``), for at most
+# _KEY_TEXTS_KEPT keys (a snapshot's objects reached through objects alone: the codec's
+# names); any other key's are made each time.
+_KEY_TEXTS: Final[dict[str, tuple[str, str]]] = {}
+_KEY_TEXTS_KEPT: Final = 4096
+
+
+def _key_texts(key: str) -> tuple[str, str]:
+    first = _encode_str(key) + ":"
+    written = (first, "," + first)
+    if len(_KEY_TEXTS) < _KEY_TEXTS_KEPT:
+        _KEY_TEXTS[key] = written
+    return written
 
 
 # A part's text in a snapshot's head, by the part's type: a long text's is "null" (it

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from hashlib import sha256 as _sha256
 from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import anyio.to_thread
 
@@ -566,6 +566,20 @@ class SQLiteCheckpointer(_Store):
             if self._busy_ms:
                 self._wait_for_locks(0)
             try:  # as _guarded runs it, without its frame
+                # _save's next delta (its frame once a save): its row written by this
+                # connection; any other save, and one _save_next does not make, is _save's.
+                record = self._written.get(run_id)
+                if record is not None:
+                    saved = self._save_next(
+                        run_id, seq, document, agent, status, phase, waiting_for, change, record
+                    )
+                    if type(saved) is RunRecord:
+                        return saved
+                    if saved is not None:  # refused by the file: _save's plain path, at it
+                        now = cast("datetime", saved)
+                        return self._save(
+                            run_id, seq, document, agent, status, phase, waiting_for, change, now
+                        )
                 return self._save(run_id, seq, document, agent, status, phase, waiting_for, change)
             except sqlite3.OperationalError as exc:
                 if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
