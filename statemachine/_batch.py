@@ -21,7 +21,7 @@ imports the phases for the type checkers only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never
 
 from pydantic import BaseModel
 
@@ -32,7 +32,7 @@ from ._errors import SetupError
 from ._fast._attrs import _COPIERS, _by_init, _kept, _site
 from ._fast._classes import _per_class, _PerClass
 from ._fast._messages import _appended, _asking, _message, _request, _told
-from ._governor import Decision, LoopState, Verdict, _Line
+from ._governor import Decision, LoopGovernor, LoopState, Verdict, _Line
 from ._model import Message, ToolRequest, Transcript
 from ._runtime import Runtime
 from ._seal import _own_ticket
@@ -359,23 +359,30 @@ def _take_next(
 
 
 def _take(
-    planning: Planning[C], rt: Runtime
+    planning: Planning[C], rt: Runtime, free: object = None
 ) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
     """The first pending call, routed: a valid one to the governor (``_checked_call``), an
-    invalid one back to the model, or to ``Failed`` after ``max_invalid_calls`` in a row."""
+    invalid one back to the model, or to ``Failed`` after ``max_invalid_calls`` in a row.
+
+    ``free`` is the budget the runner found with no limit at the drive's start, or ``None``
+    (``_plan``'s: the library's own ``before_action`` need not read its limits)."""
     head = planning.pending[0]
     routed = planning.agent.tools.route(head.name, head.arguments)
-    return _routed(planning, rt, routed, head.arguments)
+    return _routed(planning, rt, routed, head.arguments, free)
 
 
 def _routed(
-    planning: Planning[C], rt: Runtime, routed: ReadCall | WriteCall | InvalidCall, arguments: str
+    planning: Planning[C],
+    rt: Runtime,
+    routed: ReadCall | WriteCall | InvalidCall,
+    arguments: str,
+    free: object = None,
 ) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
     """Where ``_take`` sends the first pending call once the agent's tools routed it."""
     agent = planning.agent
     match routed:
         case ReadCall() | WriteCall():
-            return _checked_call(planning, rt, routed, arguments)
+            return _checked_call(planning, rt, routed, arguments, free)
         case InvalidCall():
             if planning.invalid_streak + 1 >= agent.max_invalid_calls:
                 return planning.fail(
@@ -388,19 +395,42 @@ def _routed(
 
 
 def _checked_call(
-    planning: Planning[C], rt: Runtime, routed: ReadCall | WriteCall, arguments: str
+    planning: Planning[C],
+    rt: Runtime,
+    routed: ReadCall | WriteCall,
+    arguments: str,
+    free: object = None,
 ) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
     """The model's valid call, once the governor has ruled on it (``before_action``)."""
     agent = planning.agent
-    decision = agent.governor.before_action(
-        planning.loop,
-        _action(planning, routed, arguments),
-        spent=planning.spent,
-        budget=agent.budget,
-        elapsed=rt.elapsed(),
-        price=routed.tool.price(routed.args),
-    )
+    governor = agent.governor
+    held: object = governor  # a final class, whose subclasses the types do not foresee
+    if free is not None and type(held) is LoopGovernor and LoopGovernor.before_action is _BEFORE:
+        # The library's own before_action (a slotted instance has no attribute of its
+        # own), told the budget the runner found with no limit: its limits are not read.
+        decision = governor.before_action(
+            planning.loop,
+            _action(planning, routed, arguments),
+            spent=planning.spent,
+            budget=agent.budget,
+            elapsed=rt.elapsed(),
+            price=routed.tool.price(routed.args),
+            _free=free,
+        )
+    else:  # another governor's (or a patched) before_action is asked as before
+        decision = governor.before_action(
+            planning.loop,
+            _action(planning, routed, arguments),
+            spent=planning.spent,
+            budget=agent.budget,
+            elapsed=rt.elapsed(),
+            price=routed.tool.price(routed.args),
+        )
     return _ruled_call(planning, routed, arguments, decision)
+
+
+# The library's own before_action, as LoopGovernor holds it (a patched one is not told free).
+_BEFORE: Final = LoopGovernor.before_action
 
 
 def _ruled_call(
@@ -434,9 +464,10 @@ def _take_reply(
     *,
     spent: Spend,
     loop: LoopState,
+    free: object = None,
 ) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
-    """``_take(_queued(planning, requests, spent=spent, loop=loop), rt)``, for a ``planning``
-    left by ``advance``: the reply's calls queued and the first taken.
+    """``_take(_queued(planning, requests, spent=spent, loop=loop), rt, free)``, for a
+    ``planning`` left by ``advance``: the reply's calls queued and the first taken.
 
     A read call the governor lets run goes to ``ToolCalling`` from ``planning`` itself,
     without the queued copy between them, when nothing could tell the copy was not made
@@ -449,16 +480,33 @@ def _take_reply(
     known = _UNSEEN.get(id(cls))  # _unseen(cls), its memo read here when it has the class
     unseen = known[1] if known is not None and known[0]() is cls else _unseen(cls)
     if ticket.left_by != "advance" or ticket.copied or not unseen:
-        return _take(_queued(planning, requests, spent=spent, loop=loop), rt)
+        return _take(_queued(planning, requests, spent=spent, loop=loop), rt, free)
     calls = _with_ids(loop, planning.step, requests)
     head = calls[0]
     agent = planning.agent
-    routed = agent.tools.route(head.name, head.arguments)
+    # A ToolRequest itself answers its fields from its own dict, the same objects at each
+    # read: its arguments and id are read once; another class's are read again, as before.
+    request: object = head
+    exact = type(request) is ToolRequest
+    arguments = head.arguments if exact else ""
+    routed = agent.tools.route(head.name, arguments if exact else head.arguments)
     if type(routed) is not ReadCall:
-        return _routed(_queue(planning, calls, spent=spent, loop=loop), rt, routed, head.arguments)
+        return _routed(
+            _queue(planning, calls, spent=spent, loop=loop),
+            rt,
+            routed,
+            arguments if exact else head.arguments,
+            free,
+        )
     # What _checked_call asks, with the copy's values: Planning._action's record (the
     # call id is the first pending call's), and the governor's ruling.
-    action = agent.governor.action(routed, head.arguments, head.id)
+    governor = agent.governor
+    if exact:
+        call_id = head.id
+        action = governor.action(routed, arguments, call_id)
+    else:
+        call_id = ""  # read again below, as before
+        action = governor.action(routed, head.arguments, head.id)
     # Runtime.elapsed's own difference for a Runtime itself (the clock read as it reads
     # it), and Tool.price's first answer for a read tool of exactly the library's class
     # with no cost function (as execute prices it); anything else is asked.
@@ -467,9 +515,15 @@ def _take_reply(
     tool = routed.tool
     pricing: object = tool
     price = _FREE if type(pricing) is ReadTool and tool.cost is None else tool.price(routed.args)
-    decision = agent.governor.before_action(
-        loop, action, spent=spent, budget=agent.budget, elapsed=elapsed, price=price
-    )
+    ruling: object = governor  # a final class, whose subclasses the types do not foresee
+    if free is not None and type(ruling) is LoopGovernor and LoopGovernor.before_action is _BEFORE:
+        decision = governor.before_action(
+            loop, action, spent=spent, budget=agent.budget, elapsed=elapsed, price=price, _free=free
+        )
+    else:  # another governor's (or a patched) before_action is asked as before
+        decision = governor.before_action(
+            loop, action, spent=spent, budget=agent.budget, elapsed=elapsed, price=price
+        )
     if decision.verdict is not Verdict.CONTINUE and decision.verdict is not Verdict.FINALIZE:
         queued = _queue(planning, calls, spent=spent, loop=loop)
         _last_action[0] = (queued, routed, head.arguments, action)
@@ -488,7 +542,7 @@ def _take_reply(
         agent.phases.tool_calling,
         planning,
         routed,
-        head.id,
+        call_id if exact else head.id,
         transcript,
         spent,
         loop.record(action, iteration=True),

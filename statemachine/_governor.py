@@ -1041,16 +1041,24 @@ class LoopGovernor:
         elapsed: float,
         max_steps: int,
         max_tool_iterations: int | None,
+        _free: object = None,
     ) -> Decision:
         """May the run take another planning step, and may it still use tools?"""
         # A Budget itself with no limit refuses nothing (each of refuse's tests needs one).
+        # ``_free`` (the library's own callers): the very Budget the runner found with no
+        # limit at the drive's start (frozen: its limits are not read again).
         held: object = budget
         if not (
             type(held) is Budget
-            and budget.wall_clock is None
-            and budget.tool_calls is None
-            and budget.tokens is None
-            and budget.cost is None
+            and (
+                budget is _free
+                or (
+                    budget.wall_clock is None
+                    and budget.tool_calls is None
+                    and budget.tokens is None
+                    and budget.cost is None
+                )
+            )
         ):
             refusal = budget.refuse(
                 spent, elapsed=elapsed, action="the next model call", open_ended=True
@@ -1162,17 +1170,25 @@ class LoopGovernor:
         budget: Budget,
         elapsed: float,
         price: Any,
+        _free: object = None,
     ) -> Decision:
         """Run ``action``, or suppress it (a duplicate), or abort (no budget for it)."""
         # A Budget itself that certainly admits the call needs no words for a refusal: one
-        # with no limit refuses nothing (each of refuse's tests needs one).
+        # with no limit refuses nothing (each of refuse's tests needs one). ``_free`` (the
+        # library's own callers): the very Budget the runner found with no limit at the
+        # drive's start (frozen: its limits are not read again).
         held: object = budget
         if not (
             type(held) is Budget
-            and budget.wall_clock is None
-            and budget.tool_calls is None
-            and budget.tokens is None
-            and budget.cost is None
+            and (
+                budget is _free
+                or (
+                    budget.wall_clock is None
+                    and budget.tool_calls is None
+                    and budget.tokens is None
+                    and budget.cost is None
+                )
+            )
         ) and not admits_call(budget, spent, elapsed, price):
             refusal = budget.refuse(
                 spent, elapsed=elapsed, action=f"calling {action.tool}", tool_calls=1, cost=price

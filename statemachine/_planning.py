@@ -79,6 +79,10 @@ _TEXT_ANSWER = OutputGuard(CustomerResponse)
 _TEXT_FALLBACK = {"statemachine.schema": "CustomerResponse"}
 
 
+# The library's own begin_step, as LoopGovernor holds it (a patched one is not told free).
+_BEGIN: Final = LoopGovernor.begin_step
+
+
 async def _plan(
     planning: Planning[C], rt: Runtime, free: object = None
 ) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | ModelRetrying[C] | Failed[C]:
@@ -89,16 +93,33 @@ async def _plan(
     """
     agent = planning.agent
     runtime: object = rt  # a final class, whose subclasses the types do not foresee
-    decision = agent.governor.begin_step(
-        planning.loop,
-        ctx=planning.ctx,
-        spent=planning.spent,
-        budget=agent.budget,
-        # Runtime.elapsed's own difference for a Runtime itself (the clock read as it reads it).
-        elapsed=rt.clock() - rt.started if type(runtime) is Runtime else rt.elapsed(),
-        max_steps=agent.max_steps,
-        max_tool_iterations=agent.max_tool_iterations,
-    )
+    governor = agent.governor
+    held: object = governor  # a final class, whose subclasses the types do not foresee
+    if free is not None and type(held) is LoopGovernor and LoopGovernor.begin_step is _BEGIN:
+        # The library's own begin_step (a slotted instance has no attribute of its own):
+        # told the budget the runner found with no limit, whose limits it need not read.
+        decision = governor.begin_step(
+            planning.loop,
+            ctx=planning.ctx,
+            spent=planning.spent,
+            budget=agent.budget,
+            elapsed=rt.clock() - rt.started if type(runtime) is Runtime else rt.elapsed(),
+            max_steps=agent.max_steps,
+            max_tool_iterations=agent.max_tool_iterations,
+            _free=free,
+        )
+    else:  # another governor's (or a patched) begin_step is asked as before
+        decision = governor.begin_step(
+            planning.loop,
+            ctx=planning.ctx,
+            spent=planning.spent,
+            budget=agent.budget,
+            # Runtime.elapsed's own difference for a Runtime itself (the clock read as it
+            # reads it).
+            elapsed=rt.clock() - rt.started if type(runtime) is Runtime else rt.elapsed(),
+            max_steps=agent.max_steps,
+            max_tool_iterations=agent.max_tool_iterations,
+        )
     match decision.verdict:
         case Verdict.ABORT:
             planning._leave("advance")
@@ -134,6 +155,7 @@ async def _plan(
             calls if type(reply) is ModelReply else reply.tool_calls,
             spent=spent,
             loop=loop,
+            free=free,
         )
     return await _route(planning._copy(spent=spent, loop=loop), rt, reply)
 
