@@ -21,7 +21,7 @@ imports the phases for the type checkers only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 from pydantic import BaseModel
 
@@ -32,7 +32,7 @@ from ._errors import SetupError
 from ._fast._attrs import _COPIERS, _by_init, _kept, _site
 from ._fast._classes import _per_class, _PerClass
 from ._fast._messages import _appended, _asking, _message, _request, _told
-from ._governor import Decision, LoopGovernor, LoopState, Verdict, _Line
+from ._governor import Decision, LoopState, Verdict, _Line
 from ._model import Message, ToolRequest, Transcript
 from ._runtime import Runtime
 from ._seal import _own_ticket
@@ -359,16 +359,13 @@ def _take_next(
 
 
 def _take(
-    planning: Planning[C], rt: Runtime, free: object = None
+    planning: Planning[C], rt: Runtime
 ) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
     """The first pending call, routed: a valid one to the governor (``_checked_call``), an
-    invalid one back to the model, or to ``Failed`` after ``max_invalid_calls`` in a row.
-
-    ``free`` is the budget the runner found with no limit at the drive's start, or ``None``
-    (``_plan``'s: the library's own ``before_action`` need not read its limits)."""
+    invalid one back to the model, or to ``Failed`` after ``max_invalid_calls`` in a row."""
     head = planning.pending[0]
     routed = planning.agent.tools.route(head.name, head.arguments)
-    return _routed(planning, rt, routed, head.arguments, free)
+    return _routed(planning, rt, routed, head.arguments)
 
 
 def _routed(
@@ -376,13 +373,12 @@ def _routed(
     rt: Runtime,
     routed: ReadCall | WriteCall | InvalidCall,
     arguments: str,
-    free: object = None,
 ) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
     """Where ``_take`` sends the first pending call once the agent's tools routed it."""
     agent = planning.agent
     match routed:
         case ReadCall() | WriteCall():
-            return _checked_call(planning, rt, routed, arguments, free)
+            return _checked_call(planning, rt, routed, arguments)
         case InvalidCall():
             if planning.invalid_streak + 1 >= agent.max_invalid_calls:
                 return planning.fail(
@@ -399,38 +395,18 @@ def _checked_call(
     rt: Runtime,
     routed: ReadCall | WriteCall,
     arguments: str,
-    free: object = None,
 ) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
     """The model's valid call, once the governor has ruled on it (``before_action``)."""
     agent = planning.agent
-    governor = agent.governor
-    held: object = governor  # a final class, whose subclasses the types do not foresee
-    if free is not None and type(held) is LoopGovernor and LoopGovernor.before_action is _BEFORE:
-        # The library's own before_action (a slotted instance has no attribute of its
-        # own), told the budget the runner found with no limit: its limits are not read.
-        decision = governor.before_action(
-            planning.loop,
-            _action(planning, routed, arguments),
-            spent=planning.spent,
-            budget=agent.budget,
-            elapsed=rt.elapsed(),
-            price=routed.tool.price(routed.args),
-            _free=free,
-        )
-    else:  # another governor's (or a patched) before_action is asked as before
-        decision = governor.before_action(
-            planning.loop,
-            _action(planning, routed, arguments),
-            spent=planning.spent,
-            budget=agent.budget,
-            elapsed=rt.elapsed(),
-            price=routed.tool.price(routed.args),
-        )
+    decision = agent.governor.before_action(
+        planning.loop,
+        _action(planning, routed, arguments),
+        spent=planning.spent,
+        budget=agent.budget,
+        elapsed=rt.elapsed(),
+        price=routed.tool.price(routed.args),
+    )
     return _ruled_call(planning, routed, arguments, decision)
-
-
-# The library's own before_action, as LoopGovernor holds it (a patched one is not told free).
-_BEFORE: Final = LoopGovernor.before_action
 
 
 def _ruled_call(
@@ -464,9 +440,8 @@ def _take_reply(
     *,
     spent: Spend,
     loop: LoopState,
-    free: object = None,
 ) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
-    """``_take(_queued(planning, requests, spent=spent, loop=loop), rt, free)``, for a
+    """``_take(_queued(planning, requests, spent=spent, loop=loop), rt)``, for a
     ``planning`` left by ``advance``: the reply's calls queued and the first taken.
 
     A read call the governor lets run goes to ``ToolCalling`` from ``planning`` itself,
@@ -480,7 +455,7 @@ def _take_reply(
     known = _UNSEEN.get(id(cls))  # _unseen(cls), its memo read here when it has the class
     unseen = known[1] if known is not None and known[0]() is cls else _unseen(cls)
     if ticket.left_by != "advance" or ticket.copied or not unseen:
-        return _take(_queued(planning, requests, spent=spent, loop=loop), rt, free)
+        return _take(_queued(planning, requests, spent=spent, loop=loop), rt)
     calls = _with_ids(loop, planning.step, requests)
     head = calls[0]
     agent = planning.agent
@@ -496,7 +471,6 @@ def _take_reply(
             rt,
             routed,
             arguments if exact else head.arguments,
-            free,
         )
     # What _checked_call asks, with the copy's values: Planning._action's record (the
     # call id is the first pending call's), and the governor's ruling.
@@ -515,15 +489,9 @@ def _take_reply(
     tool = routed.tool
     pricing: object = tool
     price = _FREE if type(pricing) is ReadTool and tool.cost is None else tool.price(routed.args)
-    ruling: object = governor  # a final class, whose subclasses the types do not foresee
-    if free is not None and type(ruling) is LoopGovernor and LoopGovernor.before_action is _BEFORE:
-        decision = governor.before_action(
-            loop, action, spent=spent, budget=agent.budget, elapsed=elapsed, price=price, _free=free
-        )
-    else:  # another governor's (or a patched) before_action is asked as before
-        decision = governor.before_action(
-            loop, action, spent=spent, budget=agent.budget, elapsed=elapsed, price=price
-        )
+    decision = governor.before_action(
+        loop, action, spent=spent, budget=agent.budget, elapsed=elapsed, price=price
+    )
     if decision.verdict is not Verdict.CONTINUE and decision.verdict is not Verdict.FINALIZE:
         queued = _queue(planning, calls, spent=spent, loop=loop)
         _last_action[0] = (queued, routed, head.arguments, action)

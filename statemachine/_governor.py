@@ -72,6 +72,7 @@ __all__ = [
     "Similarity",
     "Verdict",
     "VerdictRecord",
+    "_hold_free",
     "lexical_similarity",
     "trigram_similarity",
 ]
@@ -972,6 +973,35 @@ def _similarity_value(similarity: object, value: object) -> float:
     return number
 
 
+# The Budget a drive found with no limit at its start (a Budget itself, its four limits
+# None when read: a frozen model refuses nothing then or later), or None. The library's
+# own begin_step and before_action do not read this very object's limits (by identity;
+# still of class Budget exactly): any other budget (one with a limit, a subclass, a copy,
+# another equal Budget) is read as before. Written only by _hold_free, which checks what
+# it stores; one slot for the process: a run whose free budget another run's write
+# displaced reads its limits again (the plain way), never skips one.
+_free_budget: Budget | None = None
+
+
+def _hold_free(free: object, budget: object) -> None:
+    """Keep ``free`` (a drive's budget found with no limit at its start: checked here
+    again, a ``Budget`` itself with its four limits ``None``) as the free budget; ``free``
+    ``None`` (the drive found ``budget`` limited, or is no drive's) forgets ``budget``
+    if it is the one kept, so its limits are read again."""
+    global _free_budget
+    held = free
+    if (
+        type(held) is Budget
+        and held.wall_clock is None
+        and held.tool_calls is None
+        and held.tokens is None
+        and held.cost is None
+    ):
+        _free_budget = held
+    elif _free_budget is budget or _free_budget is free:
+        _free_budget = None
+
+
 @final
 @attrs.frozen(kw_only=True)
 class LoopGovernor:
@@ -1041,17 +1071,16 @@ class LoopGovernor:
         elapsed: float,
         max_steps: int,
         max_tool_iterations: int | None,
-        _free: object = None,
     ) -> Decision:
         """May the run take another planning step, and may it still use tools?"""
         # A Budget itself with no limit refuses nothing (each of refuse's tests needs one).
-        # ``_free`` (the library's own callers): the very Budget the runner found with no
-        # limit at the drive's start (frozen: its limits are not read again).
+        # The very Budget a drive found with no limit at its start (_free_budget, by
+        # identity: frozen, its limits are not read again); any other is read.
         held: object = budget
         if not (
             type(held) is Budget
             and (
-                budget is _free
+                budget is _free_budget
                 or (
                     budget.wall_clock is None
                     and budget.tool_calls is None
@@ -1170,18 +1199,17 @@ class LoopGovernor:
         budget: Budget,
         elapsed: float,
         price: Any,
-        _free: object = None,
     ) -> Decision:
         """Run ``action``, or suppress it (a duplicate), or abort (no budget for it)."""
         # A Budget itself that certainly admits the call needs no words for a refusal: one
-        # with no limit refuses nothing (each of refuse's tests needs one). ``_free`` (the
-        # library's own callers): the very Budget the runner found with no limit at the
-        # drive's start (frozen: its limits are not read again).
+        # with no limit refuses nothing (each of refuse's tests needs one). The very Budget
+        # a drive found with no limit at its start (_free_budget, by identity: frozen, its
+        # limits are not read again); any other is read.
         held: object = budget
         if not (
             type(held) is Budget
             and (
-                budget is _free
+                budget is _free_budget
                 or (
                     budget.wall_clock is None
                     and budget.tool_calls is None

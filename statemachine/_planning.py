@@ -20,7 +20,7 @@ from decimal import Decimal
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never
 
-from . import _json
+from . import _governor, _json
 from ._batch import _queued, _take, _take_reply
 from ._breaker import model_circuit
 from ._budget import Budget, Spend
@@ -33,7 +33,7 @@ from ._errors import (
 from ._events import _streamed
 from ._fast._deadline import _until
 from ._fast._messages import _model_request
-from ._governor import LoopGovernor, LoopState, Verdict
+from ._governor import LoopGovernor, LoopState, Verdict, _hold_free
 from ._guard import (
     CustomerResponse,
     GuardMode,
@@ -79,47 +79,30 @@ _TEXT_ANSWER = OutputGuard(CustomerResponse)
 _TEXT_FALLBACK = {"statemachine.schema": "CustomerResponse"}
 
 
-# The library's own begin_step, as LoopGovernor holds it (a patched one is not told free).
-_BEGIN: Final = LoopGovernor.begin_step
-
-
 async def _plan(
     planning: Planning[C], rt: Runtime, free: object = None
 ) -> ToolCalling[C] | AwaitApproval[C] | Responding[C] | Planning[C] | ModelRetrying[C] | Failed[C]:
     """What ``Planning.advance`` does (its docstring says what).
 
     ``free`` is the budget the runner found with no limit at the drive's start (a
-    ``Budget`` itself, frozen: what it read then it would read now), or ``None``.
+    ``Budget`` itself, frozen: what it read then it would read now), or ``None``: kept
+    as the governor's free budget (``_hold_free``, which checks it), or forgotten.
     """
     agent = planning.agent
     runtime: object = rt  # a final class, whose subclasses the types do not foresee
-    governor = agent.governor
-    held: object = governor  # a final class, whose subclasses the types do not foresee
-    if free is not None and type(held) is LoopGovernor and LoopGovernor.begin_step is _BEGIN:
-        # The library's own begin_step (a slotted instance has no attribute of its own):
-        # told the budget the runner found with no limit, whose limits it need not read.
-        decision = governor.begin_step(
-            planning.loop,
-            ctx=planning.ctx,
-            spent=planning.spent,
-            budget=agent.budget,
-            elapsed=rt.clock() - rt.started if type(runtime) is Runtime else rt.elapsed(),
-            max_steps=agent.max_steps,
-            max_tool_iterations=agent.max_tool_iterations,
-            _free=free,
-        )
-    else:  # another governor's (or a patched) begin_step is asked as before
-        decision = governor.begin_step(
-            planning.loop,
-            ctx=planning.ctx,
-            spent=planning.spent,
-            budget=agent.budget,
-            # Runtime.elapsed's own difference for a Runtime itself (the clock read as it
-            # reads it).
-            elapsed=rt.clock() - rt.started if type(runtime) is Runtime else rt.elapsed(),
-            max_steps=agent.max_steps,
-            max_tool_iterations=agent.max_tool_iterations,
-        )
+    if free is not _governor._free_budget:  # nearly always the same: nothing to write
+        _hold_free(free, agent.budget)
+    decision = agent.governor.begin_step(
+        planning.loop,
+        ctx=planning.ctx,
+        spent=planning.spent,
+        budget=agent.budget,
+        # Runtime.elapsed's own difference for a Runtime itself (the clock read as it
+        # reads it).
+        elapsed=rt.clock() - rt.started if type(runtime) is Runtime else rt.elapsed(),
+        max_steps=agent.max_steps,
+        max_tool_iterations=agent.max_tool_iterations,
+    )
     match decision.verdict:
         case Verdict.ABORT:
             planning._leave("advance")
@@ -155,7 +138,6 @@ async def _plan(
             calls if type(reply) is ModelReply else reply.tool_calls,
             spent=spent,
             loop=loop,
-            free=free,
         )
     return await _route(planning._copy(spent=spent, loop=loop), rt, reply)
 

@@ -1,24 +1,32 @@
 # pyright: reportPrivateUsage=false
-"""The governor told the budget the runner found with no limit: ``begin_step`` and
-``before_action`` take a private ``_free``, and for that very object (by identity, still a
-``Budget`` itself) do not read its four limits again; ``_plan`` and ``_batch`` tell the
-library's own methods only (a subclass's, a patched method, are called as before, without
-it); ``_take_reply`` reads a ``ToolRequest`` itself's arguments and id once.
+"""The governor's free budget: the library's own ``begin_step`` and ``before_action`` do
+not read the four limits of the very ``Budget`` a drive found with no limit at its start
+(``_governor._free_budget``, by identity, still a ``Budget`` itself), kept there only by
+``_hold_free``, which checks it (``_plan`` hands it the runner's ``free``, or forgets the
+budget when the runner found it limited); every caller calls the governor once, in one
+form (no private keyword, no test of the governor's class or method), so a subclass's,
+a patched or a duck-typed governor's methods are called as before; ``_take_reply`` reads a
+``ToolRequest`` itself's arguments and id once.
 
-Checked against the plain way: the governor's answers with ``_free`` given (the budget
-itself, another equal budget, a subclass, ``None``) are those without it for every budget
-the runner hands as free and for every budget it does not; a whole run reads the four
-limits of a ``Budget()`` only at the drive's start, however many calls it makes; runs
-with a patched or a subclass's methods call them exactly as before (no ``_free``); a
-``ToolRequest`` subclass reaching ``_take_reply`` has its fields read as before.
+Checked against the plain way (the slot empty): the governor's answers with whatever
+``_hold_free`` was handed (the budget itself, another equal budget, a copy, a subclass,
+``None``) are those without it, for budgets with and without limits; a subclass, even put
+in the slot by hand, is asked; a whole run reads the four limits of a ``Budget()`` a fixed
+number of times however many calls it makes; a budget found limited at a drive's start is
+read even if an earlier drive kept it; runs under different budgets interleaved on one
+event loop or in threads each get their own decisions (the limited one stops at its
+limit); runs with a patched, a subclass's or a duck-typed governor's methods call them
+exactly as before; a ``ToolRequest`` subclass reaching ``_take_reply`` is read as before.
 """
 
 from __future__ import annotations
 
+import threading
 from decimal import Decimal
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,6 +36,7 @@ from statemachine import (
     ActionRecord,
     Agent,
     Budget,
+    Decision,
     LoopGovernor,
     LoopState,
     ModelReply,
@@ -36,9 +45,11 @@ from statemachine import (
     Runtime,
     Spend,
     ToolRequest,
+    Verdict,
     read_tool,
 )
 from statemachine import _batch as batch_module
+from statemachine import _governor as governor_module
 from statemachine import _runner as runner_module
 from statemachine._planning import _plan
 from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
@@ -102,9 +113,19 @@ def _free_for(budget: Budget, which: str) -> object:
     }[which]
 
 
-def _handed(budget: Budget, which: str) -> bool:
-    """Whether the runner could hand ``_free_for(budget, which)`` with ``budget``."""
-    return which != "itself" or (type(budget) is Budget and budget == Budget())
+@pytest.fixture(autouse=True)
+def _no_free_budget() -> Any:
+    """Each test starts and ends with the slot empty (the plain way)."""
+    governor_module._free_budget = None
+    yield
+    governor_module._free_budget = None
+
+
+def _held(free: object, budget: object) -> object:
+    """What the slot holds once ``_hold_free(free, budget)`` ran on an empty slot."""
+    governor_module._free_budget = None
+    governor_module._hold_free(free, budget)
+    return governor_module._free_budget
 
 
 _SPENT = st.builds(
@@ -117,15 +138,9 @@ _SPENT = st.builds(
 _WHICH = st.sampled_from(["itself", "another", "copy", "subclass", "none"])
 
 
-@settings(max_examples=150, deadline=None)
-@given(_budgets(), _WHICH, _SPENT, st.floats(0, 10), st.sampled_from([None, 2]))
-def test_the_governor_told_free_answers_as_the_plain_way(
-    budget: Budget, which: str, spent: Spend, elapsed: float, iterations: int | None
-) -> None:
-    if not _handed(budget, which):
-        return
-    free = _free_for(budget, which)
-    governor = LoopGovernor()
+def _answers(
+    governor: LoopGovernor, budget: Budget, spent: Spend, elapsed: float, iterations: int | None
+) -> tuple[Any, Any]:
     loop = LoopState()
     step: dict[str, Any] = {
         "ctx": None,
@@ -135,48 +150,84 @@ def test_the_governor_told_free_answers_as_the_plain_way(
         "max_steps": 4,
         "max_tool_iterations": iterations,
     }
-    assert governor.begin_step(loop, **step, _free=free) == governor.begin_step(loop, **step)
-    action = _action(governor, "k")
     asked: dict[str, Any] = {
         "spent": spent,
         "budget": budget,
         "elapsed": elapsed,
         "price": Decimal("0.5"),
     }
-    assert governor.before_action(loop, action, **asked, _free=free) == (
-        governor.before_action(loop, action, **asked)
+    return (
+        governor.begin_step(loop, **step),
+        governor.before_action(loop, _action(governor, "k"), **asked),
     )
 
 
-@pytest.mark.parametrize("which", ["another", "copy", "subclass", "none"])
+@settings(max_examples=150, deadline=None)
+@given(_budgets(), _WHICH, _SPENT, st.floats(0, 10), st.sampled_from([None, 2]))
+def test_the_governor_with_a_free_budget_answers_as_the_plain_way(
+    budget: Budget, which: str, spent: Spend, elapsed: float, iterations: int | None
+) -> None:
+    governor = LoopGovernor()
+    governor_module._free_budget = None
+    plain = _answers(governor, budget, spent, elapsed, iterations)
+    free = _free_for(budget, which)
+    kept = _held(free, budget)
+    # Only a Budget itself with no limit is kept, and only the object handed.
+    if type(free) is Budget and free == Budget():
+        assert kept is free
+    else:
+        assert kept is None
+    assert _answers(governor, budget, spent, elapsed, iterations) == plain
+    # A slot kept by another run (another Budget()) changes nothing either.
+    governor_module._hold_free(Budget(), None)
+    assert _answers(governor, budget, spent, elapsed, iterations) == plain
+
+
+@pytest.mark.parametrize("which", ["itself", "another", "copy", "subclass", "none"])
 def test_a_limit_is_read_unless_the_budget_is_the_free_one(which: str) -> None:
     budget = Budget(tool_calls=0, wall_clock=0.5)
-    free = _free_for(budget, which)
+    assert _held(_free_for(budget, which), budget) is not budget
     governor = LoopGovernor()
     loop = LoopState()
     spent = Spend(tool_calls=1)
     step: dict[str, Any] = {"ctx": None, "spent": spent, "elapsed": 1.0, "max_steps": 9}
-    begun = governor.begin_step(loop, budget=budget, max_tool_iterations=None, **step, _free=free)
+    begun = governor.begin_step(loop, budget=budget, max_tool_iterations=None, **step)
     assert begun.check == "budget"
     asked: dict[str, Any] = {"spent": spent, "elapsed": 1.0, "price": Decimal(0)}
-    ruled = governor.before_action(loop, _action(governor, "k"), budget=budget, **asked, _free=free)
+    ruled = governor.before_action(loop, _action(governor, "k"), budget=budget, **asked)
     assert ruled.check == "budget"
-    # The very object (which the runner hands only when it has no limit) is not read.
-    begun = governor.begin_step(loop, budget=budget, max_tool_iterations=None, **step, _free=budget)
+    # The very object in the slot (which _hold_free never keeps: put there by hand) is not
+    # read: the slot is what the governor's own methods go by.
+    governor_module._free_budget = budget
+    begun = governor.begin_step(loop, budget=budget, max_tool_iterations=None, **step)
     assert begun.check != "budget"
+    ruled = governor.before_action(loop, _action(governor, "k"), budget=budget, **asked)
+    assert ruled.check != "budget"
 
 
-def test_a_subclass_handed_as_free_is_asked() -> None:
+def test_the_writer_forgets_a_budget_found_limited() -> None:
+    budget = Budget()
+    assert _held(budget, budget) is budget
+    governor_module._hold_free(None, Budget())  # another budget found limited: kept
+    assert governor_module._free_budget is budget
+    governor_module._hold_free(None, budget)  # this one found limited: forgotten
+    assert governor_module._free_budget is None
+    governor_module._free_budget = budget
+    governor_module._hold_free(RefusingBudget(), budget)  # not free: forgotten
+    assert governor_module._free_budget is None
+
+
+def test_a_subclass_in_the_slot_is_asked() -> None:
     budget = RefusingBudget()
+    assert _held(budget, budget) is None
+    governor_module._free_budget = budget  # by hand: _hold_free never keeps it
     governor = LoopGovernor()
     loop = LoopState()
     step: dict[str, Any] = {"ctx": None, "spent": Spend(), "elapsed": 0.0, "max_steps": 9}
-    begun = governor.begin_step(loop, budget=budget, max_tool_iterations=None, **step, _free=budget)
+    begun = governor.begin_step(loop, budget=budget, max_tool_iterations=None, **step)
     assert begun.reason == "refused by the subclass"
     asked: dict[str, Any] = {"spent": Spend(), "elapsed": 0.0, "price": Decimal(0)}
-    ruled = governor.before_action(
-        loop, _action(governor, "k"), budget=budget, **asked, _free=budget
-    )
+    ruled = governor.before_action(loop, _action(governor, "k"), budget=budget, **asked)
     assert ruled.reason == "refused by the subclass"
 
 
@@ -243,7 +294,21 @@ def _limit_reads(monkeypatch: pytest.MonkeyPatch, keys: list[str]) -> int:
 def test_a_run_reads_a_free_budgets_limits_once_a_drive(monkeypatch: pytest.MonkeyPatch) -> None:
     one = _limit_reads(monkeypatch, ["a"])
     many = _limit_reads(monkeypatch, ["a", "b", "c", "d", "e"])
-    assert one == many == 4  # the runner's reads at the drive's start
+    # The runner's reads at the drive's start, and _hold_free's check as it keeps it.
+    assert one == many == 8
+
+
+def test_a_budget_found_limited_is_read_though_a_drive_kept_it() -> None:
+    """The slot is the drive's finding: a budget an earlier drive kept, found limited at
+    this drive's start (its frozen fields written by hand in between), is read."""
+    budget = Budget()
+    _run(budget, ["a"])
+    assert governor_module._free_budget is budget
+    object.__setattr__(budget, "tool_calls", 0)  # by hand: a frozen model's field rewritten
+    altered = _run(budget, ["a", "b"])
+    plain = _run(Budget(tool_calls=0), ["a", "b"])
+    assert altered == plain
+    assert altered[1] == "Failed"
 
 
 def _spied(monkeypatch: pytest.MonkeyPatch, name: str, seen: list[dict[str, Any]]) -> None:
@@ -266,11 +331,149 @@ def test_a_patched_method_is_called_as_before(
     _spied(monkeypatch, name, seen)
     assert _run(budget, ["a", "b"]) == plain
     assert seen
-    assert all("_free" not in kwargs for kwargs in seen)
+    keys = {"spent", "budget", "elapsed"}
+    keys |= {"ctx", "max_steps", "max_tool_iterations"} if name == "begin_step" else {"price"}
+    assert all(set(kwargs) == keys for kwargs in seen)
+    assert all(kwargs["budget"] is budget for kwargs in seen)
+
+
+class _Stricter(LoopGovernor):  # type: ignore[misc]  # pyright: ignore[reportGeneralTypeIssues]
+    """A subclass whose methods refuse from the second tool call on, whatever the budget."""
+
+    def begin_step(self, loop: LoopState, **kwargs: Any) -> Any:
+        _CALLED.append(("begin_step", tuple(sorted(kwargs))))
+        return super().begin_step(loop, **kwargs)
+
+    def before_action(self, loop: LoopState, action: ActionRecord, **kwargs: Any) -> Any:
+        _CALLED.append(("before_action", tuple(sorted(kwargs))))
+        if kwargs["spent"].tool_calls >= 1:
+            return Decision(Verdict.ABORT, "refused by the governor subclass", check="budget")
+        return super().before_action(loop, action, **kwargs)
+
+
+_CALLED: list[tuple[str, tuple[str, ...]]] = []
+
+
+@pytest.mark.parametrize("budget", [Budget(), Budget(tool_calls=9)])
+def test_a_governor_subclass_is_called_as_before(budget: Budget) -> None:
+    _CALLED.clear()
+    fast = _run(budget, ["a", "b", "c"], governor=_Stricter())
+    called = list(_CALLED)
+    _CALLED.clear()
+    plain = _run(budget, ["a", "b", "c"], governor=_Stricter(), plain=True)
+    assert fast == plain
+    assert called == _CALLED
+    assert fast[1] == "Failed"
+    assert fast[4] == "refused by the governor subclass"
+    assert ("before_action", ("budget", "elapsed", "price", "spent")) in called
+
+
+# -- runs under different budgets at once ------------------------------------------------
+
+
+@read_tool
+async def wait(args: KeyArgs) -> dict[str, object]:
+    """Look a key up, letting the other runs go first."""
+    await anyio.lowlevel.checkpoint()
+    await anyio.lowlevel.checkpoint()
+    return {"key": args.key}
+
+
+def _waiting_turns(keys: list[str]) -> list[ModelReply]:
+    return [
+        *(tool_call("wait", f'{{"key": "{key}"}}', tokens=7, cost=Decimal("0.10")) for key in keys),
+        reply("done"),
+    ]
+
+
+async def _drive(budget: Budget, keys: list[str]) -> tuple[Any, ...]:
+    agent = Agent[None](name="gov19both", tools=[wait], budget=budget)
+    model = ScriptedModel(_waiting_turns(keys))
+    result = await Runner(agent, model=model, gate=AutoDenyGate()).run(None, "go")
+    final = result.final
+    return (result.path, final.kind, final.step, final.spent, getattr(final, "reason", None))
+
+
+def _alone(budget: Budget, keys: list[str]) -> tuple[Any, ...]:
+    """A run by itself, from an empty slot (what no other run's budget touched)."""
+    governor_module._free_budget = None
+    return anyio.run(_drive, budget, keys)
+
+
+_INTERLEAVED = [
+    Budget(),
+    Budget(tool_calls=1),
+    Budget(),
+    Budget(tokens=10),
+    Budget(cost=Decimal("0.15")),
+    RefusingBudget(),
+    LateBudget(),
+]
+
+
+def test_runs_interleaved_on_one_loop_keep_their_own_limits() -> None:
+    keys = ["a", "b", "c", "d"]
+    alone = [_alone(budget, keys) for budget in _INTERLEAVED]
+    together: list[Any] = [None] * len(_INTERLEAVED)
+
+    async def both() -> None:
+        async def one(index: int) -> None:
+            together[index] = await _drive(_INTERLEAVED[index], keys)
+
+        async with anyio.create_task_group() as group:
+            for index in range(len(_INTERLEAVED)):
+                group.start_soon(one, index)
+
+    anyio.run(both)
+    assert together == alone
+    assert alone[0][1] == "Done"
+    assert alone[1][1] == "Failed"  # the limited run stops at its one tool call
+    assert alone[1][3].tool_calls == 1
+
+
+def test_a_free_and_a_limited_run_in_one_task_group() -> None:
+    free, limited = Budget(), Budget(tool_calls=1)
+    keys = ["a", "b", "c"]
+    got: dict[str, Any] = {}
+
+    async def both() -> None:
+        async def run(name: str, budget: Budget) -> None:
+            got[name] = await _drive(budget, keys)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run, "free", free)
+            group.start_soon(run, "limited", limited)
+
+    anyio.run(both)
+    assert got["free"][1] == "Done"
+    assert got["free"][3].tool_calls == 3
+    assert got["limited"][1] == "Failed"
+    assert got["limited"][3].tool_calls == 1
+    assert got["limited"] == _alone(Budget(tool_calls=1), keys)
+    assert got["free"] == _alone(Budget(), keys)
+
+
+def test_runs_in_threads_keep_their_own_limits() -> None:
+    keys = ["a", "b", "c"]
+    alone = [_alone(budget, keys) for budget in _INTERLEAVED]
+    results: dict[tuple[int, int], Any] = {}
+
+    def worker(index: int) -> None:
+        for turn in range(6):
+            results[index, turn] = anyio.run(_drive, _INTERLEAVED[index], keys)
+
+    threads = [threading.Thread(target=worker, args=(index,)) for index in range(len(_INTERLEAVED))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for (index, _turn), got in results.items():
+        assert got == alone[index]
+    assert len(results) == 6 * len(_INTERLEAVED)
 
 
 class _Told:
-    """A governor of another class (duck-typed), its methods without ``_free``."""
+    """A governor of another class (duck-typed), its methods called as before."""
 
     def __init__(self) -> None:
         self.own = LoopGovernor()
