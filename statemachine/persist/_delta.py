@@ -871,10 +871,11 @@ class PhaseDumper:
             and type(before) is dict
         ):
             # :meth:`_change` for two of the library's own phases (by identity) whose
-            # pair is made: the same document and ops, the header read in place.
+            # pair is made: the same document and ops, the header read in place
+            # (``_library_change`` with the pair's function written in: _whole_source).
             known = _PAIRS.get((id(type(old)), id(cls)))
             if known is not None and known[0] is type(old) and known[1] is cls:
-                made = _library_change(known, old, before, phase, self._call)
+                made = known[4](old, before, phase, self._call)
                 if made is not None:
                     self._phase, self._document = phase, made[0]
                     return made
@@ -964,8 +965,8 @@ def _moved(
     return document, ops
 
 
-def _library_change(
-    known: tuple[type[Any], type[Any], _Pair, tuple[str, str, str]],
+def _library_change(  # pyright: ignore[reportUnusedFunction]  (the tests' reference)
+    known: _Known,
     old: Phase[Any],
     before: dict[str, Any],
     phase: Phase[Any],
@@ -978,7 +979,8 @@ def _library_change(
     very ones of the phase before. The header's entries are compared as ``_change``'s
     loop compares them, one by one; the class's path is the one read before while its
     module and qualified name are the very same objects. ``None`` (nothing done) for
-    anything else: then the caller takes ``_change``."""
+    anything else: then the caller takes ``_change``. :meth:`PhaseDumper.dump` calls
+    its twin with the pair's function written in (:func:`_whole_source`)."""
     version = before.get("version")
     if type(version) is not int or version != DOCUMENT_VERSION or "phases" not in before:
         return None
@@ -1308,8 +1310,14 @@ _Pair = Callable[
 ]
 # By the ids of the two classes, each checked by identity at the look-up: only the
 # library's classes above are kept, which live as long as the program.
-# Beside the function: the new class's module, qualified name and path, as read when made.
-_PAIRS: dict[tuple[int, int], tuple[type[Any], type[Any], _Pair, tuple[str, str, str]]] = {}
+# Beside the function: the new class's module, qualified name and path, as read when made,
+# and the function of :func:`_whole_source` (``_library_change`` with the pair's written in).
+_Whole = Callable[
+    [Phase[Any], dict[str, Any], Phase[Any], list[tuple[Any, ...] | None]],
+    tuple[dict[str, Any], list[list[Any]]] | None,
+]
+_Known = tuple[type[Any], type[Any], _Pair, tuple[str, str, str], _Whole]
+_PAIRS: dict[tuple[int, int], _Known] = {}
 
 
 def _pair(old: type[Any], new: type[Any]) -> _Pair | None:
@@ -1348,8 +1356,117 @@ def _pair(old: type[Any], new: type[Any]) -> _Pair | None:
     exec(compile(source, f"<statemachine dump {old.kind} {new.kind}>", "exec"), namespace)
     made: _Pair = namespace["change"]
     module, qualname = new.__module__, new.__qualname__
-    _PAIRS[(id(old), id(new))] = (old, new, made, (module, qualname, f"{module}:{qualname}"))
+    path = f"{module}:{qualname}"
+    namespace.update(
+        MODULE=module,
+        QUALNAME=qualname,
+        PATH=path,
+        NOW=[field.name for field in _dumped_fields(new)],
+        DOCUMENT_VERSION=DOCUMENT_VERSION,
+        Agent=Agent,
+        FiniteOps=FiniteOps,
+        _fields_change=_fields_change,
+        _moved=_moved,
+    )
+    whole = _whole_source(source)
+    exec(compile(whole, f"<statemachine dump {old.kind} {new.kind}>", "exec"), namespace)
+    library: _Whole = namespace["library"]
+    _PAIRS[(id(old), id(new))] = (old, new, made, (module, qualname, path), library)
     return made
+
+
+def _whole_source(pair: str) -> str:
+    """The source of ``library(old, before, phase, calls)``: :func:`_library_change` for
+    the pair whose function's source (:func:`_pair_source`) is ``pair``, with that
+    function's body written in where ``_library_change`` calls it (one frame, no tuple
+    of the fields made) and the new class's module, qualified name and path (``MODULE``,
+    ``QUALNAME``, ``PATH``: read when it was made) and field names (``NOW``, the keys of
+    the fields made, in order: both the pair's body and ``_fields_change`` make every
+    field of the class, in its order) as constants. The same tests in the same order,
+    the same document and ops; ``None`` where ``_library_change`` gives ``None``."""
+    lines = pair.splitlines()
+    head = [
+        "def change(old, before, phase, ops, calls):",
+        "    if type(before) is not dict or tuple(before) != HAD:",
+        "        return None",
+    ]
+    if lines[:3] != head or lines[-1] != "    return fields, merged":
+        raise AssertionError("the pair's source is not of the form expected")
+    body = [
+        "    " + line.replace("    encoded = before[", "    encoded = fields_before[")
+        for line in lines[3:-1]
+    ]
+    lines = [
+        "def library(old, before, phase, calls):",
+        "    version = before.get('version')",
+        "    if type(version) is not int or version != DOCUMENT_VERSION:",
+        "        return None",
+        "    if 'phases' not in before:",
+        "        return None",
+        "    agent = phase.agent",
+        "    if type(agent) is not Agent or agent.phases is not old.agent.phases:",
+        "        return None",
+        "    if cls.__module__ is not MODULE or cls.__qualname__ is not QUALNAME:",
+        "        return None",
+        "    path = PATH",
+        "    kind, name = phase.kind, agent.name",
+        "    ops = FiniteOps() if type(kind) is str and type(name) is str else []",
+        "    moved = False",
+        "    previous = before.get('kind')",
+        "    if previous is not kind:",
+        "        if previous == kind:",
+        "            kind = previous",
+        "        else:",
+        "            moved = True",
+        "    previous = before.get('class')",
+        "    if previous is not path:",
+        "        if previous == path:",
+        "            path = previous",
+        "        else:",
+        "            moved = True",
+        "    previous = before.get('agent')",
+        "    if previous is not name:",
+        "        if previous == name:",
+        "            name = previous",
+        "        else:",
+        "            ops.append(['set', ['agent'], name])",
+        "    fields_before = before['fields']",
+        "    if type(fields_before) is dict and tuple(fields_before) == HAD:",
+        *body,
+        "    else:",
+        "        fields, merged = _fields_change(cls, old, fields_before, phase, ops, calls)",
+        "    table = before['phases']",
+        "    document = {",
+        "        'version': version,",
+        "        'kind': kind,",
+        "        'class': path,",
+        "        'agent': name,",
+        "        'phases': table,",
+        "        'fields': fields,",
+        "    }",
+        "    if moved:",
+        "        entry = table.get(kind)",
+        "        if entry is not None and entry[0] == path:",
+        # list(fields) is NOW (equal lists): an exact list is compared with NOW itself,
+        # anything else (its __eq__ might keep or change what it is given) with a copy
+        "            names = entry[1]",
+        "            same = names == NOW if type(names) is list else names == list(fields)",
+        "        else:",
+        "            same = False",
+        "        if not same:",
+        "            return _moved(document, ops, fields_before, fields, merged, moved)",
+        "    elif list(fields) != list(fields_before):",
+        "        return _moved(document, ops, fields_before, fields, merged, moved)",
+        "    if len(merged) == 1:",
+        "        ((key, value),) = merged.items()",
+        "        ops.append(['set', ['fields', key], value])",
+        "    elif merged:",
+        "        ops.append(['merge', ['fields'], merged])",
+        "    if moved:",
+        "        ops.append(['phase', kind])",
+        "    return document, ops",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _pair_source(old: type[Phase[Any]], new: type[Phase[Any]], namespace: dict[str, Any]) -> str:
