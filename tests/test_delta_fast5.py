@@ -289,13 +289,17 @@ def test_a_class_renamed_is_left_to_change() -> None:
 
 
 def _never(*args: Any) -> None:
-    """``_library_change`` refusing every phase: ``dump`` takes ``_change``."""
+    """A pair's function refusing every phase: ``dump`` takes ``_change``."""
 
 
 def test_whole_runs_dump_as_without_the_header_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
     phases = _phases_of(70)
     fast = PhaseDumper()
     got = [fast.dump(phase) for phase in phases]
+    # dump calls each pair's own function (_PAIRS' fifth entry, _library_change with the
+    # pair's change written in): every one refusing, dump takes _change.
+    for key, known in list(_delta._PAIRS.items()):
+        monkeypatch.setitem(_delta._PAIRS, key, (*known[:4], _never))
     monkeypatch.setattr(_delta, "_library_change", _never)
     plain = PhaseDumper()
     want = [plain.dump(phase) for phase in phases]
