@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import sys
 import types
 import warnings
 from collections.abc import Callable, Sequence
@@ -313,19 +314,26 @@ def _same_all_code(keys: tuple[str, ...]) -> types.CodeType:
     return _placed_code(source, "<statemachine same terms>", at)
 
 
-def _terms_lines(keys: tuple[str, ...], refused: str) -> tuple[list[str], int]:
+def _terms_lines(keys: tuple[str, ...], refused: str, guard: str = "") -> tuple[list[str], int]:
     """The lines of a generated terms check (``_same_all_code``'s, ``_pair_code``'s),
     for a budget whose ``__dict__`` has ``keys`` (all ``str``), each answering
     ``return {refused}`` when its check fails: each field of the runtime (``rt``), then of
     the agent (``agent``), in ``attrs.fields`` order, then each of the budget's values,
     the very object its placeholder (``_KEPT`` and its index) stands for, after the
     budget's ``__dict__`` is shown an exact dict of ``len(keys)`` keys; and how many
-    placeholders they name (the kept objects: ``(*runtime, *agent, *budget values)``)."""
+    placeholders they name (the kept objects: ``(*runtime, *agent, *budget values)``).
+    ``guard``: a condition under which alone the fields are checked one at a time (the
+    budget's values are checked in any case)."""
     lines: list[str] = []
     at = 0
+    if guard:
+        lines.append(f"if {guard}:")
     for obj, cls in (("rt", Runtime), ("agent", Agent)):
         for field in attrs.fields(cls):
-            lines.append(f"if {_KEPT + str(at)!r} is not {obj}.{field.name}: return {refused}")
+            lines.append(
+                f"{'    ' if guard else ''}"
+                f"if {_KEPT + str(at)!r} is not {obj}.{field.name}: return {refused}"
+            )
             at += 1
     lines.append("budget = agent.budget.__dict__")
     lines.append(f"if type(budget) is not dict or len(budget) != {len(keys)}: return {refused}")
@@ -333,6 +341,16 @@ def _terms_lines(keys: tuple[str, ...], refused: str) -> tuple[list[str], int]:
         lines.append(f"if {_KEPT + str(at)!r} is not budget[{key!r}]: return {refused}")
         at += 1
     return lines, at
+
+
+# The condition under which a pair's function checks the runtime's and the agent's fields
+# one at a time (_pair_code): the Watch has no raw check (``_raw_terms``: None), or its
+# runtime or agent is not the very object it was made with, or either one's words from its
+# type through its fields are not the bytes they were (read in C from a view of them).
+_NOT_RAW = (
+    "(words := watch._raw) is None or words[0] is not rt or words[1] is not agent "
+    "or words[2].raw != words[3] or words[4].raw != words[5]"
+)
 
 
 def _placed_code(source: str, filename: str, placeholders: int) -> types.CodeType:
@@ -346,6 +364,58 @@ def _placed_code(source: str, filename: str, placeholders: int) -> types.CodeTyp
     if found != placeholders:  # pragma: no cover - each placeholder is a constant of its own
         raise TypeError(f"{found} placeholders in {filename}, not {placeholders}")
     return code
+
+
+# The size of a pointer (the words of an object's memory), on CPython.
+_WORD = 8 if sys.maxsize > 2**32 else 4
+
+
+@functools.cache
+def _laid_out(cls: type[Any]) -> int:
+    """How many bytes of an instance of ``cls`` (an attrs class of the library's: the
+    runtime, the agent) run from its type word through its fields' slots, when those are
+    exactly the words right after the type word, one a field (CPython's object layout,
+    found on a probe instance holding a new object in each field); 0 otherwise (another
+    interpreter or layout: the fields are checked one at a time). Equal bytes there then
+    mean the same class and each field the very same object (its address, while the
+    objects live)."""
+    if sys.implementation.name != "cpython":  # pragma: no cover - CPython's layout
+        return 0
+    import ctypes  # only where the layout is CPython's (an import there)
+
+    names = [field.name for field in attrs.fields(cls)]
+    size = _WORD * (len(names) + 1)
+    if ctypes.sizeof(ctypes.c_void_p) != _WORD or cls.__basicsize__ < _WORD + size:
+        return 0  # pragma: no cover - CPython's layout
+    probe = object.__new__(cls)
+    marks = [object() for _ in names]
+    for name, mark in zip(names, marks, strict=True):
+        object.__setattr__(probe, name, mark)
+    words = (ctypes.c_size_t * (len(names) + 1)).from_address(id(probe) + _WORD)
+    if words[0] != id(cls) or sorted(words[1:]) != sorted(map(id, marks)):
+        return 0  # pragma: no cover - CPython's layout
+    return size
+
+
+def _raw_terms(rt: object, agent: object) -> tuple[Any, ...] | None:
+    """What a Watch's pair functions check ``rt`` and ``agent`` by at once (``_NOT_RAW``),
+    for the library's exact classes laid out as ``_laid_out`` finds: ``(rt, agent, rt's
+    view, its bytes now, agent's view, its bytes now)``, each view a ``ctypes`` array
+    over the object's words from its type through its fields (its ``raw``: the bytes
+    there then); ``None`` for anything else (the fields are checked one at a time). The
+    tuple holds ``rt`` and ``agent`` (the views' memory is theirs while it lives), and
+    the Watch and its pair functions the fields' objects (their addresses are theirs
+    while they live): equal bytes are the very class and field objects, no other."""
+    if type(rt) is not Runtime or type(agent) is not Agent:
+        return None
+    rt_size, agent_size = _laid_out(Runtime), _laid_out(Agent)
+    if not (rt_size and agent_size):  # pragma: no cover - CPython's layout
+        return None
+    import ctypes  # only where the layout is CPython's (an import there)
+
+    rt_view = (ctypes.c_char * rt_size).from_address(id(rt) + _WORD)
+    agent_view = (ctypes.c_char * agent_size).from_address(id(agent) + _WORD)
+    return (rt, agent, rt_view, rt_view.raw, agent_view, agent_view.raw)
 
 
 def _same_all_of(
@@ -395,6 +465,7 @@ class Watch:
         "_keys",
         "_pairs",
         "_pending",
+        "_raw",
         "_rt",
         "_runtime",
         "_same_budget",
@@ -417,6 +488,9 @@ class Watch:
         if not _FAST:
             _fast_pairs()
         self._pairs = _pairs_for(rt, agent)
+        # What _pairs' functions check the runtime and the agent by at once (_NOT_RAW):
+        # read with them, as they read the fields they hold.
+        self._raw = _raw_terms(rt, agent) if self._pairs else None
         self._counters = _counters(start)
         self._pending: tuple[Any, ...] = getattr(start, "pending", ())
 
@@ -778,15 +852,17 @@ def _pair_code(
     later class has a ``call_id`` field or none and an ``attempt`` field or none, holds a
     call or not (``_HOLDS_A_CALL``), runs one or not (``_RUNS_A_CALL``), has pending
     calls or not (the pair's flags), for a budget whose ``__dict__`` has ``keys`` (all
-    ``str``): ``fast(watch, before, phase)`` answers ``True`` when ``accept``'s own frame
-    accepted ``phase`` (having cut its ticket's chain and recorded its counters and
-    queue, as ``accept`` did), else ``None`` (nothing changed: ``_checked`` judges). The
-    same reads, checks and operators in the same order as ``Watch._quick`` (its
-    ``_counted`` and ``_same_all`` calls written out in its frame): the ticket chain,
-    the counters, the run's terms (in their ``try``), the write, the queue, the last
-    reply; each flag, which ``accept`` read from the pair's entry at each call, written
-    in as what it is. Each ``Watch``
-    makes a function of it for each pair (``_pairs_for``): its own code object, so that
+    ``str``): ``fast(watch, before, phase)`` answers ``True`` when
+    ``accept``'s own frame accepted ``phase`` (having cut its ticket's chain and recorded
+    its counters and queue, as ``accept`` did), else ``None`` (nothing changed:
+    ``_checked`` judges). The same checks and operators in the same order as
+    ``Watch._quick`` (its ``_counted`` and ``_same_all`` calls written out in its frame):
+    the ticket chain, the counters, the run's terms (in their ``try``; the runtime's and
+    the agent's 30 fields are compared one at a time only when the Watch's ``_raw``
+    check does not show them all the very objects kept, ``_NOT_RAW``: the same verdict,
+    tests/test_watch_fast19.py), the write, the queue, the last reply; each flag, which
+    ``accept`` read from the pair's entry at each call, written in as what it is. Each
+    ``Watch`` makes a function of it for each pair (``_pairs_for``): its own code object, so that
     each attribute read in it sees one class (the interpreter keeps what it found a read
     to be; ``accept``'s reads of the phases, each on several classes, took the slow way).
 
@@ -799,7 +875,7 @@ def _pair_code(
     transcript's end is read once in the loop finding the reply (the same reads as
     ``_quick``'s)."""
     counted = _counters_body(call_id, attempt)
-    lines, at = _terms_lines(keys, "None")
+    lines, at = _terms_lines(keys, "None", _NOT_RAW)
     lines.append("if not (before.agent is agent and phase.agent is agent): return None")
     terms = "".join(f"        {line}\n" for line in lines)
     write = "    if type(phase.call) is ApprovedCall:\n        return None\n" if runs else ""
