@@ -746,7 +746,7 @@ class LoopState:
         ``_evolve``, whose result this is)."""
         if type(self) is not LoopState:
             return None
-        return _observed_in(self, call_id, result[:_RESULT_CHARS], gain, evidence, streak)
+        return _observed_in(self, call_id, result, gain, evidence, streak)
 
     def noted(self, step: int, hook: Hook, decision: Decision, **changes: Any) -> LoopState:
         """A state that remembers ``decision`` (a verdict other than continue)."""
@@ -798,13 +798,12 @@ _MakingLoop: Any = making_class(LoopState)
 def _observed_in(
     loop: LoopState,
     call_id: str,
-    kept: str,
+    result: str,
     gain: float,
     evidence: tuple[str, ...],
     streak: int,
 ) -> LoopState | None:
-    """``LoopState._observed`` for ``loop``, a ``LoopState`` itself (``kept``: the result
-    as the record keeps it, ``result[:_RESULT_CHARS]``)."""
+    """``LoopState._observed`` for ``loop``, a ``LoopState`` itself."""
     actions: Any = loop.actions
     line: Any = loop._index
     grams = loop._grams
@@ -834,7 +833,7 @@ def _observed_in(
     making.key = action.key
     making.text = action.text
     making.outcome = "ok"
-    making.result = kept
+    making.result = result[:_RESULT_CHARS]
     making.gain = gain
     making.__class__ = ActionRecord
     settled: ActionRecord = making
@@ -924,21 +923,6 @@ def _case_insensitive(model: type[BaseModel]) -> tuple[str, ...]:
         if isinstance(extra, dict) and extra.get("case_insensitive") is True:
             found.append(name)
     return tuple(found)
-
-
-# What _case_insensitive answered for an arguments class, kept by the class's id with
-# the class beside it (a class's metaclass may answer ``==``): at most _FOLDS_KEPT
-# classes; any other is asked of _case_insensitive each time, as before.
-_FOLDS: dict[int, tuple[type[BaseModel], tuple[str, ...]]] = {}
-_FOLDS_KEPT = 4096
-
-
-def _folds_of(model: type[BaseModel]) -> tuple[str, ...]:
-    """``_case_insensitive(model)``, kept in ``_FOLDS`` while there is room."""
-    folds = _case_insensitive(model)
-    if len(_FOLDS) < _FOLDS_KEPT:
-        _FOLDS[id(model)] = (model, folds)
-    return folds
 
 
 def _was(outcome: str) -> str:
@@ -1159,12 +1143,7 @@ class LoopGovernor:
         name = tool.name if ours else call.name
         # SHA-256 in CPython's own C code (as the route's hash): the same digest as hashlib's.
         exact = _sha256(f"{name}\x00{raw_arguments}".encode()).hexdigest()
-        # _case_insensitive's answer for this arguments class, from _FOLDS (by the
-        # class's id, the class held beside it) without the cache's call.
-        model = type(call.args)
-        known = _FOLDS.get(id(model))
-        folds = known[1] if known is not None and known[0] is model else _folds_of(model)
-        if folds:
+        if _case_insensitive(type(call.args)):
             canonical = _json.canonical(self._folded(call))
             key = f"{name}:{_sha256(canonical.encode()).hexdigest()}"
         else:  # nothing to fold: the call's own canonical text and hash are these
@@ -1440,11 +1419,12 @@ class LoopGovernor:
                 masks = loop._masks()
             # A LoopState itself: its two fields read from its slots, and _observed's body.
             if type(loop) is LoopState:
-                kept = result[:_RESULT_CHARS]
-                best, evidence = masks.advance(loop.evidence, result, kept, self.evidence_window)
+                best, evidence = masks.advance(
+                    loop.evidence, result, result[:_RESULT_CHARS], self.evidence_window
+                )
                 gain = 1.0 - best
                 streak = loop.low_gain_streak + 1 if gain < self.plateau_gain else 0
-                observed = _observed_in(loop, call_id, kept, gain, evidence, streak)
+                observed = _observed_in(loop, call_id, result, gain, evidence, streak)
             else:
                 best, evidence = masks.advance(
                     loop.evidence, result, result[:_RESULT_CHARS], self.evidence_window
