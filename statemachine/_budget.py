@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal, DecimalException
 from typing import Any, Literal, cast
 
@@ -205,21 +205,27 @@ class Spend:
     ) -> Spend:
         """A new ``Spend`` with the amounts added."""
         was = self.cost
-        if type(cost) is not Decimal or cost:  # not an exact zero: the sum
+        if cost is _zero and was is _kept:  # the last case below, known by identity
+            total = was
+        elif type(cost) is not Decimal or cost:  # not an exact zero: the sum
             try:  # money_sum(self.cost, cost) without its frame and loop: the same sum
                 total = _exact_add(was, cost)
             except DecimalException:
                 total = money_sum(was, cost)  # raises the ValueError that names the sum
         elif was is _kept and cost.adjusted() >= 0:  # a zero's adjusted() is its exponent
             total = was  # the sum, spelled as ``was`` (see _kept): the cost stays
+            _found_zero(cost)
         else:
             total = _zero_added(was, cost)
-        return _spend(
-            self.tokens + tokens,
-            total,
-            self.tool_calls + tool_calls,
-            self.model_calls + model_calls,
-        )
+        # _spend(...) in this frame
+        spend: Any = _make()
+        spend.tokens = self.tokens + tokens
+        spend.cost = total
+        spend.tool_calls = self.tool_calls + tool_calls
+        spend.model_calls = self.model_calls + model_calls
+        spend.__class__ = Spend
+        made: Spend = spend
+        return made
 
     def model_dump(self, *, mode: Literal["python", "json"] = "python") -> dict[str, Any]:
         """The fields as a dict, in their order (``cost`` as text in JSON mode, as
@@ -269,7 +275,6 @@ _SPEND_FIELDS = tuple(field.name for field in attrs.fields(Spend))
 _NO_COST = Decimal(0)
 _exact_add = EXACT.add
 _same_spelling = EXACT.compare_total  # 0 for the very same spelling only, else 1 or -1
-_new = object.__new__
 
 # A cost found spelled as its sum with a zero: an exact ``Decimal`` whose exact sum
 # (``EXACT.add``) with ``Decimal(0)`` is spelled as itself (the same sign, digits and
@@ -282,6 +287,20 @@ _new = object.__new__
 # never changes and neither does a ``Decimal``: once found, always so
 # (tests/test_budget_fast16_zero.py checks the rule against ``EXACT.add``).
 _kept: Decimal | None = None
+
+# A cost ``add`` found an exact ``Decimal`` zero of exponent 0 or more (``adjusted()``
+# >= 0) while the spend's cost was ``_kept``: its sum with ``_kept`` is ``_kept`` (the
+# rule above), and a ``Decimal`` never changes, so ``add`` knows the very same object again
+# by identity (``cost is _zero``) without ``bool`` and ``adjusted``. At first ``add``'s
+# own default, ``Decimal(0)``; then the last one found (a run's model replies share
+# theirs: ``Usage``'s default). Only an object of the exact type is kept.
+_zero: object = (Spend.add.__kwdefaults__ or {})["cost"]
+
+
+def _found_zero(cost: Decimal) -> None:
+    global _zero
+    if type(cost) is Decimal:
+        _zero = cost
 
 
 def _zero_added(was: Decimal, zero: Decimal) -> Decimal:
@@ -302,13 +321,17 @@ def _zero_added(was: Decimal, zero: Decimal) -> Decimal:
     return total
 
 
-# A Spend being made by _spend: see making_class.
+# A Spend being made by _spend and Spend.add: see making_class. Its ``__init__`` is
+# ``object``'s, so ``_make()`` is ``object.__new__(_Making)`` by the type's own call (one
+# object, nothing stored, without ``object.__new__``'s argument checks).
 _Making = making_class(Spend)
+type.__setattr__(_Making, "__init__", object.__init__)
+_make: Callable[[], Any] = _Making
 
 
 def _spend(tokens: int, cost: Decimal, tool_calls: int, model_calls: int) -> Spend:
     """A ``Spend`` of values that are valid already (sums of valid ones), unchecked."""
-    spend: Any = _new(_Making)
+    spend: Any = _make()
     spend.tokens = tokens
     spend.cost = cost
     spend.tool_calls = tool_calls

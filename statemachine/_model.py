@@ -268,7 +268,11 @@ class Transcript(TupleLike[Message]):
 
     def prefixed(self, *messages: Message) -> Transcript:
         """``messages`` followed by this transcript, which they share."""
-        return Transcript._of(messages + self._head, self._chunks, self._tail)
+        # Transcript._of(messages + self._head, self._chunks, self._tail), inline
+        made = _new_transcript(Transcript)
+        made._head, made._chunks, made._tail = messages + self._head, self._chunks, self._tail
+        made._grown = None
+        return made
 
     def __len__(self) -> int:
         return len(self._head) + len(self._chunks) * _CHUNK + len(self._tail)
