@@ -565,15 +565,24 @@ class Runner(Generic[C, D]):
             and budget.cost is None
             else None
         )
+        # What the loop reads of the drive's own objects at every transition, read once:
+        # _Driving.hand_back and _Told's logger, levels, capture class, processors and
+        # plain class are set when they are made and never rebound (the levels dict and
+        # the processors list change in place, and are read in place below).
+        hand_back = driving.hand_back
+        levels, logger, capture = told._levels, told._logger, told._capture
+        processors, unheard = told._processors, told._plain
+        current_context = told.current
         with driving.scope as scope:
             while isinstance(state, Active):
-                if driving.hand_back is not None and driving.hand_back.is_set():
+                if hand_back is not None and hand_back.is_set():
                     # A worker shutting down: the run stays running, for another.
                     return _result(rt.run_id, went, state)
-                before = state
+                # (Its class is read by identity below, and not narrowed: Any.)
+                before: Any = state
                 if plain:
                     began = rt.clock()
-                    current = told.current()
+                    current = current_context()
                     if current is not told.seen:
                         told.see(current)
                     attaching = told.attaching
@@ -585,34 +594,33 @@ class Runner(Generic[C, D]):
                         # class holds the library's function), and does what is called
                         # here in the same order. A subclass's advance is awaited.
                         cls = type(before) if direct else None
-                        known: Any = before  # its class read by identity (not narrowed)
                         advanced: Phase[C]
                         if cls is Observing:
-                            advanced = known.observe()
+                            advanced = before.observe()
                         elif cls is ToolCalling:
                             # _leave("execute") in this frame (the class holds Phase's
                             # _leave, _own_advance): its slot read in a try, then an exact
                             # _Ticket held by this very object and not left is left; any
                             # other case goes through _leave, which judges and raises.
                             try:
-                                ticket: object = known._ticket
+                                ticket: object = before._ticket
                             except AttributeError:
                                 ticket = None
                             if (
                                 type(ticket) is _Ticket
                                 and (holder := ticket.holder) is not None
-                                and holder() is known
+                                and holder() is before
                                 and ticket.left_by is None
                             ):
                                 ticket.left_by = "execute"
                             else:
-                                known._leave("execute")
-                            advanced = await _execute(known, rt, free)
+                                before._leave("execute")
+                            advanced = await _execute(before, rt, free)
                         elif cls is Planning:
                             advanced = (
-                                _take_next(known, rt)
-                                if known.pending
-                                else await _plan(known, rt, free)
+                                _take_next(before, rt)
+                                if before.pending
+                                else await _plan(before, rt, free)
                             )
                         else:
                             advanced = await before.advance(rt)
@@ -647,12 +655,10 @@ class Runner(Generic[C, D]):
                     # when it is exactly False (_Told._levels; anything else asks the
                     # logger), then isinstance only for a last processor of a class other
                     # than the one known not to capture (_Told._plain).
-                    if (
-                        told._levels.get(_INFO) is not False and told._logger.isEnabledFor(_INFO)
-                    ) or (
-                        (capture := told._capture) is not None
-                        and (processors := told._processors)
-                        and type(last := processors[-1]) is not told._plain
+                    if (levels.get(_INFO) is not False and logger.isEnabledFor(_INFO)) or (
+                        capture is not None
+                        and processors
+                        and type(last := processors[-1]) is not unheard
                         and isinstance(last, capture)
                     ):
                         log.info("transition", **_transition_keys(rt, before, state))

@@ -627,10 +627,11 @@ class ToolRegistry(Generic[D]):
         # anything else, and a text the scanner cannot read whole, goes through _route.
         tool = self._tools.get(name) if type(name) is str else None
         kind = type(tool)
+        # (A text the scanner reads as a dict starts with "{": any other is scanned to
+        # another value, or refused, and goes through _route as the text is.)
         if (
             (kind is ReadTool or kind is WriteTool)
             and type(arguments) is str
-            and arguments[:1] == "{"
             and (
                 len(arguments) <= _SHALLOW
                 or arguments.count("{") + arguments.count("[") <= _SHALLOW
@@ -647,27 +648,19 @@ class ToolRegistry(Generic[D]):
             # What the class's look-ups below answer, read from its own namespace when
             # _learn has seen it answer them (see _Known): the same validator, and no
             # model_validate but BaseModel's.
-            entry = self._known.get(name)
-            if (
-                entry is not None
-                and entry[0] is known
-                and entry[1] is model
-                and (space := entry[2]) is not None
+            # (An entry's five parts read at once; a name not seen yet reads _UNKNOWN's.)
+            held, of, space, validator, writer = self._known.get(name, _UNKNOWN)
+            if not (
+                held is known
+                and of is model
+                and space is not None
                 and _VALIDATE_NAME not in space
                 and _VALIDATOR_NAME in space
-                and space[_VALIDATOR_NAME] is entry[3]
+                and space[_VALIDATOR_NAME] is validator
                 and _VALIDATE_NAME in _BASE_SPACE
                 and _BASE_SPACE[_VALIDATE_NAME] is _BASE_VALIDATE
             ):
-                validator: Any = entry[3]
-                writer: Any = entry[4]
-            else:
-                if (
-                    entry is None
-                    or entry[0] is not known
-                    or entry[1] is not model
-                    or entry[2] is not None
-                ):
+                if held is not known or of is not model or space is not None:
                     self._known[name] = _learn(known, model)
                 validate: Any = model.model_validate
                 bound: Any = model  # compared as itself (the checkers would narrow model)
@@ -786,6 +779,8 @@ _Method: Final = types.MethodType
 # canonical writer _plain_canonical uses for it (or None); the namespace is None for a
 # class route reads through its look-ups at every call.
 _Known = tuple[Any, Any, "Mapping[str, Any] | None", Any, Any]
+# What route reads for a name it has kept nothing for: no tool is None, so it learns.
+_UNKNOWN: Final[_Known] = (None, None, None, None, None)
 _VALIDATE_NAME: Final = "model_validate"
 _VALIDATOR_NAME: Final = "__pydantic_validator__"
 _BASE_SPACE: Final[Mapping[str, Any]] = vars(BaseModel)
