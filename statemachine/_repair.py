@@ -123,10 +123,14 @@ _REPAIR_PLANS: tuple[tuple[Repair, ...], ...] = (
 
 
 # The JSON value a text begins with, by its first character (or literal): what a
-# repair must not change. Text that begins otherwise is prose around a value.
+# repair must not change. Text that begins otherwise is prose around a value. A literal
+# counts with whatever follows it (``null1{}``, ``truex{}``: a literal cut short or run
+# into noise, as a number's first digit counts): a word that merely begins with one
+# (``nullable {...}``) is then not repaired, and the model is asked again, rather than a
+# null read as an object.
 _VALUE_START = re.compile(
     r'(?P<object>\{)|(?P<array>\[)|(?P<string>")|(?P<number>-?[0-9])'
-    r"|(?P<boolean>(?:true|false)\b)|(?P<null>null\b)"
+    r"|(?P<boolean>true|false)|(?P<null>null)"
 )
 
 

@@ -360,6 +360,18 @@ def test_repair_never_changes_the_type_the_text_begins_with(
     assert json_type(document_of(outcome)) == json_type(value), text
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["null1{}", "nulla{}", "true1{}", "falseb{}", "null-{}", "```json\nnull1{}\n```", "truex [{}]"],
+)
+def test_a_literal_run_into_noise_is_not_repaired_into_an_object(text: str) -> None:
+    """A literal followed by noise without a space (a case Hypothesis found: ``null1{}``
+    was read as the object ``{}``): the text begins that literal, so no cut to braces."""
+    outcome = OutputGuard(Anything).check_text(text)
+    assert isinstance(outcome, Invalid)
+    assert outcome.repairs == ()
+
+
 @settings(max_examples=300, deadline=None)
 @given(value=values, data=st.data())
 def test_a_repaired_value_is_the_original_value(value: Any, data: st.DataObject) -> None:
