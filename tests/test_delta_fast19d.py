@@ -1,10 +1,10 @@
 """``PhaseDumper.dump`` of a phase after another of the library's own classes calls one
 function per pair (``_PAIRS``' fifth entry, made by ``_delta._whole_source``): what
-``_library_change`` does with the pair's function written in (no frame of its own, no
-tuple of the fields made) and the new class's field names held as a list (``NOW``) where
-``_library_change`` makes ``list(fields)`` (issue 23).
+``library_change`` (tests/delta_reference.py, the plain form) does with the pair's function
+written in (no frame of its own, no tuple of the fields made) and the new class's field
+names held as a list (``NOW``) where ``library_change`` makes ``list(fields)`` (issue 23).
 
-Here it must give what ``_library_change`` gives (then ``_change``) for every step of
+Here it must give what ``library_change`` gives (then ``_change``) for every step of
 runs and for headers, phase tables and fields written otherwise (``None`` where that
 gives ``None``), keep the same objects, make the same ops of the same type and the same
 record of the call encoded; a table's names of a list subclass are compared with a copy;
@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
+from delta_reference import library_change
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_delta_fast5 import HEADER_HOWS, _header
@@ -33,7 +34,6 @@ from statemachine.persist._delta import (
     FiniteOps,
     PhaseDumper,
     _dumped_fields,
-    _library_change,
     _pair,
 )
 
@@ -54,7 +54,7 @@ def _run(how: str, old: Any, before: Any, phase: Any, seen: Any) -> Any:
         if how == "whole":
             made = known[4](old, before, phase, calls)
         else:
-            made = _library_change(known, old, before, phase, calls)
+            made = library_change(known, old, before, phase, calls)
     except Exception as error:  # both ways must raise alike
         return ("raised", type(error), str(error), calls[0] is seen)
     if made is None:
@@ -63,7 +63,7 @@ def _run(how: str, old: Any, before: Any, phase: Any, seen: Any) -> Any:
 
 
 def _agree(old: Any, before: Any, phase: Any, seen: Any) -> bool:
-    """Whether the pair's whole function answered; when and as ``_library_change`` does."""
+    """Whether the pair's whole function answered; when and as ``library_change`` does."""
     if _known(old, phase) is None:  # not two of the library's classes
         return False
     fast = _run("whole", old, before, phase, seen)
@@ -237,11 +237,11 @@ def test_now_is_every_field_the_pair_makes() -> None:
 
 
 def _plain_library(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every pair's whole function replaced by ``_library_change`` with the pair's."""
+    """Every pair's whole function replaced by ``library_change`` with the pair's."""
     for key, known in list(_PAIRS.items()):
 
         def plain(old: Any, before: Any, phase: Any, calls: Any, _known: Any = known) -> Any:
-            return _library_change(_known, old, before, phase, calls)
+            return library_change(_known, old, before, phase, calls)
 
         monkeypatch.setitem(_PAIRS, key, (*known[:4], plain))
 

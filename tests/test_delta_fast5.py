@@ -4,13 +4,14 @@ paths give.
 - ``_codec._encode`` of an exact float between 1e-4 and 1e16 (either sign) spells it by
   orjson: the very text of ``repr``; any other float, or a float of a subclass, as before.
 - ``PhaseDumper.dump`` of a phase of the library's own classes after another reads the
-  document's header in place (``_delta._library_change``): the same document, the very
+  document's header in place (``library_change`` of tests/delta_reference.py, the plain form
+  of the function per pair that ``_delta._whole_source`` makes): the same document, the very
   objects kept where ``_change`` keeps them, the same ops of the same type and the same
   record of the call encoded; ``None`` (then ``_change``) for a document, an agent or a
   class it does not recognise.
 - The functions per pair compare an exact ``Spend`` with the spend before in one frame
-  (``_spent``), with ``_money`` keeping the last cost's spelling: the same as
-  ``_compared``, and ``_money`` the same as it was, call after call.
+  (``_spent``), with ``_money`` keeping the last cost's spelling: the same as ``_compared``,
+  and ``_money`` the same as it was, call after call.
 - ``_record_fields`` takes an exact ``str`` as its own encoding: the same as ``_by_fields``.
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 
 import attrs
 import pytest
+from delta_reference import library_change
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_delta_pairs import Text, exact
@@ -42,7 +44,6 @@ from statemachine.persist._delta import (
     _by_fields,
     _compared,
     _dumped_fields,
-    _library_change,
     _money,
     _pair,
     _record_fields,
@@ -127,7 +128,7 @@ def _fast(old: Any, before: Any, phase: Any, seen: Any) -> Any:
         return None
     known = _PAIRS[(id(type(old)), id(type(phase)))]
     calls = [seen]
-    made = _library_change(known, old, before, phase, calls)
+    made = library_change(known, old, before, phase, calls)
     if made is None:
         assert calls[0] is seen
         return None
@@ -296,11 +297,10 @@ def test_whole_runs_dump_as_without_the_header_in_place(monkeypatch: pytest.Monk
     phases = _phases_of(70)
     fast = PhaseDumper()
     got = [fast.dump(phase) for phase in phases]
-    # dump calls each pair's own function (_PAIRS' fifth entry, _library_change with the
-    # pair's change written in): every one refusing, dump takes _change.
+    # dump calls each pair's own function (_PAIRS' fifth entry, delta_reference's
+    # library_change with the pair's change written in): every one refusing, dump takes _change.
     for key, known in list(_delta._PAIRS.items()):
         monkeypatch.setitem(_delta._PAIRS, key, (*known[:4], _never))
-    monkeypatch.setattr(_delta, "_library_change", _never)
     plain = PhaseDumper()
     want = [plain.dump(phase) for phase in phases]
     for (document, ops), (document2, ops2) in zip(got, want, strict=True):

@@ -872,7 +872,7 @@ class PhaseDumper:
         ):
             # :meth:`_change` for two of the library's own phases (by identity) whose
             # pair is made: the same document and ops, the header read in place
-            # (``_library_change`` with the pair's function written in: _whole_source).
+            # (the pair's whole function, of :func:`_whole_source`).
             known = _PAIRS.get((id(type(old)), id(cls)))
             if known is not None and known[0] is type(old) and known[1] is cls:
                 made = known[4](old, before, phase, self._call)
@@ -962,82 +962,6 @@ def _moved(
     expected += [key for key in fields if key not in fields_before]
     if list(fields) != expected:
         ops.append(["order", ["fields"], list(fields)])
-    return document, ops
-
-
-def _library_change(  # pyright: ignore[reportUnusedFunction]  (the tests' reference)
-    known: _Known,
-    old: Phase[Any],
-    before: dict[str, Any],
-    phase: Phase[Any],
-    calls: list[tuple[Any, ...] | None],
-) -> tuple[dict[str, Any], list[list[Any]]] | None:
-    """:meth:`PhaseDumper._change` for a phase after another of the library's own
-    classes (``known``: the two classes, by identity, their pair's function and the new
-    class's path as it was read), when :meth:`PhaseDumper.dump` would take it: the
-    document's version is the int 3 and it has ``phases``, the agent's phases are the
-    very ones of the phase before. The header's entries are compared as ``_change``'s
-    loop compares them, one by one; the class's path is the one read before while its
-    module and qualified name are the very same objects. ``None`` (nothing done) for
-    anything else: then the caller takes ``_change``. :meth:`PhaseDumper.dump` calls
-    its twin with the pair's function written in (:func:`_whole_source`)."""
-    version = before.get("version")
-    if type(version) is not int or version != DOCUMENT_VERSION or "phases" not in before:
-        return None
-    agent: Any = phase.agent  # an Agent, as typed: exactly one is looked for
-    if type(agent) is not Agent or agent.phases is not old.agent.phases:
-        return None
-    cls, (module, qualname, path) = known[1], known[3]
-    if cls.__module__ is not module or cls.__qualname__ is not qualname:
-        return None
-    kind, name = phase.kind, agent.name
-    ops: list[list[Any]] = FiniteOps() if type(kind) is str and type(name) is str else []
-    moved = False
-    previous = before.get("kind")
-    if previous is not kind:
-        if previous == kind:
-            kind = previous
-        else:
-            moved = True
-    previous = before.get("class")
-    if previous is not path:
-        if previous == path:
-            path = previous
-        else:
-            moved = True
-    previous = before.get("agent")
-    if previous is not name:
-        if previous == name:
-            name = previous
-        else:
-            ops.append(["set", ["agent"], name])
-    fields_before: dict[str, Any] = before["fields"]
-    made = known[2](old, fields_before, phase, ops, calls)
-    if made is None:
-        made = _fields_change(cls, old, fields_before, phase, ops, calls)
-    fields, merged = made
-    table = before["phases"]
-    document = {
-        "version": version,
-        "kind": kind,
-        "class": path,
-        "agent": name,
-        "phases": table,
-        "fields": fields,
-    }
-    if moved:
-        entry = table.get(kind)
-        if not (entry is not None and entry[0] == path and entry[1] == list(fields)):
-            return _moved(document, ops, fields_before, fields, merged, moved)
-    elif list(fields) != list(fields_before):
-        return _moved(document, ops, fields_before, fields, merged, moved)
-    if len(merged) == 1:  # _merge's ops, in place
-        ((key, value),) = merged.items()
-        ops.append(["set", ["fields", key], value])
-    elif merged:
-        ops.append(["merge", ["fields"], merged])
-    if moved:
-        ops.append(["phase", kind])
     return document, ops
 
 
@@ -1311,7 +1235,7 @@ _Pair = Callable[
 # By the ids of the two classes, each checked by identity at the look-up: only the
 # library's classes above are kept, which live as long as the program.
 # Beside the function: the new class's module, qualified name and path, as read when made,
-# and the function of :func:`_whole_source` (``_library_change`` with the pair's written in).
+# and the pair's whole function (of :func:`_whole_source`: the header and the fields at once).
 _Whole = Callable[
     [Phase[Any], dict[str, Any], Phase[Any], list[tuple[Any, ...] | None]],
     tuple[dict[str, Any], list[list[Any]]] | None,
@@ -1376,14 +1300,19 @@ def _pair(old: type[Any], new: type[Any]) -> _Pair | None:
 
 
 def _whole_source(pair: str) -> str:
-    """The source of ``library(old, before, phase, calls)``: :func:`_library_change` for
-    the pair whose function's source (:func:`_pair_source`) is ``pair``, with that
-    function's body written in where ``_library_change`` calls it (one frame, no tuple
-    of the fields made) and the new class's module, qualified name and path (``MODULE``,
-    ``QUALNAME``, ``PATH``: read when it was made) and field names (``NOW``, the keys of
-    the fields made, in order: both the pair's body and ``_fields_change`` make every
-    field of the class, in its order) as constants. The same tests in the same order,
-    the same document and ops; ``None`` where ``_library_change`` gives ``None``."""
+    """The source of ``library(old, before, phase, calls)``: :meth:`PhaseDumper._change`
+    for a phase after another of the library's own classes, in one frame with the pair's
+    function (of :func:`_pair_source`, whose source is ``pair``) written in, when
+    :meth:`PhaseDumper.dump` would take ``_change``: the document's version is the int 3
+    and it has ``phases``, the agent is an exact :class:`Agent` whose phases are the very
+    ones of the phase before, and the new class's module and qualified name are the very
+    objects read when the pair was made (``MODULE``, ``QUALNAME``; its path ``PATH``). The
+    header's entries are compared as ``_change``'s loop compares them, one by one; the
+    fields made are the class's (``NOW``, in order: both the pair's body and
+    ``_fields_change`` make every field of the class, in its order). The same document
+    and ops as ``_change``; ``None`` (nothing done: the caller takes ``_change``) for
+    anything else. tests/delta_reference.py holds the same logic written plainly (a
+    frame for the pair's function), the tests' reference for this one."""
     lines = pair.splitlines()
     head = [
         "def change(old, before, phase, ops, calls):",
