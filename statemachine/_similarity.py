@@ -585,12 +585,23 @@ class GramMasks:
             masks, sizes, scales = latest[1], latest[2], latest[3]
         else:
             masks, sizes, scales = self._scaled(window) if window else _NOTHING
-        # self.mask(result), without its frame.
+        # self.mask(result), without its frame, and the mask the window's are ANDed with
+        # (probe). A trigram new to the vocabulary gets the next bit (len(bits), in every
+        # maker), and the window's masks were all made before the result's (above, or at
+        # an earlier call: a vocabulary started again drops every mask): so none holds a
+        # bit from `made` up, and the result's mask without those bits shares with each
+        # exactly what the whole mask shares. It is as wide as the result's highest older
+        # trigram, where the whole mask is as wide as the vocabulary (a new number's
+        # trigram at its top): each AND below reads fewer digits. The whole mask is kept.
         known = self.masks.get(result)
         if known is None:
+            made = len(self._bits)
             words = result.lower().split()
             mine = self._pieced(words) if len(words) < 2 else self._joined(words)
             known = self.masks[result] = (mine, mine.bit_count())
+            probe = mine & ((1 << made) - 1) if mine.bit_length() > made else mine
+        else:
+            probe = known[0]
         mine, count = known
         best = 0.0
         if window:
@@ -608,23 +619,23 @@ class GramMasks:
                 # than max over map(and_, ...) and map(bit_count, ...) (a call each a text).
                 top = 0
                 for theirs in masks:
-                    shared = (mine & theirs).bit_count()
+                    shared = (probe & theirs).bit_count()
                     if shared > top:
                         top = shared
                 if top:
                     best = top / math.sqrt(first * count)
             else:
-                # _highest(mine, count, masks, sizes, scales), without its frame (see there).
-                ranks = list(map(mul, scales, map(_BIT_COUNT, map(and_, repeat(mine), masks))))
+                # _highest(probe, count, masks, sizes, scales), without its frame (see there).
+                ranks = list(map(mul, scales, map(_BIT_COUNT, map(and_, repeat(probe), masks))))
                 order = sorted(ranks)
                 top = order[-1]
                 if top:
                     at = ranks.index(top)
                     # size * count: the float's own product with the int made the float
                     # float(count) is (a count is below 2**53), the same one rounding.
-                    best = (mine & masks[at]).bit_count() / math.sqrt(sizes[at] * count)
+                    best = (probe & masks[at]).bit_count() / math.sqrt(sizes[at] * count)
                     if len(order) > 1 and order[-2] >= top * _NEAR:
-                        best = _nearest(mine, count, masks, sizes, ranks, order, at, best)
+                        best = _nearest(probe, count, masks, sizes, ranks, order, at, best)
         if kept != result:  # a result longer than the evidence keeps of it
             mine, count = self.mask(kept)
         if full:
