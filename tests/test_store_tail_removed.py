@@ -1,0 +1,145 @@
+"""The run's row is the end of its chain even when its saves took the one-statement path
+(issue 23).
+
+SQLite saves a run's next delta in one statement (``SQLiteCheckpointer._save_next``), which
+writes the checkpoint and moves the run's row (its seq and head) with it. That row is the
+chain's end as recorded outside the checkpoint rows: a load and ``verify`` compare the
+rows with it, so a checkpoint removed from the end of a run (one row or several, the run's
+row left as it was, or lowered to match) is refused, with a key or without. A save that
+wrote the checkpoint alone, with the run's seq and head read from its latest checkpoint,
+would lose this: the rows left would be a whole, shorter chain ending at a head the file
+holds. Here every save after the first runs through the one statement, as a runner's do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from statemachine import (
+    Agent,
+    Budget,
+    CheckpointCipher,
+    CheckpointTamperedError,
+    Runner,
+    RunRecord,
+    SQLiteCheckpointer,
+    generate_key,
+    read_tool,
+)
+from statemachine._saving import _Saver
+from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
+
+pytestmark = pytest.mark.anyio
+
+STATES = 14  # saved: checkpoints 0..13
+
+
+class Args(BaseModel):
+    key: str
+
+
+@read_tool
+async def lookup(args: Args) -> dict[str, object]:
+    """Look a key up."""
+    return {"key": args.key, "value": 42}
+
+
+class Clock:
+    """A fixed clock that moves one second a reading."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 12, 4, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=1)
+        return self.now
+
+
+class Runtime:
+    """What a saver reads of the run's runtime: its id and a clock that moves evenly."""
+
+    run_id = "r"
+
+    def __init__(self) -> None:
+        self.ticks = 0
+
+    def elapsed(self) -> float:
+        self.ticks += 1
+        return self.ticks / 8
+
+
+async def phases() -> list[Any]:
+    """A run's phases (its first STATES are all running)."""
+    agent = Agent[None](name="a", tools=[lookup], budget=Budget(), max_steps=10**9)
+    turns = [tool_call("lookup", {"key": f"k{n}"}) for n in range(STATES)] + [reply("done")]
+    runner = Runner(agent, model=ScriptedModel(turns), gate=AutoDenyGate(), keep_states=True)
+    states = list((await runner.run(None, "go")).states)
+    assert len(states) > STATES
+    return states
+
+
+async def saved_run(
+    path: Path, sealer: CheckpointCipher | None, monkeypatch: pytest.MonkeyPatch
+) -> list[bool]:
+    """Save STATES phases as run ``r``; whether each save that tried the one statement made it."""
+    states = await phases()
+    one_statement: list[bool] = []
+    plain: Callable[..., Any] = SQLiteCheckpointer._save_next  # pyright: ignore[reportPrivateUsage]
+
+    def counted(self: SQLiteCheckpointer, *args: Any) -> Any:
+        made = plain(self, *args)
+        one_statement.append(type(made) is RunRecord)
+        return made
+
+    monkeypatch.setattr(SQLiteCheckpointer, "_save_next", counted)
+    async with SQLiteCheckpointer(path, sealer=sealer, snapshot_every=50, clock=Clock()) as store:
+        saver = _Saver(store, Runtime(), "a", None)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+        for at, state in enumerate(states[:STATES]):
+            await saver.save(state, first=at == 0)
+        assert (await store.record("r")).status == "running"
+    monkeypatch.undo()
+    return one_statement
+
+
+def sql(path: Path, *statements: tuple[str, tuple[Any, ...]]) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        for statement, values in statements:
+            db.execute(statement, values)
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["unsealed", "sealed"])
+@pytest.mark.parametrize("removed", [1, 2, 3])
+@pytest.mark.parametrize("lowered", [False, True], ids=["row-kept", "row-lowered"])
+async def test_checkpoints_removed_from_the_end_of_a_one_statement_run_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sealed: bool, removed: int, lowered: bool
+) -> None:
+    """The last ``removed`` checkpoints of a run saved in one statement each, deleted from
+    the file (its run's row kept, or its seq lowered to the last row left), are refused by
+    a load and by ``verify``; the whole run loads before."""
+    sealer = CheckpointCipher({"k1": generate_key()}, "k1") if sealed else None
+    path = tmp_path / "runs.db"
+    made = await saved_run(path, sealer, monkeypatch)
+    # The last saves (every one removed here) were made in one statement.
+    assert made[-3:] == [True, True, True], made
+    last = STATES - 1
+    async with SQLiteCheckpointer(path, sealer=sealer, snapshot_every=50) as store:
+        assert (await store.load("r"))[0] == last
+        assert await store.verify("r") == last
+    damage = [("DELETE FROM checkpoints WHERE run_id = 'r' AND seq > ?", (last - removed,))]
+    if lowered:
+        damage.append(("UPDATE runs SET seq = ? WHERE run_id = 'r'", (last - removed,)))
+    sql(path, *damage)
+    async with SQLiteCheckpointer(path, sealer=sealer, snapshot_every=50) as store:
+        with pytest.raises(CheckpointTamperedError) as caught:
+            await store.load("r")
+        assert caught.value.run_id == "r"
+        with pytest.raises(CheckpointTamperedError):
+            await store.verify("r")
