@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable
 from decimal import Decimal
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never, cast
 
 from . import _governor, _json
 from ._batch import _queued, _take, _take_reply
@@ -55,7 +55,7 @@ from ._model import (
     Usage,
     _checked_reply,
 )
-from ._retry import _transient_words, _Unanswered
+from ._retry import RetryPolicy, _transient_words, _Unanswered
 from ._runtime import Runtime
 from ._tools import ToolRegistry
 
@@ -123,7 +123,45 @@ async def _plan(
     planning._leave("advance")
     tools: object = agent.tools  # ToolRegistry.schemas's own answer for the class itself
     schemas = tools._schemas if type(tools) is ToolRegistry else agent.tools.schemas()
-    reply, spent, loop = await _heard(planning, rt, tools=schemas, free=free)
+    budget = agent.budget
+    if (
+        type(runtime) is Runtime
+        and rt.clock is _monotonic
+        and type(budget) is Budget
+        and (budget is free or budget.wall_clock is None)
+    ):
+        # _heard and _reply in this frame, in their order (no note, no answer wanted, no
+        # time limit: the remaining time is None), without their two coroutines; with a
+        # breaker or someone listening to the run, the model call is theirs.
+        request = _model_request(planning.messages(), schemas, None, None, agent.model_settings)
+        governor = agent.governor
+        held: object = governor
+        if type(held) is LoopGovernor and governor.baseline_steps is None:
+            loop = planning.loop  # LoopGovernor.flag's first answer: no baseline, no flag
+        else:
+            loop = governor.flag(planning.loop, planning.step)
+        if agent.breaker is not None:
+            reply, spent = await _call(planning, rt, request, None)
+        elif rt.events is not None:
+            choice = planning.model_choice
+            model = rt.model if choice == 0 else rt.fallback_models[choice - 1]
+            reply, spent, _ = await _reply(planning, rt, model, request, None)
+        else:
+            choice = planning.model_choice
+            model = rt.model if choice == 0 else rt.fallback_models[choice - 1]
+            policy, spent = agent.model_retry, planning.spent
+            try:
+                answered: object = await model.complete(request)
+                if type(answered) is ModelReply:
+                    got: ModelReply | None = answered
+                else:
+                    got = None if answered is _DEADLINE else _checked_reply(model, answered)
+            except _MODEL_FAILURES as error:
+                reply, spent, _ = _unreplied(planning, rt, error, None, policy, spent)
+            else:
+                reply, spent, _ = _replied(got, None, spent)
+    else:
+        reply, spent, loop = await _heard(planning, rt, tools=schemas, free=free)
     # A ModelReply itself is no str (the usual answer): the isinstance only for others.
     if type(reply) is not ModelReply and isinstance(reply, str):
         return _unanswered(planning._copy(spent=spent, loop=loop), reply)
@@ -303,20 +341,55 @@ async def _reply(
             reply: ModelReply | None = answered
         else:
             reply = None if answered is _DEADLINE else _checked_reply(model, answered)
-    except TimeoutError as error:
-        reason = _timed_out(error, remaining, rt.remaining(planning.agent.budget))
+    except _MODEL_FAILURES as error:
+        return _unreplied(planning, rt, error, remaining, policy, spent)
+    return _replied(reply, remaining, spent)
+
+
+# What a model call (or the check of what it returned) may raise that its step turns
+# into a reason (``_unreplied``); anything else propagates.
+_MODEL_FAILURES: Final = (
+    TimeoutError,
+    ModelUnavailableError,
+    ModelRequestError,
+    ModelResponseError,
+)
+
+
+def _unreplied(
+    planning: Planning[C],
+    rt: Runtime,
+    error: BaseException,
+    remaining: float | None,
+    policy: RetryPolicy,
+    spent: Spend,
+) -> tuple[str, Spend, object]:
+    """``_reply``'s answer for a model call that raised ``error`` (one of
+    ``_MODEL_FAILURES``, told apart by its class as ``except`` clauses tell it, in this
+    order): the reason, the spend, and the outcome for the circuit."""
+    kind = type(error)
+    if issubclass(kind, TimeoutError):
+        reason = _timed_out(
+            cast("TimeoutError", error), remaining, rt.remaining(planning.agent.budget)
+        )
         if reason.startswith("wall-clock"):  # the run's deadline: no time to ask again
             return reason, spent, _DEADLINE
         # The model's own limit: an attempt, counted, which ModelRetrying may repeat.
         said = _Unanswered(reason, error if policy.retries(error) else None)
         return said, spent.add(model_calls=1), said.transient
-    except (ModelUnavailableError, ModelRequestError) as error:
+    if issubclass(kind, ModelUnavailableError | ModelRequestError):
         # Retries of a model call are not the model's to decide, nor this phase's: a
         # failure that may pass goes to ModelRetrying (the agent's model_retry policy).
         said = _transient_words(error, policy)
         return said, spent.add(model_calls=1), said.transient
-    except ModelResponseError as error:
-        return f"the model's reply could not be used: {error}", spent, None
+    return f"the model's reply could not be used: {error}", spent, None
+
+
+def _replied(
+    reply: ModelReply | None, remaining: float | None, spent: Spend
+) -> tuple[ModelReply | str, Spend, object]:
+    """``_reply``'s answer for the model's ``reply`` (``None``: the run's deadline cut the
+    call): the reply or why it cannot be used, the spend with its usage, the outcome."""
     if reply is None:
         return _out_of_time(remaining), spent, _DEADLINE
     # The model's usage belongs to this step whatever it chose. The model is not trusted
