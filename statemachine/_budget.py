@@ -204,6 +204,7 @@ class Spend:
         model_calls: int = 0,
     ) -> Spend:
         """A new ``Spend`` with the amounts added."""
+        global _zero
         was = self.cost
         if cost is _zero and was is _kept:  # the last case below, known by identity
             total = was
@@ -214,7 +215,7 @@ class Spend:
                 total = money_sum(was, cost)  # raises the ValueError that names the sum
         elif was is _kept and cost.adjusted() >= 0:  # a zero's adjusted() is its exponent
             total = was  # the sum, spelled as ``was`` (see _kept): the cost stays
-            _found_zero(cost)
+            _zero = cost  # a Decimal itself (see the test above): known by identity next
         else:
             total = _zero_added(was, cost)
         # _spend(...) in this frame
@@ -293,14 +294,9 @@ _kept: Decimal | None = None
 # rule above), and a ``Decimal`` never changes, so ``add`` knows the very same object again
 # by identity (``cost is _zero``) without ``bool`` and ``adjusted``. At first ``add``'s
 # own default, ``Decimal(0)``; then the last one found (a run's model replies share
-# theirs: ``Usage``'s default). Only an object of the exact type is kept.
+# theirs: ``Usage``'s default). Only an object of the exact type is kept (``add`` keeps
+# it in its own frame, where the cost is a ``Decimal`` itself).
 _zero: object = (Spend.add.__kwdefaults__ or {})["cost"]
-
-
-def _found_zero(cost: Decimal) -> None:
-    global _zero
-    if type(cost) is Decimal:
-        _zero = cost
 
 
 def _zero_added(was: Decimal, zero: Decimal) -> Decimal:

@@ -87,6 +87,8 @@ D = TypeVarWithDefault("D", default=Any)
 
 OnTransition = Callable[[Phase[C], Phase[C]], None]
 
+_monotonic = time.monotonic
+
 
 def _load_deferred() -> None:
     """Bind the names from opentelemetry and logging this module uses; a runner does it.
@@ -543,7 +545,8 @@ class Runner(Generic[C, D]):
         # _step's whole work for a run without a tracer or instruments of its own (the
         # no-op tracer, quiet instruments: both fixed for the drive when _Told is made),
         # done in this frame: no coroutine, frame and await of _step's per transition. The
-        # same calls in the same order (the clock read twice, as _step reads it).
+        # same calls in the same order (the clock read twice, as _step reads it, but for
+        # time.monotonic itself: see ``timed``).
         plain = told.untraced is not None and not told.metered
         direct = plain and _own_advance()
         waits = self._checkpointer is None
@@ -573,6 +576,11 @@ class Runner(Generic[C, D]):
         levels, logger, capture = told._levels, told._logger, told._capture
         processors, unheard = told._processors, told._plain
         current_context = told.current
+        # Whether the run's clock is another than time.monotonic itself (a reading of which
+        # does nothing): _step's reading of the time a transition took, which nothing uses
+        # without instruments, is made only then. The runtime is this drive's own and
+        # frozen: its clock is the same at every transition.
+        timed = rt.clock is not _monotonic
         with driving.scope as scope:
             while isinstance(state, Active):
                 if hand_back is not None and hand_back.is_set():
@@ -631,7 +639,8 @@ class Runner(Generic[C, D]):
                     finally:
                         if token is not None:
                             otel_context.detach(token)
-                    rt.clock()  # _step's reading of the time taken, unused without instruments
+                    if timed:  # _step's reading of the time taken, unused without instruments
+                        rt.clock()
                     # The only phases Instruments.waits counts. The library's Planning,
                     # ToolCalling and Observing (by identity) are not AwaitApproval, and
                     # isinstance answering False costs ~460 instructions (it asks the
