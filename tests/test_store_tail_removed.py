@@ -16,12 +16,11 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from test_save_fast import Clock, Runtime, lookup
 
 from statemachine import (
     Agent,
@@ -32,7 +31,6 @@ from statemachine import (
     RunRecord,
     SQLiteCheckpointer,
     generate_key,
-    read_tool,
 )
 from statemachine._saving import _Saver
 from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
@@ -40,40 +38,6 @@ from statemachine.testing import AutoDenyGate, ScriptedModel, reply, tool_call
 pytestmark = pytest.mark.anyio
 
 STATES = 14  # saved: checkpoints 0..13
-
-
-class Args(BaseModel):
-    key: str
-
-
-@read_tool
-async def lookup(args: Args) -> dict[str, object]:
-    """Look a key up."""
-    return {"key": args.key, "value": 42}
-
-
-class Clock:
-    """A fixed clock that moves one second a reading."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 12, 4, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        self.now += timedelta(seconds=1)
-        return self.now
-
-
-class Runtime:
-    """What a saver reads of the run's runtime: its id and a clock that moves evenly."""
-
-    run_id = "r"
-
-    def __init__(self) -> None:
-        self.ticks = 0
-
-    def elapsed(self) -> float:
-        self.ticks += 1
-        return self.ticks / 8
 
 
 async def phases() -> list[Any]:
