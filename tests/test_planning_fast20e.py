@@ -22,7 +22,7 @@ import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from test_planning_fast import _lookup, _Said
 
 from statemachine import (
     Agent,
@@ -34,7 +34,6 @@ from statemachine import (
     RetryPolicy,
     Runtime,
     _planning,
-    read_tool,
 )
 from statemachine._errors import ModelRequestError, ModelResponseError, ModelUnavailableError
 from statemachine._model import ToolRequest, Usage, _checked_reply
@@ -49,20 +48,6 @@ from statemachine._planning import (
 )
 from statemachine._retry import _transient_words, _Unanswered
 from statemachine.testing import AutoDenyGate, reply, tool_call
-
-
-class _Args(BaseModel):
-    key: str
-
-
-@read_tool
-async def _lookup(args: _Args) -> dict[str, str]:
-    """Look a key up."""
-    return {"key": args.key}
-
-
-class _Said(ModelReply, frozen=True):
-    """A reply of a subclass: checked by ``_checked_reply`` (it is a reply)."""
 
 
 class _MyTimeout(TimeoutError):

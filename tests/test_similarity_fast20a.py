@@ -12,30 +12,15 @@ mask as narrow as the vocabulary)."""
 
 from __future__ import annotations
 
-import json
 import math
 from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_similarity_fast19g import _result, _set_best
 
 import statemachine._similarity as similarity
-from statemachine._similarity import GramMasks, lexical_similarity, trigrams
-
-
-def _set_best(window: tuple[str, ...], result: str) -> float:
-    """The highest cosine of ``result``'s trigram set with each text's of ``window``."""
-    if not window:
-        return 0.0
-    mine = trigrams(result)
-    return max(
-        len(mine & trigrams(seen)) / math.sqrt(len(mine) * len(trigrams(seen))) for seen in window
-    )
-
-
-def _result(key: int, value: int = 42) -> str:
-    """A tool's JSON result, as the in-memory bench's: alike but for its key."""
-    return json.dumps({"key": f"k{key}", "value": value, "unit": "widgets"}, separators=(",", ":"))
+from statemachine._similarity import GramMasks, lexical_similarity
 
 
 def _narrow(masks: GramMasks) -> None:
