@@ -427,6 +427,16 @@ _NOTHING: tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]] = ((), ()
 # A pair's rank within this factor of the highest is a candidate (see _highest).
 _NEAR = 1.0 - 1e-9
 
+# The shared counts' index (_Shared) of a window of one size: kept for windows of at most
+# _SLOTS texts each of at most _SPARSE trigrams beyond what all of them hold, and used for
+# a result of at most _SPARSE trigrams beyond that; when a window has none, _RETRY windows
+# of one size go by before one is built again. Its sums are shifted down (the texts gone
+# from the window dropped) once they hold _SHIFTED texts more than the window.
+_SLOTS = 64
+_SPARSE = 12
+_RETRY = 32
+_SHIFTED = 64
+
 # The pieces of a text of one word (JSON, an id), for GramMasks._pieced: the text is cut
 # into chunks before each ',' and ':' (a chunk: one character, then up to the next cut
 # character), and a piece is a chunk with the two characters after it, read by the
@@ -449,9 +459,11 @@ class GramMasks:
         "_base",
         "_bits",
         "_firsts",
+        "_index",
         "_lasts",
         "_pairs",
         "_parts",
+        "_retry",
         "_seen",
         "_window",
         "_words",
@@ -483,6 +495,11 @@ class GramMasks:
         # How many trigrams the vocabulary held when the window's masks were last made
         # from nothing (the window's own trigrams, after a start): 0 until then.
         self._base = 0
+        # The shared counts' index of the latest window advance compared (see _Shared),
+        # or None; and how many windows of one size go by without one before the next is
+        # built.
+        self._index: _Shared | None = None
+        self._retry = 0
 
     def start(self, window: int) -> None:
         """Before a comparison: start again if the cache has grown past its bounds.
@@ -508,6 +525,7 @@ class GramMasks:
             self._seen = set()
             self.masks = {}
             self._window = None
+            self._index = None
             self._base = 0
         elif len(self.masks) > max(_MASKS_KEPT, 4 * window):
             self.masks = {}  # the vocabulary stays: only the texts' masks are made again
@@ -594,6 +612,7 @@ class GramMasks:
         # trigram, where the whole mask is as wide as the vocabulary (a new number's
         # trigram at its top): each AND below reads fewer digits. The whole mask is kept.
         known = self.masks.get(result)
+        made = 0  # (a result's mask kept: made before the window's)
         if known is None:
             made = len(self._bits)
             words = result.lower().split()
@@ -604,6 +623,7 @@ class GramMasks:
             probe = known[0]
         mine, count = known
         best = 0.0
+        index = None
         if window:
             first = sizes[0]
             if first == sizes[-1] and _COUNT(sizes, first) == len(sizes):
@@ -615,13 +635,79 @@ class GramMasks:
                 # the float _highest answers (the highest of the formula over every pair,
                 # see there), without the ranks. (first * count: float(count) * the size,
                 # the int made the float it is exactly, a count being below 2**53.) The
-                # highest count by a loop: the interpreter's own & and bit_count, cheaper
-                # than max over map(and_, ...) and map(bit_count, ...) (a call each a text).
-                top = 0
-                for theirs in masks:
-                    shared = (probe & theirs).bit_count()
-                    if shared > top:
-                        top = shared
+                # highest count by the window's index (_Shared) when it has one, else by
+                # a loop: the interpreter's own & and bit_count, cheaper than max over
+                # map(and_, ...) and map(bit_count, ...) (a call each a text).
+                index = self._index
+                if index is not None and (index.window is not window or index.size != size):
+                    index = None
+                if index is None and 0 < size <= _SLOTS:
+                    if self._retry:
+                        self._retry -= 1
+                    else:
+                        index = self._index = _indexed(window, masks, size)
+                        if index is None:
+                            self._retry = _RETRY
+                top = -1
+                if index is not None:
+                    # The shared counts by the index (see _Shared): what all the window's
+                    # texts hold, then the sums of the result's other trigrams (the result
+                    # put in the index as it goes, when it is the text the window keeps).
+                    self._index = None  # (not left half moved)
+                    common = index.common
+                    shared = probe & common
+                    rest = probe ^ shared  # probe & ~common
+                    # The result's trigrams new to the vocabulary (none when its mask was
+                    # kept): all beyond common, none in a sum yet.
+                    fresh = mine >> made if made else 0
+                    if (
+                        shared == common
+                        and kept == result
+                        and (held := rest.bit_count()) <= _SPARSE
+                        and fresh.bit_count() <= _SPARSE
+                    ):
+                        top = shared.bit_count()
+                        spread = index.spread
+                        get = spread.get
+                        start = index.next - index.base
+                        unit = 1 << (start << 3)
+                        total = 0
+                        while rest:
+                            bit = rest.bit_length()
+                            found = get(bit)
+                            if found is None:
+                                spread[bit] = unit
+                            else:
+                                total += found
+                                spread[bit] = found + unit
+                            rest ^= 1 << (bit - 1)
+                        if total:
+                            # The window's bytes (its first text's first), the highest
+                            # found from ``held`` (no byte is more) down.
+                            oldest = (start - len(window)) << 3
+                            counts = (total >> oldest).to_bytes(size, "little")
+                            while held not in counts:
+                                held -= 1
+                            top += held
+                        while fresh:
+                            bit = fresh.bit_length()
+                            spread[made + bit] = unit
+                            fresh ^= 1 << (bit - 1)
+                        # _entered(index, after), its test in this frame.
+                        index.window = after
+                        index.next += 1
+                        if start + 1 - len(after) >= _SHIFTED:
+                            _shifted(index, start + 1 - len(after))
+                        self._index = index
+                if top < 0:
+                    top = 0
+                    for theirs in masks:
+                        shared = (probe & theirs).bit_count()
+                        if shared > top:
+                            top = shared
+                    if index is not None:
+                        # The window moves on, its index with it (below).
+                        self._index = index
                 if top:
                     best = top / math.sqrt(first * count)
             else:
@@ -638,6 +724,12 @@ class GramMasks:
                         best = _nearest(probe, count, masks, sizes, ranks, order, at, best)
         if kept != result:  # a result longer than the evidence keeps of it
             mine, count = self.mask(kept)
+        if index is not None and self._index is index and index.window is window:
+            # Not moved with the comparison: the text kept put in the index here.
+            self._index = None
+            self._index = _moved(index, after, mine)
+            if self._index is None:
+                self._retry = _RETRY
         if full:
             masks, sizes, scales = masks[1:], sizes[1:], scales[1:]
         self._window = (
@@ -923,6 +1015,103 @@ class GramMasks:
                 mask |= found
         # Nothing: a text of fewer than three characters (a longer one has a trigram).
         return mask | fresh or self._made(folded)
+
+
+@final
+class _Shared:
+    """The shared counts' index of a window of texts of one size.
+
+    ``common``: trigrams every text of ``window`` holds. The texts are numbered as they
+    enter the window (from ``base``; the next to enter is ``next``), and each text's other
+    trigrams (at most _SPARSE) are keys of ``spread`` (the bit's ``bit_length``), whose
+    value sums ``1 << 8 * (number - base)`` over the texts that hold the trigram (texts
+    gone from the window included, until the sums are shifted down). A result's shared
+    count with the text numbered ``n`` is ``|probe & common|`` plus byte ``n - base`` of
+    the sum of ``spread`` over the result's trigrams beyond ``common`` (at most _SPARSE,
+    so no byte carries into the next), and the highest shared count is that plus the
+    highest of the window's bytes: the highest of its texts' counts, each exact.
+    """
+
+    __slots__ = ("base", "common", "next", "size", "spread", "window")
+
+    def __init__(
+        self, window: tuple[str, ...], common: int, spread: dict[int, int], size: int
+    ) -> None:
+        self.window = window
+        self.common = common
+        self.spread = spread
+        self.base = 0
+        self.next = len(window)
+        self.size = size
+
+
+def _indexed(window: tuple[str, ...], masks: tuple[int, ...], size: int) -> _Shared | None:
+    """The _Shared of ``window`` (``masks``: its texts', at most ``size``), or None when
+    a text holds more than _SPARSE trigrams beyond what all of them hold."""
+    common = masks[0]
+    for theirs in masks:
+        common &= theirs
+    spread: dict[int, int] = {}
+    unit = 1
+    for theirs in masks:
+        own = theirs & ~common
+        if own.bit_count() > _SPARSE:
+            return None
+        while own:
+            bit = own.bit_length()
+            spread[bit] = spread.get(bit, 0) + unit
+            own ^= 1 << (bit - 1)
+        unit <<= 8
+    return _Shared(window, common, spread, size)
+
+
+def _moved(index: _Shared, after: tuple[str, ...], mine: int) -> _Shared | None:
+    """``index`` with the text of mask ``mine`` entered (``after``: the window then), or
+    None when that text, or what all the window's texts then hold no more, is more than
+    _SPARSE trigrams."""
+    common, spread = index.common, index.spread
+    unit = 1 << ((index.next - index.base) << 3)
+    moved = common & ~mine
+    if moved:
+        # Trigrams the others all hold and this one not: now each of the others' own.
+        if moved.bit_count() > _SPARSE:
+            return None
+        common ^= moved
+        index.common = common
+        # Every text still in the window (the oldest goes: ``after`` holds the new one).
+        held = len(after) - 1
+        every = ((1 << (held << 3)) - 1) // 255 * (unit >> (held << 3))
+        while moved:
+            bit = moved.bit_length()
+            spread[bit] = every  # (a trigram all held is in no sum)
+            moved ^= 1 << (bit - 1)
+    own = mine & ~common
+    if own.bit_count() > _SPARSE:
+        return None
+    while own:
+        bit = own.bit_length()
+        spread[bit] = spread.get(bit, 0) + unit
+        own ^= 1 << (bit - 1)
+    return _entered(index, after)
+
+
+def _entered(index: _Shared, after: tuple[str, ...]) -> _Shared:
+    """``index`` once the text last in ``after`` is in its sums: numbered, and the sums
+    shifted down when they hold _SHIFTED texts more than the window."""
+    index.window = after
+    number = index.next = index.next + 1
+    gone = number - len(after) - index.base
+    if gone >= _SHIFTED:
+        _shifted(index, gone)
+    return index
+
+
+def _shifted(index: _Shared, gone: int) -> None:
+    """``index``'s sums without the bytes of its first ``gone`` texts (gone from the
+    window), numbered from the first still in it."""
+    index.base += gone
+    shift = gone << 3
+    index.spread = {bit: kept for bit, found in index.spread.items() if (kept := found >> shift)}
 
 
 def _highest(
