@@ -571,7 +571,13 @@ class GramMasks:
             else [known or self.mask(seen) for known, seen in zip(found, window)]  # noqa: B905
         )
         masks, counts = zip(*theirs) if theirs else ((), ())  # noqa: B905
-        sizes = tuple(map(float, counts))
+        # Each size below _SIZED its one float (as advance appends them): a window of one
+        # size holds one object, which it keeps as it moves on (see advance).
+        sizes = (
+            tuple(map(_SIZES.__getitem__, counts))
+            if max(counts, default=0) < _SIZED
+            else tuple(map(float, counts))
+        )
         scales = tuple(map(truediv, repeat(1.0), map(math.sqrt, sizes)))
         self._window = (window, masks, sizes, scales)
         if not self._base:  # the first window since a start: what the vocabulary follows
@@ -624,9 +630,11 @@ class GramMasks:
         mine, count = known
         best = 0.0
         index = None
+        alike = False  # a window of one size (and not empty)
         if window:
             first = sizes[0]
             if first == sizes[-1] and _COUNT(sizes, first) == len(sizes):
+                alike = True
                 # Every text of the window of one size (a run's results alike but for a
                 # number; the first and last compared first, so that a window of several
                 # sizes seldom counts): each pair's |A & B| / sqrt(|A| |B|) is its shared
@@ -731,6 +739,12 @@ class GramMasks:
             if self._index is None:
                 self._retry = _RETRY
         if full:
+            if alike and count == sizes[0]:
+                # A full window of one size and a text of that size kept: its sizes and
+                # scales are the window's (each the same value: the size's float, and
+                # 1.0 / math.sqrt of it), only the masks move on.
+                self._window = (after, masks[1:] + (mine,), sizes, scales)  # noqa: RUF005
+                return best, after
             masks, sizes, scales = masks[1:], sizes[1:], scales[1:]
         self._window = (
             after,

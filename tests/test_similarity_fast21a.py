@@ -8,12 +8,15 @@ own trigrams and nothing else in its byte of every sum): the bench's results, JS
 changed numbers, texts that repeat (a kept mask), windows of mixed sizes (the index left
 and built again), several window sizes on one vocabulary, results longer than the evidence
 keeps, what all held lost (a text without it), texts of many trigrams of their own (no
-index), the sums shifted down, and a vocabulary started again."""
+index), the sums shifted down, and a vocabulary started again. And the window a full
+window of one size moves on to when the text it keeps is of that size: the same sizes
+and scales (the same values), only the masks moved on."""
 
 # pyright: reportPrivateUsage=false
 
 from __future__ import annotations
 
+import math
 from typing import Any
 from unittest import mock
 
@@ -51,6 +54,21 @@ def _invariant(masks: GramMasks, window: tuple[str, ...]) -> None:
     assert all(found >> ((first + len(window)) << 3) == 0 for found in index.spread.values())
 
 
+def _window(masks: GramMasks, window: tuple[str, ...]) -> None:
+    """The window ``masks`` keeps is ``window`` with each text's own mask, size (its
+    float) and scale (1.0 / its size's root), in order; a window of one size holds one
+    float object when its size is below _SIZED."""
+    kept = masks._window
+    assert kept is not None
+    assert kept[0] is window
+    own = [masks.mask(text) for text in window]
+    assert kept[1] == tuple(mask for mask, _ in own)
+    assert kept[2] == tuple(float(count) for _, count in own)
+    assert kept[3] == tuple(1.0 / math.sqrt(count) for _, count in own)
+    if len(set(kept[2])) == 1 and kept[2][0] < similarity._SIZED:
+        assert len(set(map(id, kept[2]))) == 1
+
+
 def _run(results: list[str], size: int, cut: int = 0, start: bool = False) -> GramMasks:
     """Advance a fresh GramMasks over ``results`` (kept texts ``cut`` characters shorter),
     checking each best against the set formula and the index against its invariant."""
@@ -66,6 +84,7 @@ def _run(results: list[str], size: int, cut: int = 0, start: bool = False) -> Gr
             assert best == max(lexical_similarity(result, seen) for seen in plain)
         assert after == (*plain, kept)[-size:]
         _invariant(masks, after)
+        _window(masks, after)
         window = after
     return masks
 
@@ -135,6 +154,7 @@ def test_window_sizes_that_change(steps: list[tuple[str, int]]) -> None:
         best, after = masks.advance(window, result, result, size)
         assert best == _set_best(window[-size:], result)
         _invariant(masks, after)
+        _window(masks, after)
         window = after
 
 
