@@ -107,6 +107,11 @@ def _site(*names: str) -> Callable[..., Any]:
     ``cls(...)``, with their checks and errors. The class the site made a builder for
     last is kept beside that builder (``_last``, one tuple stored whole: never a class
     with another's builder) and tried first, by identity, before the look-up by id.
+
+    The first class the site makes a builder for (the library's own, in a run of the
+    library's phases) is built in ``at``'s own frame: ``at`` is given anew the code that
+    asks for that class first (by identity) and then runs that builder's very lines
+    (``_parts``), with the names they read; any other class goes on as before.
     """
     if len(set(names)) != len(names) or not all(name.isidentifier() for name in names):
         raise ValueError(f"a site's changes are distinct names, got {names!r}")
@@ -116,35 +121,80 @@ def _site(*names: str) -> Callable[..., Any]:
         def by_next(leaving: Any, *values: Any) -> Any:
             return leaving._next(cls, **dict(zip(names, values, strict=True)))
 
-        made: Callable[..., Any] = _builder(cls, copy=False, site=names)
+        parts = _parts(cls, copy=False, site=names)
+        made: Callable[..., Any] = _by_init if parts is None else _compiled(parts)
         build = by_next if made is _by_init else made
         builders[id(cls)] = (cls, build)
         namespace["_last"] = (cls, build)  # one store: read whole, or not yet
+        if parts is not None and "_inline" not in namespace:
+            _inlined(cls, parts)
         return build(leaving, *values)
 
+    def _inlined(cls: Any, parts: _Parts) -> None:
+        """``at`` made anew with ``cls``'s builder written in its own body, asked first
+        (``cls`` by identity): one frame, not two, for the class a site builds first."""
+        _, lines, space = parts
+        # The builder's names beside the site's (its ``cls`` is at's argument then; its
+        # own function and builtins are not read).
+        names_of_builder = space.keys() - {"cls", "build", "__builtins__"}
+        if names_of_builder & namespace.keys():  # pragma: no cover - distinct by naming
+            return
+        namespace.update({name: space[name] for name in names_of_builder})
+        namespace["_inline"] = cls
+        body = [f"    {line}" for line in lines[1:]]
+        made: dict[str, Any] = {}
+        where = f"<statemachine site {names} {cls.__qualname__}>"
+        exec(compile(_source(["    if cls is _inline:", *body]), where, "exec"), namespace, made)
+        at.__code__ = made["at"].__code__
+
     params = "".join(f", _a{k}" for k in range(len(names)))
-    source = "\n".join(
-        (
-            f"def at(cls, leaving{params}):",
-            "    known = _last",
-            "    if known[0] is cls:",
-            f"        return known[1](leaving{params})",
-            "    known = _get(id(cls))",
-            "    if known is not None and known[0] is cls:",
-            f"        return known[1](leaving{params})",
-            f"    return _first(cls, leaving, ({params[2:]}{',' if names else ''}))",
+
+    def _source(inline: list[str]) -> str:
+        return "\n".join(
+            (
+                f"def at(cls, leaving{params}):",
+                *inline,
+                "    known = _last",
+                "    if known[0] is cls:",
+                f"        return known[1](leaving{params})",
+                "    known = _get(id(cls))",
+                "    if known is not None and known[0] is cls:",
+                f"        return known[1](leaving{params})",
+                f"    return _first(cls, leaving, ({params[2:]}{',' if names else ''}))",
+            )
         )
-    )
+
     namespace: dict[str, Any] = {"_get": builders.get, "_first": first, "_last": _NO_LAST}
-    exec(compile(source, f"<statemachine site {names}>", "exec"), namespace)
-    return cast("Callable[..., Any]", namespace["at"])
+    exec(compile(_source([]), f"<statemachine site {names}>", "exec"), namespace)
+    at: Any = namespace["at"]
+    return cast("Callable[..., Any]", at)
 
 
 # One piece on purpose (about 100 lines): it writes one function's source line by line,
 # checking each field as it goes; split, the lines, the namespace and the refusals
 # (``_by_init``) would travel between the parts.
 def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None) -> _Builder:
-    """A function that builds ``cls`` as its attrs ``__init__`` does, slot by slot.
+    """A function that builds ``cls`` as its attrs ``__init__`` does, slot by slot (see
+    :func:`_parts`); ``_by_init`` for a class it refuses."""
+    parts = _parts(cls, copy=copy, site=site)
+    return _by_init if parts is None else _compiled(parts)
+
+
+# A builder's source: the name it is compiled under, its lines (the first the ``def``) and
+# the names they read.
+_Parts = tuple[str, list[str], dict[str, Any]]
+
+
+def _compiled(parts: _Parts) -> _Builder:
+    """The builder ``parts`` write."""
+    kind, lines, namespace = parts
+    exec(compile("\n".join(lines), kind, "exec"), namespace)
+    return cast("_Builder", namespace["build"])
+
+
+def _parts(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None) -> _Parts | None:
+    """The source of a function that builds ``cls`` as its attrs ``__init__`` does, slot
+    by slot, or ``None`` (what :func:`_builder` answers ``_by_init`` for).
 
     It reads each field's value, in the order ``__init__`` sets them: the value in the
     changes, else the leaving phase's (for ``_next``: the carried fields, ``step`` + 1; for
@@ -152,17 +202,17 @@ def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None)
     default or ``factory()``, and the new ticket (``_TICKET``); then makes the object and
     sets its slots (see :func:`_unfrozen`), binds the ticket and calls
     ``__attrs_post_init__`` when
-    ``__init__`` calls it. ``_by_init`` for a class whose ``__init__`` does more (see
+    ``__init__`` calls it. ``None`` for a class whose ``__init__`` does more (see
     ``_PLAIN_INIT_NAMES``), is not attrs's, or has a slot that is not a field (its
     ``__init__`` may set it).
 
     With ``site`` (for ``_next`` only, see :func:`_site`): a function
     ``build(leaving, *values)`` that takes the changes' values positionally, in the
-    order of ``site``; ``_by_init`` as well when ``cls.__init__`` would not take those
+    order of ``site``; ``None`` as well when ``cls.__init__`` would not take those
     names as they are (a name it does not take, an argument it requires missing).
     """
     if not isinstance(cls, type):  # a generic alias such as Planning[Trip]: called as is
-        return _by_init
+        return None
     owner = next((c for c in cls.__mro__ if "__attrs_attrs__" in c.__dict__), None)
     init = getattr(cls, "__init__", None)
     code = getattr(init, "__code__", None)
@@ -174,14 +224,14 @@ def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None)
         or not code.co_filename.startswith("<attrs generated")
         or new is not object.__new__
     ):
-        return _by_init
+        return None
     fields = attrs.fields(owner)
     names = {field.name for field in fields}
     takes = frozenset(field.alias for field in fields if field.init)
     if not takes >= set(_CARRIED):  # _next would pass an argument __init__ does not take
-        return _by_init
+        return None
     if site is not None and (copy or not set(site) <= takes - {"ticket"}):
-        return _by_init
+        return None
     allowed = set(_PLAIN_INIT_NAMES)
     if "__attrs_post_init__" in code.co_names:
         allowed.add("__attrs_post_init__")
@@ -191,7 +241,7 @@ def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None)
         for slot in ((c.__dict__.get("__slots__") or ()) if c is not object else ())
     }
     if not slots <= names | {"__weakref__", "__dict__"}:
-        return _by_init
+        return None
     unfrozen = _unfrozen(cls)
     namespace: dict[str, Any] = {
         "_new": object.__new__,
@@ -210,7 +260,7 @@ def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None)
         slot = next((c.__dict__[field.name] for c in cls.__mro__ if field.name in c.__dict__), 0)
         if field.name == "_ticket":  # the seal: minted by _next/_copy, bound below
             if field.converter is not None or not isinstance(slot, MemberDescriptorType):
-                return _by_init
+                return None
             allowed.update(_SEAL_INIT_NAMES)
             reads.extend(line.format(via="copy" if copy else "transition") for line in _TICKET)
             value = "_ticket"
@@ -219,11 +269,11 @@ def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None)
             or field.converter is not None
             or not isinstance(slot, MemberDescriptorType)
         ):
-            return _by_init
+            return None
         else:
             read = _value_of(field, index, copy, site, namespace, allowed, required)
             if read is None:
-                return _by_init
+                return None
             value = read
         if not value.isidentifier():  # read before the object is made (see below)
             reads.append(f"    _v{index} = {value}")
@@ -235,7 +285,7 @@ def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None)
             namespace[f"_set{index}"] = slot.__set__
             sets.append(f"    _set{index}(new, {value})")
     if not set(code.co_names) <= allowed:
-        return _by_init
+        return None
     namespace["_takes"] = takes - {"ticket"}
     if site is None:
         lines.append("    if not changes.keys() <= _takes:")
@@ -258,10 +308,8 @@ def _builder(cls: type[Any], *, copy: bool, site: tuple[str, ...] | None = None)
     if "__attrs_post_init__" in code.co_names:
         lines.extend(_hook_lines(cls, [field.name for field in fields], values, namespace))
     lines.append("    return new")
-    source = "\n".join(lines)
     kind = "copier" if copy else "builder" if site is None else f"builder at {site}"
-    exec(compile(source, f"<statemachine {kind} {cls.__qualname__}>", "exec"), namespace)
-    return cast("_Builder", namespace["build"])
+    return f"<statemachine {kind} {cls.__qualname__}>", lines, namespace
 
 
 # The library's ``__attrs_post_init__`` hooks that only check one field's value (the
