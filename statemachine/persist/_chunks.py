@@ -164,7 +164,32 @@ def _load_transcript(value: Any, chunked: bool) -> Transcript:
 def _packed(items: list[Any], keys: Sequence[str]) -> str:
     """A full chunk's text in a version 2 document: its items, each an object of exactly
     ``keys`` in that order, written as the list of the object's values (the keys, said
-    once per item in version 1, are the chunk's kind's), the chunk as JSON."""
+    once per item in version 1, are the chunk's kind's), the chunk as JSON.
+
+    A chunk of the codec's messages or action records (``keys`` the very tuple of either)
+    whose every value is of the plain form the codec writes is checked and turned into
+    rows in one pass (:func:`_message_rows`, :func:`_record_rows`) and written by orjson,
+    as ``dumps_rows`` writes plain rows; anything else, the general way below, with its
+    checks and errors (tests/test_delta_fast21f.py)."""
+    if keys is _MESSAGE_KEYS:
+        plain = _message_rows(items)
+    elif keys is _RECORD_FIELDS:
+        plain = _record_rows(items)
+    else:
+        plain = None
+    if plain is not None:  # plain rows (``_json._plain_rows``): dumps_rows's orjson branch
+        orjson = _json._orjson or _json._import_orjson()
+        try:
+            data: bytes = orjson.dumps(plain, option=_json._plain_options)
+        except TypeError:  # an int beyond 64 bits, a lone surrogate: as dumps_rows does
+            return _json.dumps_fast(plain)
+        return data.decode()
+    return _packed_plain(items, keys)
+
+
+def _packed_plain(items: list[Any], keys: Sequence[str]) -> str:
+    """:func:`_packed` the general way: each item's keys compared with ``keys``, its
+    values made a row, the rows written by ``dumps_rows``."""
     rows: list[list[Any]] = []
     names = list(keys)
     for item in items:
@@ -172,6 +197,62 @@ def _packed(items: list[Any], keys: Sequence[str]) -> str:
             raise ValueError(f"a chunk packs objects of the fields {', '.join(keys)}")
         rows.append(list(item.values()))
     return _json.dumps_rows(rows)  # dumps_fast's text, by orjson when the rows are plain
+
+
+def _message_rows(items: list[Any]) -> list[list[Any]] | None:
+    """The rows of a chunk of messages as :func:`_packed_plain` makes them, when each item
+    is exactly a dict of ``_MESSAGE_KEYS`` in order whose four texts are exact ``str`` and
+    whose tool calls are an exact list of exact dicts of exact ``str`` keys and values (the
+    codec's form, plain by ``_json._plain``); ``None`` for anything else."""
+    rows: list[list[Any]] = []
+    for item in items:
+        if type(item) is not dict or tuple(item) != _MESSAGE_KEYS:
+            return None
+        role, content, calls, call_id, name = row = list(item.values())
+        if not (str is type(role) is type(content) is type(call_id) is type(name)):
+            return None
+        if type(calls) is not list:
+            return None
+        for call in calls:
+            if type(call) is not dict:
+                return None
+            for key, value in call.items():
+                if type(key) is not str or type(value) is not str:
+                    return None
+        rows.append(row)
+    return rows
+
+
+def _record_rows(items: list[Any]) -> list[list[Any]] | None:
+    """The rows of a chunk of action records as :func:`_packed_plain` makes them, when
+    each item is exactly a dict of ``_RECORD_FIELDS`` in order whose eight texts are exact
+    ``str`` and whose gain is ``None`` or an exact dict of exact ``str`` keys and values
+    (the codec's ``{"$float": ...}``: plain by ``_json._plain``); ``None`` for anything else."""
+    rows: list[list[Any]] = []
+    for item in items:
+        if type(item) is not dict or tuple(item) != _RECORD_FIELDS:
+            return None
+        call_id, tool, effect, exact, key, text, outcome, result, gain = row = list(item.values())
+        if not (
+            str
+            is type(call_id)
+            is type(tool)
+            is type(effect)
+            is type(exact)
+            is type(key)
+            is type(text)
+            is type(outcome)
+            is type(result)
+        ):
+            return None
+        if gain is not None:
+            if type(gain) is not dict:
+                return None
+            for tag, value in gain.items():
+                if type(tag) is not str or type(value) is not str:
+                    return None
+        rows.append(row)
+    return rows
 
 
 def _chunk_items(text: str, what: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
