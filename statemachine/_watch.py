@@ -48,6 +48,7 @@ import attrs
 
 from ._actions import CHUNK, ActionLog
 from ._approval import ApprovedCall
+from ._budget import Budget
 from ._errors import IllegalTransitionError, PhaseForgedError, SetupError
 from ._model import Message, ToolRequest, Transcript
 from ._model_retry import _restored
@@ -314,7 +315,9 @@ def _same_all_code(keys: tuple[str, ...]) -> types.CodeType:
     return _placed_code(source, "<statemachine same terms>", at)
 
 
-def _terms_lines(keys: tuple[str, ...], refused: str, guard: str = "") -> tuple[list[str], int]:
+def _terms_lines(
+    keys: tuple[str, ...], refused: str, guard: str = "", guarded: bool = False
+) -> tuple[list[str], int]:
     """The lines of a generated terms check (``_same_all_code``'s, ``_pair_code``'s),
     for a budget whose ``__dict__`` has ``keys`` (all ``str``), each answering
     ``return {refused}`` when its check fails: each field of the runtime (``rt``), then of
@@ -323,7 +326,7 @@ def _terms_lines(keys: tuple[str, ...], refused: str, guard: str = "") -> tuple[
     budget's ``__dict__`` is shown an exact dict of ``len(keys)`` keys; and how many
     placeholders they name (the kept objects: ``(*runtime, *agent, *budget values)``).
     ``guard``: a condition under which alone the fields are checked one at a time (the
-    budget's values are checked in any case)."""
+    budget's values are checked in any case, or with ``guarded`` under it too)."""
     lines: list[str] = []
     at = 0
     if guard:
@@ -335,22 +338,35 @@ def _terms_lines(keys: tuple[str, ...], refused: str, guard: str = "") -> tuple[
                 f"if {_KEPT + str(at)!r} is not {obj}.{field.name}: return {refused}"
             )
             at += 1
-    lines.append("budget = agent.budget.__dict__")
-    lines.append(f"if type(budget) is not dict or len(budget) != {len(keys)}: return {refused}")
+    indent = "    " if guard and guarded else ""
+    lines.append(f"{indent}budget = agent.budget.__dict__")
+    lines.append(
+        f"{indent}if type(budget) is not dict or len(budget) != {len(keys)}: return {refused}"
+    )
     for key in keys:
-        lines.append(f"if {_KEPT + str(at)!r} is not budget[{key!r}]: return {refused}")
+        lines.append(f"{indent}if {_KEPT + str(at)!r} is not budget[{key!r}]: return {refused}")
         at += 1
     return lines, at
 
 
 # The condition under which a pair's function checks the runtime's and the agent's fields
-# one at a time (_pair_code): the Watch has no raw check (``_raw_terms``: None), or its
-# runtime or agent is not the very object it was made with, or either one's words from its
-# type through its fields are not the bytes they were (read in C from a view of them).
-_NOT_RAW = (
-    "(words := watch._raw) is None or words[0] is not rt or words[1] is not agent "
-    "or words[2].raw != words[3] or words[4].raw != words[5]"
-)
+# one at a time (_pair_code), the words of the Watch's ``_raw`` (``_raw_terms``) placed in
+# its code as constants (the placeholders from ``at`` on, in ``_raw``'s order): the Watch
+# has no raw check (``_raw``: None), or its runtime or agent is not the very object it was
+# made with, or either one's words from its type through its fields are not the bytes
+# they were (read in C from a view of them); and with ``budget``, the budget's values too:
+# its ``__dict__`` is not the very dict kept, or that dict's words from its type through
+# its values' pointer (``_dict_laid_out``: its version among them) are not the bytes they
+# were.
+def _not_raw(at: int, budget: bool) -> str:
+    kept = [repr(_KEPT + str(at + index)) for index in range(9 if budget else 6)]
+    guard = (
+        f"watch._raw is None or {kept[0]} is not rt or {kept[1]} is not agent "
+        f"or {kept[2]}.raw != {kept[3]} or {kept[4]}.raw != {kept[5]}"
+    )
+    if budget:
+        guard += f" or agent.budget.__dict__ is not {kept[6]} or {kept[7]}.raw != {kept[8]}"
+    return guard
 
 
 def _placed_code(source: str, filename: str, placeholders: int) -> types.CodeType:
@@ -397,15 +413,59 @@ def _laid_out(cls: type[Any]) -> int:
     return size
 
 
+@functools.cache
+def _dict_laid_out() -> int:
+    """How many bytes of a ``dict`` run from its type word through its values' pointer
+    (CPython's ``PyDictObject``: type, size, version, keys, values), when those words
+    change at each change of the dict, a value put back included (PEP 509's version,
+    which CPython changes at every change of a dict's contents), found on a probe dict;
+    0 otherwise (another interpreter or layout, or a version no longer kept: the budget's
+    values are checked one at a time)."""
+    if sys.implementation.name != "cpython":  # pragma: no cover - CPython's layout
+        return 0
+    import ctypes  # only where the layout is CPython's (an import there)
+
+    size = _WORD * 5
+    first, second = object(), object()
+    probe = {"a": first, "b": first}
+    words = (ctypes.c_size_t * 5).from_address(id(probe) + _WORD)
+    if words[0] != id(dict) or words[1] != 2:  # pragma: no cover - CPython's layout
+        return 0
+    seen = {bytes(words)}
+    changes: tuple[Callable[[], object], ...] = (
+        lambda: probe.__setitem__("a", second),
+        lambda: probe.__setitem__("a", first),  # put back: another version all the same
+        lambda: probe.update(b=second),
+        lambda: probe.setdefault("c", first),
+        lambda: probe.pop("c"),
+        lambda: probe.update(b=first),
+    )
+    for change in changes:
+        change()
+        now = bytes(words)
+        if now in seen:  # pragma: no cover - a version not changed (or not kept)
+            return 0
+        seen.add(now)
+    return size
+
+
 def _raw_terms(rt: object, agent: object) -> tuple[Any, ...] | None:
-    """What a Watch's pair functions check ``rt`` and ``agent`` by at once (``_NOT_RAW``),
+    """What a Watch's pair functions check ``rt`` and ``agent`` by at once (``_not_raw``),
     for the library's exact classes laid out as ``_laid_out`` finds: ``(rt, agent, rt's
     view, its bytes now, agent's view, its bytes now)``, each view a ``ctypes`` array
     over the object's words from its type through its fields (its ``raw``: the bytes
     there then); ``None`` for anything else (the fields are checked one at a time). The
     tuple holds ``rt`` and ``agent`` (the views' memory is theirs while it lives), and
     the Watch and its pair functions the fields' objects (their addresses are theirs
-    while they live): equal bytes are the very class and field objects, no other."""
+    while they live): equal bytes are the very class and field objects, no other.
+
+    For a budget that is a ``Budget`` itself whose ``__dict__`` is exactly a ``dict``, on
+    CPython (``_dict_laid_out``), three more: ``(that dict, its view, its bytes now)``,
+    the view over its words from its type through its values' pointer: its size, its
+    keys and values' tables and its version, which CPython changes at every change of
+    its contents (a value put back included). The very dict with equal bytes is one not
+    changed since: each key holds the very value it held (the Watch and its pair
+    functions hold them)."""
     if type(rt) is not Runtime or type(agent) is not Agent:
         return None
     rt_size, agent_size = _laid_out(Runtime), _laid_out(Agent)
@@ -415,7 +475,14 @@ def _raw_terms(rt: object, agent: object) -> tuple[Any, ...] | None:
 
     rt_view = (ctypes.c_char * rt_size).from_address(id(rt) + _WORD)
     agent_view = (ctypes.c_char * agent_size).from_address(id(agent) + _WORD)
-    return (rt, agent, rt_view, rt_view.raw, agent_view, agent_view.raw)
+    words = (rt, agent, rt_view, rt_view.raw, agent_view, agent_view.raw)
+    budget: Any = agent.budget
+    values = vars(budget) if type(budget) is Budget else None
+    dict_size = _dict_laid_out()
+    if type(values) is not dict or not dict_size:
+        return words
+    dict_view = (ctypes.c_char * dict_size).from_address(id(values) + _WORD)
+    return (*words, values, dict_view, dict_view.raw)
 
 
 def _same_all_of(
@@ -487,10 +554,10 @@ class Watch:
         self._same_made: Any = _NOT_MADE
         if not _FAST:
             _fast_pairs()
-        self._pairs = _pairs_for(rt, agent)
-        # What _pairs' functions check the runtime and the agent by at once (_NOT_RAW):
-        # read with them, as they read the fields they hold.
-        self._raw = _raw_terms(rt, agent) if self._pairs else None
+        # What _pairs' functions check the runtime, the agent (and the budget's values) by
+        # at once (_not_raw): read with them, as they read the fields they hold.
+        self._raw = _raw_terms(rt, agent) if _str_keys(budget) else None
+        self._pairs = _pairs_for(rt, agent, self._raw)
         self._counters = _counters(start)
         self._pending: tuple[Any, ...] = getattr(start, "pending", ())
 
@@ -846,7 +913,13 @@ _CHECK_NAMES: dict[str, Any] = {
 
 @functools.cache
 def _pair_code(
-    call_id: bool, attempt: bool, holds: bool, runs: bool, queued: bool, keys: tuple[str, ...]
+    call_id: bool,
+    attempt: bool,
+    holds: bool,
+    runs: bool,
+    queued: bool,
+    keys: tuple[str, ...],
+    raw: int = 2,
 ) -> types.CodeType:
     """The code of ``accept``'s short way for one pair of the library's classes, whose
     later class has a ``call_id`` field or none and an ``attempt`` field or none, holds a
@@ -859,8 +932,10 @@ def _pair_code(
     ``Watch._quick`` (its ``_counted`` and ``_same_all`` calls written out in its frame):
     the ticket chain, the counters, the run's terms (in their ``try``; the runtime's and
     the agent's 30 fields are compared one at a time only when the Watch's ``_raw``
-    check does not show them all the very objects kept, ``_NOT_RAW``: the same verdict,
-    tests/test_watch_fast19.py), the write, the queue, the last reply; each flag, which
+    check does not show them all the very objects kept, ``_not_raw``: the same verdict,
+    tests/test_watch_fast19.py; with ``raw`` 2, the budget's values too, whose raw check
+    is its dict's version, tests/test_watch_fast21e.py; ``raw`` 1: the runtime and the
+    agent only, 0: no raw check), the write, the queue, the last reply; each flag, which
     ``accept`` read from the pair's entry at each call, written in as what it is. Each
     ``Watch`` makes a function of it for each pair (``_pairs_for``): its own code object, so that
     each attribute read in it sees one class (the interpreter keeps what it found a read
@@ -875,7 +950,10 @@ def _pair_code(
     transcript's end is read once in the loop finding the reply (the same reads as
     ``_quick``'s)."""
     counted = _counters_body(call_id, attempt)
-    lines, at = _terms_lines(keys, "None", _NOT_RAW)
+    at = len(attrs.fields(Runtime)) + len(attrs.fields(Agent)) + len(keys)
+    guard = _not_raw(at, raw == 2) if raw else ""
+    lines, placed = _terms_lines(keys, "None", guard, raw == 2)
+    at = placed + (0, 6, 9)[raw]
     lines.append("if not (before.agent is agent and phase.agent is agent): return None")
     terms = "".join(f"        {line}\n" for line in lines)
     write = "    if type(phase.call) is ApprovedCall:\n        return None\n" if runs else ""
@@ -966,27 +1044,39 @@ def fast(watch, before, phase):
 _Pairs = dict[type[Any], tuple[type[Any], dict[type[Any], tuple[type[Any], Callable[..., Any]]]]]
 
 
-def _pairs_for(rt: Runtime, agent: Agent[Any]) -> _Pairs:
+def _str_keys(budget: object) -> bool:
+    """Whether a budget's ``__dict__`` is exactly a ``dict`` of ``str`` keys."""
+    return type(budget) is dict and all(type(key) is str for key in budget)
+
+
+def _pairs_for(rt: Runtime, agent: Agent[Any], raw: tuple[Any, ...] | None = None) -> _Pairs:
     """``_pair_code``'s functions for each pair of ``_FAST``, as ``_FAST`` holds its
     entries: ``{before class: (it, {after class: (it, function)})}``, for this run's
     runtime and agent, holding what they are now as their constants; empty for a budget
     whose ``__dict__`` is not a dict of ``str`` keys (``accept``'s whole check judges
     those runs). Each pair's function is made at its first call (``_made_at_first``:
-    a run takes a few of the pairs, and a function costs ~26 k instructions to make)."""
+    a run takes a few of the pairs, and a function costs ~26 k instructions to make).
+    ``raw``: the Watch's ``_raw`` (``_raw_terms``), whose objects the functions hold too,
+    after the others (their raw check, ``_not_raw``); ``None``: none."""
     budget = vars(agent.budget)
-    if type(budget) is not dict or not all(type(key) is str for key in budget):
+    if not _str_keys(budget):
         return {}
     keys = tuple(budget)
-    kept = (*_runtime_parts(rt), *_agent_parts(agent), *budget.values())
+    kept = (*_runtime_parts(rt), *_agent_parts(agent), *budget.values(), *(raw or ()))
     made: _Pairs = {}
-    first = _made_at_first(made, keys, kept)
+    first = _made_at_first(made, keys, kept, _RAW_KINDS[len(raw or ())])
     for before_cls, (_, pairs) in _FAST.items():
         made[before_cls] = (before_cls, {after_cls: (after_cls, first) for after_cls in pairs})
     return made
 
 
+# What a raw check covers, by the length of the Watch's _raw: nothing, the runtime and the
+# agent, or the budget's values too.
+_RAW_KINDS = {0: 0, 6: 1, 9: 2}
+
+
 def _made_at_first(
-    made: _Pairs, keys: tuple[str, ...], kept: tuple[Any, ...]
+    made: _Pairs, keys: tuple[str, ...], kept: tuple[Any, ...], raw: int
 ) -> Callable[..., Any]:
     """A function that, called as a pair's function in ``made`` (for ``before`` and
     ``phase`` of exactly the pair's classes: ``accept`` checked them), makes it
@@ -996,7 +1086,7 @@ def _made_at_first(
     def first(watch: Watch, before: Any, phase: Any) -> Any:
         before_cls, after_cls = type(before), type(phase)
         _, (holds, runs, queued, _counted_fn), index = _FAST[before_cls][1][after_cls]
-        code = _pair_code(index >= 2, index % 2 == 1, holds, runs, queued, keys)
+        code = _pair_code(index >= 2, index % 2 == 1, holds, runs, queued, keys, raw)
         fast: Callable[..., Any] = types.FunctionType(
             code.replace(co_consts=_placer(code)(kept)), _PAIR_NAMES, "fast"
         )

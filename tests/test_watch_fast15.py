@@ -155,11 +155,19 @@ def test_the_placed_constants_are_the_plain_ones() -> None:
     """``_placer``'s constants, made in C, are those the plain loop makes, for the terms
     check and every pair's code."""
     watch = _SEEN[0][0]
-    kept = (*watch._runtime, *watch._terms, *watch._budget)
+    kept = (*watch._runtime, *watch._terms, *watch._budget, *(watch._raw or ()))
     codes = [_watch._same_all_code(watch._keys)]
     for _cls, pairs in _watch._FAST.values():
         for _after, flags, index in pairs.values():
-            codes.append(_watch._pair_code(index >= 2, index % 2 == 1, *flags[:3], watch._keys))
+            codes.append(
+                _watch._pair_code(
+                    index >= 2,
+                    index % 2 == 1,
+                    *flags[:3],
+                    watch._keys,
+                    _watch._RAW_KINDS[len(watch._raw or ())],
+                )
+            )
     for code in codes:
         plain = tuple(
             kept[int(const[len(_watch._KEPT) :])] if _watch._placeholder(const) else const

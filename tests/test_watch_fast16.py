@@ -189,7 +189,7 @@ def test_the_pairs_are_made_at_first_with_a_code_of_their_own() -> None:
     for run in _runs():
         watch = run[0][0]
         assert set(watch._pairs) == set(_watch._FAST)
-        kept = (*watch._runtime, *watch._terms, *watch._budget)
+        kept = (*watch._runtime, *watch._terms, *watch._budget, *(watch._raw or ()))
         taken = {(type(seen[3]), type(seen[4])) for seen in run}
         for before_cls, (cls, pairs) in _watch._FAST.items():
             mine = watch._pairs[before_cls]
@@ -202,7 +202,13 @@ def test_the_pairs_are_made_at_first_with_a_code_of_their_own() -> None:
                     assert fast.__name__ == "first"  # not made: no transition of the pair
                     continue
                 assert fast.__name__ == "fast"
-                code = _watch._pair_code(index >= 2, index % 2 == 1, *flags[:3], watch._keys)
+                code = _watch._pair_code(
+                    index >= 2,
+                    index % 2 == 1,
+                    *flags[:3],
+                    watch._keys,
+                    _watch._RAW_KINDS[len(watch._raw or ())],
+                )
                 assert fast.__code__.co_code == code.co_code
                 assert fast.__code__ is not code
                 placed = tuple(
