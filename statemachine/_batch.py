@@ -21,21 +21,30 @@ imports the phases for the type checkers only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never
 
 from pydantic import BaseModel
 
 from . import _json
 from ._actions import CHUNK, ActionLog, ActionRecord
 from ._budget import Spend
-from ._errors import SetupError
+from ._errors import PhaseForgedError, SetupError
 from ._fast._attrs import _COPIERS, _by_init, _kept, _site
 from ._fast._classes import _per_class, _PerClass
-from ._fast._messages import _appended, _asking, _message, _request, _told
+from ._fast._messages import (
+    _REQUEST_ID_FIELDS,
+    _appended,
+    _asking,
+    _MakingMessage,
+    _MakingRequest,
+    _message,
+    _request,
+    _told,
+)
 from ._governor import Decision, LoopState, Verdict, _Line
-from ._model import Message, ToolRequest, Transcript
+from ._model import _CHUNK, Message, ToolRequest, Transcript
 from ._runtime import Runtime
-from ._seal import _own_ticket
+from ._seal import _own_ticket, _Ticket
 from ._tools import _FREE, InvalidCall, ReadCall, ReadTool, WriteCall
 
 if TYPE_CHECKING:
@@ -128,7 +137,14 @@ def _with_ids(
                     else:  # no id given (one the line holds may be free: asked below)
                         call_id = f"call-{step}"
                         if call_id not in calls:
-                            return (_request(name, arguments, call_id),)
+                            # _request(name, arguments, call_id) in this frame.
+                            making: Any = _MakingRequest()
+                            making.__dict__ = {"name": name, "arguments": arguments, "id": call_id}
+                            making.__pydantic_fields_set__ = _REQUEST_ID_FIELDS
+                            making.__pydantic_extra__ = None
+                            making.__pydantic_private__ = None
+                            making.__class__ = ToolRequest
+                            return (making,)
                 if given_id and loop._call_free(given_id):
                     return requests  # the model's id, kept
                 call_id = f"call-{step}"
@@ -450,10 +466,28 @@ def _take_reply(
     the same order, one transition from ``planning`` as the runner checks it. Anything
     else goes on from the copy, with what was already asked (route, record, decision).
     """
-    ticket = _own_ticket(planning, "copy")
     cls = type(planning)
-    known = _UNSEEN.get(id(cls))  # _unseen(cls), its memo read here when it has the class
-    unseen = known[1] if known is not None and known[0]() is cls else _unseen(cls)
+    if cls is _LIBRARY_PLANNING[0]:
+        # _own_ticket(planning, "copy") in this frame, for the library's own class (its
+        # _ticket a slot): a ticket of the library's class, holding this very phase, is
+        # its answer; for anything else _own_ticket itself reads the phase again and
+        # raises, and a ticket held by another object is its error. Its _unseen answer,
+        # kept once.
+        ticket: Any = None
+        try:
+            ticket = planning._ticket
+            holder = ticket.holder if type(ticket) is _Ticket else None
+        except AttributeError:
+            holder = None
+        if holder is None:
+            ticket = _own_ticket(planning, "copy")  # raises: no ticket of its own
+        elif holder() is not planning:
+            raise _copied_phase(planning)
+        unseen = _LIBRARY_UNSEEN[0] if _LIBRARY_UNSEEN else _library_unseen(cls)
+    else:
+        ticket = _own_ticket(planning, "copy")
+        known = _UNSEEN.get(id(cls))  # _unseen(cls), its memo read here when it has the class
+        unseen = known[1] if known is not None and known[0]() is cls else _unseen(cls)
     if ticket.left_by != "advance" or ticket.copied or not unseen:
         return _take(_queued(planning, requests, spent=spent, loop=loop), rt)
     calls = _with_ids(loop, planning.step, requests)
@@ -492,7 +526,8 @@ def _take_reply(
     decision = governor.before_action(
         loop, action, spent=spent, budget=agent.budget, elapsed=elapsed, price=price
     )
-    if decision.verdict is not Verdict.CONTINUE and decision.verdict is not Verdict.FINALIZE:
+    verdict = decision.verdict
+    if verdict is not _CONTINUE and verdict is not _FINALIZE:
         queued = _queue(planning, calls, spent=spent, loop=loop)
         _last_action[0] = (queued, routed, head.arguments, action)
         return _ruled_call(queued, routed, head.arguments, decision)
@@ -500,12 +535,27 @@ def _take_reply(
     # (the last of the transcript, so it starts a tool iteration) and recorded.
     ticket.copied = True  # as the copy would have
     _last_action[0] = None  # as _asked_for leaves it
-    asking = _message("assistant", "", calls, "", "")
-    held: object = planning.transcript  # a phase built by hand may hold a tuple
-    if type(held) is Transcript:  # _appended's own check, one frame fewer
-        transcript = planning.transcript.appended(asking)
+    # _message("assistant", "", calls, "", "") in this frame (calls: validated requests).
+    making: Any = _MakingMessage()
+    making.role = "assistant"
+    making.content = ""
+    making.tool_calls = calls
+    making.tool_call_id = ""
+    making.name = ""
+    making.__class__ = Message
+    asking: Message = making
+    before: Any = planning.transcript  # a phase built by hand may hold a tuple
+    if type(before) is Transcript and len(tail := before._tail + (asking,)) <= _CHUNK:  # noqa: RUF005
+        # Transcript.appended's steps within a chunk (as _appended takes them).
+        transcript: Transcript = _new(Transcript)
+        transcript._head, transcript._chunks, transcript._tail = (
+            before._head,
+            before._chunks,
+            tail,
+        )
+        transcript._grown = (before._tail, tail)
     else:
-        transcript = _appended(planning.transcript, asking)
+        transcript = _appended(before, asking)
     calling: ToolCalling[C] = _TO_CALLING(
         agent.phases.tool_calling,
         planning,
@@ -518,6 +568,10 @@ def _take_reply(
     )
     return calling
 
+
+_CONTINUE: Final = Verdict.CONTINUE
+_FINALIZE: Final = Verdict.FINALIZE
+_new: Final = object.__new__
 
 # What ``planning._next(tool_calling, call=..., call_id=..., transcript=..., spent=...,
 # loop=..., pending=...)`` makes, the values passed as they are (no dict of them).
@@ -532,7 +586,28 @@ _PLANNING: list[type[Any]] = []
 def _library_planning(cls: type[P]) -> type[P]:
     """Name ``cls`` as the library's ``Planning`` (a class decorator, used once)."""
     _PLANNING.append(cls)
+    _LIBRARY_PLANNING[0] = cls
     return cls
+
+
+# The library's Planning (one entry; None until _phases names it), and _unseen's answer
+# for it once asked (its memo's entry never goes: the class stays).
+_LIBRARY_PLANNING: list[type[Any] | None] = [None]
+_LIBRARY_UNSEEN: list[bool] = []
+
+
+def _library_unseen(cls: type[Any]) -> bool:
+    """``_unseen(cls)`` for the library's Planning, kept in ``_LIBRARY_UNSEEN``."""
+    unseen = _unseen(cls)
+    _LIBRARY_UNSEEN.append(unseen)
+    return unseen
+
+
+def _copied_phase(planning: Planning[Any]) -> PhaseForgedError:
+    """The error ``_own_ticket(planning, "copy")`` raises for a copy of a phase."""
+    return PhaseForgedError(
+        type(planning).kind, "copy() on a copy of a phase (attrs.evolve, copy, pickle)"
+    )
 
 
 # Whether a Planning class's queued copy is seen by nothing (_unseen_copy), per class.

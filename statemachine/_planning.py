@@ -76,6 +76,10 @@ C = TypeVar("C")
 _monotonic = time.monotonic
 
 _TEXT_ANSWER = OutputGuard(CustomerResponse)
+_CONTINUE: Final = Verdict.CONTINUE
+_ZERO: Final = Decimal(0)
+# What _plan reads the fields of a usage that is not a Usage itself from (none).
+_NO_FIELDS: Final[dict[str, Any]] = {}
 _TEXT_FALLBACK = {"statemachine.schema": "CustomerResponse"}
 
 
@@ -103,23 +107,27 @@ async def _plan(
         max_steps=agent.max_steps,
         max_tool_iterations=agent.max_tool_iterations,
     )
-    match decision.verdict:
-        case Verdict.ABORT:
-            planning._leave("advance")
-            return planning._ruled("begin_step", decision).fail(decision.reason)
-        case Verdict.PAUSE:
-            planning._leave("advance")
-            return planning._ruled("begin_step", decision).pause(decision.reason)
-        case Verdict.FINALIZE:
-            planning._leave("advance")
-            # A finalize reached after the last action is in the history already.
-            carried = decision.reason == planning.loop.finalize
-            ruled = planning._copy() if carried else planning._ruled("begin_step", decision)
-            return await _finalize(ruled, rt, decision.reason)
-        case Verdict.CONTINUE | Verdict.SUPPRESS:
-            pass
-        case _:
-            assert_never(decision.verdict)
+    verdict = decision.verdict
+    # The usual answer, by identity (the match's first three cases are other members; a
+    # str equal to "continue" that is not the member itself goes through the match).
+    if verdict is not _CONTINUE:
+        match cast("Verdict", verdict):  # not narrowed: a text "continue" comes here
+            case Verdict.ABORT:
+                planning._leave("advance")
+                return planning._ruled("begin_step", decision).fail(decision.reason)
+            case Verdict.PAUSE:
+                planning._leave("advance")
+                return planning._ruled("begin_step", decision).pause(decision.reason)
+            case Verdict.FINALIZE:
+                planning._leave("advance")
+                # A finalize reached after the last action is in the history already.
+                carried = decision.reason == planning.loop.finalize
+                ruled = planning._copy() if carried else planning._ruled("begin_step", decision)
+                return await _finalize(ruled, rt, decision.reason)
+            case Verdict.CONTINUE | Verdict.SUPPRESS:
+                pass
+            case _:
+                assert_never(decision.verdict)
     planning._leave("advance")
     tools: object = agent.tools  # ToolRegistry.schemas's own answer for the class itself
     schemas = tools._schemas if type(tools) is ToolRegistry else agent.tools.schemas()
@@ -159,7 +167,27 @@ async def _plan(
             except _MODEL_FAILURES as error:
                 reply, spent, _ = _unreplied(planning, rt, error, None, policy, spent)
             else:
-                reply, spent, _ = _replied(got, None, spent)
+                # _replied's first answer for a ModelReply itself (whose usage is read
+                # once, from its own dict), in this frame; anything else is _replied's.
+                usage = got.usage if type(got) is ModelReply else None
+                fields: Any = _NO_FIELDS if type(usage) is not Usage else usage.__dict__
+                if type(fields) is not dict:  # a dict subclass set behind pydantic's back
+                    fields = _NO_FIELDS
+                inputs, outputs = fields.get("input_tokens"), fields.get("output_tokens")
+                cost = fields.get("cost")
+                if (
+                    type(inputs) is int
+                    and type(outputs) is int
+                    and inputs >= 0
+                    and outputs >= 0
+                    and type(cost) is Decimal
+                    and cost.is_finite()
+                    and cost >= _ZERO
+                ):
+                    reply = cast("ModelReply", got)
+                    spent = spent.add(tokens=inputs + outputs, cost=cost, model_calls=1)
+                else:
+                    reply, spent, _ = _replied(got, None, spent)
     else:
         reply, spent, loop = await _heard(planning, rt, tools=schemas, free=free)
     # A ModelReply itself is no str (the usual answer): the isinstance only for others.
@@ -409,7 +437,7 @@ def _replied(
             and outputs >= 0
             and type(cost) is Decimal
             and cost.is_finite()
-            and cost >= 0
+            and cost >= _ZERO  # as cost >= 0 compares it (0 made a Decimal each time)
         ):  # usage.tokens is their sum (the class's own property), usage.cost the cost
             return reply, spent.add(tokens=inputs + outputs, cost=cost, model_calls=1), None
     problem = _usage_problem(usage)
