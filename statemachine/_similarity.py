@@ -410,6 +410,9 @@ _FLOOR = 4096
 # What a window holds of its texts: the texts, their masks, their sizes (as floats) and
 # their scales (1 / sqrt(size)), each in the texts' order.
 _Window = tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...], tuple[float, ...]]
+# The same, its masks None while the window's index (_Shared) moves on with it: made
+# again (_scaled) when they are read.
+_Latest = tuple[tuple[str, ...], tuple[int, ...] | None, tuple[float, ...], tuple[float, ...]]
 
 # tuple.count and int.bit_count, read once (not through their types at each call).
 _COUNT: Callable[[tuple[float, ...], float], int] = tuple.count
@@ -461,11 +464,11 @@ class GramMasks:
         "_firsts",
         "_index",
         "_lasts",
+        "_latest",
         "_pairs",
         "_parts",
         "_retry",
         "_seen",
-        "_window",
         "_words",
         "masks",
     )
@@ -491,7 +494,9 @@ class GramMasks:
         self._seen: set[str] = set()
         # The latest evidence window compared, and its texts' masks, sizes and scales
         # (1 / sqrt(size)), in order. (Sizes as floats, and the scales: see _highest.)
-        self._window: _Window | None = None
+        # Its masks are None while the window's index moves on with it (see advance):
+        # read through _window, which makes them again.
+        self._latest: _Latest | None = None
         # How many trigrams the vocabulary held when the window's masks were last made
         # from nothing (the window's own trigrams, after a start): 0 until then.
         self._base = 0
@@ -524,7 +529,7 @@ class GramMasks:
             self._parts = {}
             self._seen = set()
             self.masks = {}
-            self._window = None
+            self._latest = None
             self._index = None
             self._base = 0
         elif len(self.masks) > max(_MASKS_KEPT, 4 * window):
@@ -546,6 +551,18 @@ class GramMasks:
             self.masks[text] = known
         return known
 
+    @property
+    def _window(self) -> _Window | None:
+        """The latest evidence window compared, its texts' masks (made again when they
+        were not kept), sizes and scales."""
+        latest = self._latest
+        if latest is None:
+            return None
+        window, masks, sizes, scales = latest
+        if masks is None:
+            masks, sizes, scales = self._scaled(window)
+        return window, masks, sizes, scales
+
     def _signed(self, window: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """The masks and sizes (as floats) of ``window``'s texts, kept for the window last
         compared."""
@@ -557,8 +574,8 @@ class GramMasks:
     ) -> tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]]:
         """The masks, sizes (as floats) and scales (``1 / sqrt(size)``) of ``window``'s
         texts, kept for the window last compared."""
-        kept = self._window
-        if kept is not None and kept[0] is window:
+        kept = self._latest
+        if kept is not None and kept[0] is window and kept[1] is not None:
             return kept[1], kept[2], kept[3]
         found = list(map(self.masks.get, window))
         # Every text's mask is cached as a rule (a window made again, of texts compared
@@ -579,7 +596,7 @@ class GramMasks:
             else tuple(map(float, counts))
         )
         scales = tuple(map(truediv, repeat(1.0), map(math.sqrt, sizes)))
-        self._window = (window, masks, sizes, scales)
+        self._latest = (window, masks, sizes, scales)
         if not self._base:  # the first window since a start: what the vocabulary follows
             self._base = len(self._bits)
         return masks, sizes, scales
@@ -604,8 +621,11 @@ class GramMasks:
         # fewer made (and the same for the masks and sizes below).
         full = len(window) == size
         after = (window[1:] if full else window) + (kept,)
-        latest = self._window
+        latest = self._latest
+        masks: tuple[int, ...] | None
         if latest is not None and latest[0] is window:  # _scaled's look, without its frame
+            # (Masks None: not kept while the window's index moved on with it, made again
+            # below where they are read.)
             masks, sizes, scales = latest[1], latest[2], latest[3]
         else:
             masks, sizes, scales = self._scaled(window) if window else _NOTHING
@@ -653,6 +673,8 @@ class GramMasks:
                     if self._retry:
                         self._retry -= 1
                     else:
+                        if masks is None:  # not kept while the index moved on: made again
+                            masks = self._scaled(window)[0]
                         index = self._index = _indexed(window, masks, size)
                         if index is None:
                             self._retry = _RETRY
@@ -708,6 +730,8 @@ class GramMasks:
                             _shifted(index, start + 1 - len(after))
                         self._index = index
                 if top < 0:
+                    if masks is None:  # not kept while the index moved on: made again
+                        masks = self._scaled(window)[0]
                     top = 0
                     for theirs in masks:
                         shared = (probe & theirs).bit_count()
@@ -719,6 +743,8 @@ class GramMasks:
                 if top:
                     best = top / math.sqrt(first * count)
             else:
+                if masks is None:  # (a window kept without masks is of one size: never)
+                    masks = self._scaled(window)[0]
                 # _highest(probe, count, masks, sizes, scales), without its frame (see there).
                 ranks = list(map(mul, scales, map(_BIT_COUNT, map(and_, repeat(probe), masks))))
                 order = sorted(ranks)
@@ -742,11 +768,22 @@ class GramMasks:
             if alike and count == sizes[0]:
                 # A full window of one size and a text of that size kept: its sizes and
                 # scales are the window's (each the same value: the size's float, and
-                # 1.0 / math.sqrt of it), only the masks move on.
-                self._window = (after, masks[1:] + (mine,), sizes, scales)  # noqa: RUF005
+                # 1.0 / math.sqrt of it), only the masks move on; and not even they while
+                # the window's index moves on with it (the next comparison counts by the
+                # index): None, made again when read (_scaled, _window).
+                if (index := self._index) is not None and index.window is after:
+                    self._latest = (after, None, sizes, scales)
+                    return best, after
+                if masks is None:
+                    masks = self._scaled(window)[0]
+                self._latest = (after, masks[1:] + (mine,), sizes, scales)  # noqa: RUF005
                 return best, after
+            if masks is None:
+                masks = self._scaled(window)[0]
             masks, sizes, scales = masks[1:], sizes[1:], scales[1:]
-        self._window = (
+        elif masks is None:
+            masks = self._scaled(window)[0]
+        self._latest = (
             after,
             masks + (mine,),  # noqa: RUF005
             sizes + (_SIZES[count] if count < _SIZED else float(count),),  # noqa: RUF005
@@ -943,8 +980,8 @@ class GramMasks:
             or len(self.masks) > _MASKS_KEPT
         ):
             self.start(size)
-        latest = self._window
-        if latest is not None and latest[0] is window:  # _scaled's look
+        latest = self._latest
+        if latest is not None and latest[0] is window and latest[1] is not None:
             masks, sizes, scales = latest[1], latest[2], latest[3]
         else:
             masks, sizes, scales = self._scaled(window)
