@@ -653,7 +653,8 @@ class GramMasks:
         alike = False  # a window of one size (and not empty)
         if window:
             first = sizes[0]
-            if first == sizes[-1] and _COUNT(sizes, first) == len(sizes):
+            # (A window kept without masks is of one size: kept so only then, not counted.)
+            if masks is None or (first == sizes[-1] and _COUNT(sizes, first) == len(sizes)):
                 alike = True
                 # Every text of the window of one size (a run's results alike but for a
                 # number; the first and last compared first, so that a window of several
@@ -743,8 +744,6 @@ class GramMasks:
                 if top:
                     best = top / math.sqrt(first * count)
             else:
-                if masks is None:  # (a window kept without masks is of one size: never)
-                    masks = self._scaled(window)[0]
                 # _highest(probe, count, masks, sizes, scales), without its frame (see there).
                 ranks = list(map(mul, scales, map(_BIT_COUNT, map(and_, repeat(probe), masks))))
                 order = sorted(ranks)

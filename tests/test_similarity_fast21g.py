@@ -152,3 +152,82 @@ def test_a_result_without_what_all_hold_after_masks_not_kept() -> None:
         assert best == _set_best(window[-16:], result)
         _window(masks, after)
         window = after
+
+
+# Mostly the bench's results of one size (three digits), now and then one of another size
+# (one digit, five digits): windows kept without their masks, then a text of another size.
+_SIZES_MIXED = st.one_of(
+    _ALIKE, _ALIKE, _ALIKE, _ALIKE, _ALIKE, _ALIKE, st.builds(_result, st.integers(0, 9))
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(_SIZES_MIXED, st.builds(_result, st.integers(10000, 99999))),
+        min_size=1,
+        max_size=80,
+    ),
+    st.integers(1, 9),
+    st.integers(0, 3),
+)
+def test_a_window_kept_without_masks_skips_its_count(
+    results: list[str], size: int, retry: int
+) -> None:
+    """A window kept without its masks takes the one-size way without counting its sizes
+    (it is kept so only when of one size): never a window of several sizes, no count made
+    for it, and every best the general way's (the ranks, never the one-size way) and the
+    set formula's float, with texts of other sizes entering the window."""
+    fast, general = GramMasks(), GramMasks()
+    window = tuple[str, ...]()
+    counted = 0
+    real = similarity._COUNT
+
+    def counting(sizes: tuple[float, ...], first: float) -> int:
+        nonlocal counted
+        counted += 1
+        return real(sizes, first)
+
+    def never(sizes: tuple[float, ...], first: float) -> int:
+        return -1
+
+    with mock.patch.object(similarity, "_RETRY", retry):
+        for result in results:
+            latest = fast._latest
+            lazy = latest is not None and latest[1] is None
+            if lazy:
+                assert _lazy(fast, window)
+            counted = 0
+            with mock.patch.object(similarity, "_COUNT", counting):
+                best, after = fast.advance(window, result, result, size)
+            if lazy:
+                assert counted == 0
+            with mock.patch.object(similarity, "_COUNT", never):
+                theirs, again = general.advance(window, result, result, size)
+            assert best == theirs == _set_best(window[-size:], result)
+            assert after == again
+            window = after
+    _window(fast, window)
+
+
+def test_a_text_of_another_size_after_a_window_without_masks() -> None:
+    """A window kept without its masks, then a text of another size kept: the window after
+    is of two sizes and kept with its masks, and the comparisons after it count its sizes
+    (the ranks) until the text of another size leaves it."""
+    masks, window = GramMasks(), tuple[str, ...]()
+    for key in range(100, 150):
+        best, window = masks.advance(window, _result(key), _result(key), 8)
+    assert _lazy(masks, window)
+    for result in (_result(7), _result(151), _result(152), _result(12345), _result(153)):
+        best, after = masks.advance(window, result, result, 8)
+        assert best == _set_best(window[-8:], result)
+        latest = masks._latest
+        assert latest is not None
+        assert latest[1] is not None
+        assert len(set(latest[2])) > 1
+        window = after
+    for key in range(154, 170):
+        best, after = masks.advance(window, _result(key), _result(key), 8)
+        assert best == _set_best(window[-8:], _result(key))
+        window = after
+    assert _lazy(masks, window)
