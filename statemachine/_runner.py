@@ -192,6 +192,10 @@ _OWN_ADVANCE = (
     ToolCalling._leave,
 )
 
+# The library's Watch.accept: the runner takes accept's short way in its own frame only
+# while the class holds it still (read once a drive); a replaced accept is called.
+_OWN_ACCEPT = Watch.accept
+
 
 def _own_advance() -> bool:
     """Whether the library's Planning, ToolCalling and Observing hold their own advance
@@ -581,6 +585,13 @@ class Runner(Generic[C, D]):
         # without instruments, is made only then. The runtime is this drive's own and
         # frozen: its clock is the same at every transition.
         timed = rt.clock is not _monotonic
+        # The watch's pairs from each of the library's active classes (Watch.pairs_from:
+        # the same dicts for the whole drive), for accept's short way below, while
+        # Watch.accept is the library's own.
+        own = Watch.accept is _OWN_ACCEPT
+        from_planning = watch.pairs_from(Planning) if own else None
+        from_calling = watch.pairs_from(ToolCalling) if own else None
+        from_observing = watch.pairs_from(Observing) if own else None
         with driving.scope as scope:
             while isinstance(state, Active):
                 if hand_back is not None and hand_back.is_set():
@@ -605,7 +616,9 @@ class Runner(Generic[C, D]):
                         advanced: Phase[C]
                         if cls is Observing:
                             advanced = before.observe()
+                            pairs = from_observing
                         elif cls is ToolCalling:
+                            pairs = from_calling
                             # _leave("execute") in this frame (the class holds Phase's
                             # _leave, _own_advance): its slot read in a try, then an exact
                             # _Ticket held by this very object and not left is left; any
@@ -625,14 +638,33 @@ class Runner(Generic[C, D]):
                                 before._leave("execute")
                             advanced = await _execute(before, rt, free)
                         elif cls is Planning:
+                            pairs = from_planning
                             advanced = (
                                 _take_next(before, rt)
                                 if before.pending
                                 else await _plan(before, rt, free)
                             )
                         else:
+                            pairs = None
                             advanced = await before.advance(rt)
-                        state = watch.accept(before, advanced)
+                        # Watch.accept's short way in this frame, for the library's own
+                        # classes (by identity, above): the pair's function from the
+                        # watch's own pairs of that class (Watch.pairs_from, read once a
+                        # drive), for an advanced phase of exactly the entry's class; what
+                        # it does not accept is judged by the watch's whole check, as
+                        # accept judges it (not the function again). Anything else: accept.
+                        if (
+                            pairs is not None
+                            and (entry := pairs.get(kind := type(advanced))) is not None
+                            and entry[0] is kind
+                        ):
+                            state = (
+                                advanced
+                                if entry[1](watch, before, advanced)
+                                else watch._checked(before, advanced, None)
+                            )
+                        else:
+                            state = watch.accept(before, advanced)
                     except BaseException:
                         self._metrics.failed(before, rt.clock() - began)
                         raise

@@ -607,6 +607,22 @@ class Watch:
                     return after  # type: ignore[return-value]  # pyright: ignore[reportReturnType]
         return self._checked(before, after, kinds)
 
+    def pairs_from(
+        self, cls: type[Any]
+    ) -> dict[type[Any], tuple[type[Any], Callable[..., Any]]] | None:
+        """``accept``'s pairs from ``cls`` (its entry in ``_pairs``, by identity): the
+        dict ``{after class: (it, function)}`` that ``accept`` reads for a ``before`` of
+        exactly ``cls``, or ``None`` when it has none (a class not the library's, a budget
+        ``_pairs_for`` makes nothing for). The same dict at every call (a pair's function,
+        made at its first call, is put in its place in it), so that the runner, reading
+        it once a drive for each of the library's classes, calls a pair's function as
+        ``accept`` calls it, without ``accept``'s frame and its look-up by ``before``'s
+        class: for ``after`` exactly the entry's class, the function's true answer
+        accepts ``after``, anything else is judged by ``_checked(before, after, None)``
+        (``accept``'s answers, tests/test_watch_fast21h.py)."""
+        pair = self._pairs.get(cls)
+        return pair[1] if pair is not None and pair[0] is cls else None
+
     def _quick(self, before: Active[Any], after: Any, flags: _Flags) -> Phase[Any] | None:
         """Whether ``after`` is accepted, judged as :meth:`_checked` judges it, for
         ``before`` and ``after`` of the library's own classes (``_FAST``: the caller
