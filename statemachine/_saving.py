@@ -3,6 +3,8 @@ it went through (all of them, or only their kinds and steps)."""
 
 from __future__ import annotations
 
+import sys
+from types import MethodType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ._phases import (
@@ -111,10 +113,31 @@ class _Saver:
         # get a whole new document, alone: their save may not take ops. The dumper is
         # made for the former only, so a run without a store loads no codec or delta.
         self._dumper: PhaseDumper | None = None
+        # The store's own save, run in this frame, for exactly the SQLite store whose
+        # ``save`` reads _Store.save bound to it as this drive begins (nothing put on the
+        # object or its class: see ``save``; read here, once a drive, as the object's
+        # __dict__ is not: reading that makes CPython keep the object's attributes in a
+        # dict, slower to read from then on); any other store, a subclass too, is awaited.
+        self._direct: Any = None
         if getattr(type(checkpointer), "_takes_ops", False) is True:
             from .persist._delta import PhaseDumper
 
             self._dumper = PhaseDumper()
+            # Loaded when such a store exists: a run with another store loads no sqlite3.
+            sqlite = sys.modules.get("statemachine.persist._sqlite")
+            if sqlite is not None and type(checkpointer) is sqlite.SQLiteCheckpointer:
+                from .persist._base import _new_tuple, _Store
+                from .persist._delta import FiniteOps
+                from .persist._rows import _Change
+
+                held: Any = checkpointer  # exactly the SQLite store
+                bound: Any = held.save
+                if (
+                    type(bound) is MethodType
+                    and bound.__func__ is _Store.save
+                    and bound.__self__ is checkpointer
+                ):
+                    self._direct = (_new_tuple, _Change, FiniteOps)
         if loaded is not None and self._dumper is not None and seq is not None:
             from .persist._codec import DOCUMENT_VERSION
 
@@ -138,14 +161,19 @@ class _Saver:
             self._seq = 0 if self._seq is None else self._seq + 1
         status, waiting = _status(state)
         if self._dumper is not None:
-            dumped, ops = self._dumper.dump(state)
+            document, ops = self._dumper.dump(state)
+            # The clock is part of what is saved: a resumed run's time goes on. Set in the
+            # dumper's document itself: each dump's is a new dict, which nothing else holds
+            # and whose ops never name it whole; its keys in the order {**document,
+            # "elapsed": ...} gives them. The dumper reads only its other keys after.
+            elapsed = round(self._rt.elapsed(), 6)
+            document["elapsed"] = elapsed
         else:  # a document of its own, which that checkpointer may keep or change
             from .persist._codec import dump_phase
 
             dumped, ops = dump_phase(state), None
-        # The clock is part of what is saved: a resumed run's time goes on.
-        elapsed = round(self._rt.elapsed(), 6)
-        document = {**dumped, "elapsed": elapsed}
+            elapsed = round(self._rt.elapsed(), 6)
+            document = {**dumped, "elapsed": elapsed}
         base = self._saved
         self._saved = None
         try:
@@ -156,6 +184,41 @@ class _Saver:
                     # with this clock's reading in them; a plain list is read back and refused.
                     ops = list(ops)
                 ops.append(["set", ["elapsed"], elapsed])
+                direct = self._direct
+                store: Any = self._checkpointer
+                # For the SQLite store whose ``save`` was _Store.save bound to it when this
+                # drive began (``_direct``), _Store.save's steps without its coroutine: the
+                # status is a member already (_status), the change made as it makes it,
+                # the save run at once or else in its thread.
+                if direct is not None:
+                    new_tuple, change_of, finite = direct
+                    change = new_tuple(change_of, (base, ops, type(ops) is finite))
+                    kind = state.kind
+                    record = store._save_now(
+                        self._run_id,
+                        self._seq,
+                        document,
+                        self._agent,
+                        status,
+                        kind,
+                        waiting,
+                        change,
+                    )
+                    if record is None:
+                        record = await store._call(
+                            self._run_id,
+                            store._save,
+                            self._run_id,
+                            self._seq,
+                            document,
+                            self._agent,
+                            status,
+                            kind,
+                            waiting,
+                            change,
+                        )
+                    self._saved = document
+                    return record  # type: ignore[no-any-return]
                 record = await self._checkpointer.save(
                     self._run_id,
                     self._seq,
