@@ -440,6 +440,9 @@ _SPARSE = 12
 _RETRY = 32
 _SHIFTED = 64
 
+# Above every bit a mask holds (advance's limit when a result brings no new trigram).
+_NO_BIT = 1 << 62
+
 # The pieces of a text of one word (JSON, an id), for GramMasks._pieced: the text is cut
 # into chunks before each ',' and ':' (a chunk: one character, then up to the next cut
 # character), and a piece is a chunk with the two characters after it, read by the
@@ -469,6 +472,7 @@ class GramMasks:
         "_parts",
         "_retry",
         "_seen",
+        "_tails",
         "_words",
         "masks",
     )
@@ -492,6 +496,9 @@ class GramMasks:
         self._parts: dict[str, int] = {}
         # The segments seen once, whose masks are not kept yet (see _joined).
         self._seen: set[str] = set()
+        # The ends of _pieced's texts after a new piece, from a piece on (a text's end,
+        # from a chunk's start) -> their trigrams' mask (started again with _words).
+        self._tails: dict[str, int] = {}
         # The latest evidence window compared, and its texts' masks, sizes and scales
         # (1 / sqrt(size)), in order. (Sizes as floats, and the scales: see _highest.)
         # Its masks are None while the window's index moves on with it (see advance):
@@ -528,6 +535,7 @@ class GramMasks:
             self._lasts = {}
             self._parts = {}
             self._seen = set()
+            self._tails = {}
             self.masks = {}
             self._latest = None
             self._index = None
@@ -629,24 +637,23 @@ class GramMasks:
             masks, sizes, scales = latest[1], latest[2], latest[3]
         else:
             masks, sizes, scales = self._scaled(window) if window else _NOTHING
-        # self.mask(result), without its frame, and the mask the window's are ANDed with
-        # (probe). A trigram new to the vocabulary gets the next bit (len(bits), in every
-        # maker), and the window's masks were all made before the result's (above, or at
-        # an earlier call: a vocabulary started again drops every mask): so none holds a
-        # bit from `made` up, and the result's mask without those bits shares with each
-        # exactly what the whole mask shares. It is as wide as the result's highest older
-        # trigram, where the whole mask is as wide as the vocabulary (a new number's
-        # trigram at its top): each AND below reads fewer digits. The whole mask is kept.
+        # self.mask(result), without its frame. A trigram new to the vocabulary gets the
+        # next bit (len(bits), in every maker), and the window's masks were all made
+        # before the result's (above, or at an earlier call: a vocabulary started again
+        # drops every mask): so none holds a bit from `made` up, and the result's mask
+        # without those bits (probe, made where the window's masks are ANDed with it, not
+        # by the index) shares with each exactly what the whole mask shares. It is as wide
+        # as the result's highest older trigram, where the whole mask is as wide as the
+        # vocabulary (a new number's trigram at its top): each AND reads fewer digits. The
+        # whole mask is kept.
         known = self.masks.get(result)
         made = 0  # (a result's mask kept: made before the window's)
+        new = known is None
         if known is None:
             made = len(self._bits)
             words = result.lower().split()
             mine = self._pieced(words) if len(words) < 2 else self._joined(words)
             known = self.masks[result] = (mine, mine.bit_count())
-            probe = mine & ((1 << made) - 1) if mine.bit_length() > made else mine
-        else:
-            probe = known[0]
         mine, count = known
         best = 0.0
         index = None
@@ -686,16 +693,18 @@ class GramMasks:
                     # put in the index as it goes, when it is the text the window keeps).
                     self._index = None  # (not left half moved)
                     common = index.common
-                    shared = probe & common
-                    rest = probe ^ shared  # probe & ~common
+                    # The whole mask ANDed here (not the probe below): common holds only
+                    # bits below ``made``, so mine & common is probe & common.
+                    shared = mine & common
+                    rest = mine ^ shared  # mine & ~common
                     # The result's trigrams new to the vocabulary (none when its mask was
-                    # kept): all beyond common, none in a sum yet.
-                    fresh = mine >> made if made else 0
+                    # kept): all beyond common, none in a sum yet; its others: ``held``.
+                    fresh = (mine >> made).bit_count() if new else 0
                     if (
                         shared == common
                         and kept == result
-                        and (held := rest.bit_count()) <= _SPARSE
-                        and fresh.bit_count() <= _SPARSE
+                        and (held := rest.bit_count() - fresh) <= _SPARSE
+                        and fresh <= _SPARSE
                     ):
                         top = shared.bit_count()
                         spread = index.spread
@@ -703,14 +712,20 @@ class GramMasks:
                         start = index.next - index.base
                         unit = 1 << (start << 3)
                         total = 0
+                        # Highest first: the new trigrams (above ``made``: in no sum), then
+                        # the others. (``limit``: none new when the mask was kept.)
+                        limit = made if new else _NO_BIT
                         while rest:
                             bit = rest.bit_length()
-                            found = get(bit)
-                            if found is None:
+                            if bit > limit:
                                 spread[bit] = unit
                             else:
-                                total += found
-                                spread[bit] = found + unit
+                                found = get(bit)
+                                if found is None:
+                                    spread[bit] = unit
+                                else:
+                                    total += found
+                                    spread[bit] = found + unit
                             rest ^= 1 << (bit - 1)
                         if total:
                             # The window's bytes (its first text's first), the highest
@@ -720,10 +735,6 @@ class GramMasks:
                             while held not in counts:
                                 held -= 1
                             top += held
-                        while fresh:
-                            bit = fresh.bit_length()
-                            spread[made + bit] = unit
-                            fresh ^= 1 << (bit - 1)
                         # _entered(index, after), its test in this frame.
                         index.window = after
                         index.next += 1
@@ -734,6 +745,7 @@ class GramMasks:
                     if masks is None:  # not kept while the index moved on: made again
                         masks = self._scaled(window)[0]
                     top = 0
+                    probe = mine & ((1 << made) - 1) if new and mine.bit_length() > made else mine
                     for theirs in masks:
                         shared = (probe & theirs).bit_count()
                         if shared > top:
@@ -745,6 +757,7 @@ class GramMasks:
                     best = top / math.sqrt(first * count)
             else:
                 # _highest(probe, count, masks, sizes, scales), without its frame (see there).
+                probe = mine & ((1 << made) - 1) if new and mine.bit_length() > made else mine
                 ranks = list(map(mul, scales, map(_BIT_COUNT, map(and_, repeat(probe), masks))))
                 order = sorted(ranks)
                 top = order[-1]
@@ -1025,7 +1038,10 @@ class GramMasks:
         piece or none (no cut after its first character, the empty text) is made whole, as
         is one of fewer than three characters (its one trigram is itself, which no piece
         holds), and every text once the vocabulary is wide (each piece's mask as wide as
-        it).
+        it). After a new piece, the text's end from the next piece on is looked up whole
+        (``_tails``: the OR of its pieces' masks, kept the first time it followed a new
+        piece and was not found): a result alike but for its key ends as earlier ones did,
+        and its end's pieces are not looked up one by one.
         """
         folded = words[0] if words else ""
         bits = self._bits
@@ -1037,13 +1053,29 @@ class GramMasks:
             return self._made(folded)
         cache = self._words
         get = cache.get
+        tails = self._tails
         mask = 0
         # New pieces' masks (as wide as the vocabulary) are joined last, so that the
         # others are joined while they are narrow.
         fresh = 0
         start = 0
+        # After a new piece, the text's end from the next piece on is looked up in
+        # _tails: a result alike but for a key or a number ends as an earlier one did.
+        # The end's mask is the OR of its pieces' (the trigrams starting in it), each
+        # trigram of it with its bit already, so the bits given stay those of the loop.
+        # ``tail``: where the end not found starts (-1: none), ``since`` its mask so far.
+        after = False
+        tail = -1
+        since = 0
         for part in parts:
             end = start + len(part) + 1
+            if after:
+                after = False
+                known = tails.get(folded[start:])
+                if known is not None:
+                    return mask | known | fresh
+                tail = start
+                since = 0
             piece = folded[start : end + 2]
             start = end
             found = get(piece)
@@ -1061,8 +1093,16 @@ class GramMasks:
                     found |= 1 << bit
                 cache[piece] = found
                 fresh |= found
+                after = True
+                tail = -1
             else:
                 mask |= found
+                if tail >= 0:
+                    since |= found
+        if tail >= 0 and since:  # an end not found, of a piece or more: kept
+            if len(tails) > _TRIGRAMS_KEPT:
+                tails = self._tails = {}
+            tails[folded[tail:]] = since
         # Nothing: a text of fewer than three characters (a longer one has a trigram).
         return mask | fresh or self._made(folded)
 
