@@ -67,7 +67,11 @@ async def _execute(
     # bound to this very phase, of no other runtime, holding a ReadCall (exactly) of a
     # ReadTool (exactly). Anything else (a write, another call or tool, a ticket it
     # would refuse) is _checked's, which reads all again and judges.
-    held: Any = getattr(calling, "_ticket", None)
+    held: Any
+    try:  # getattr(calling, "_ticket", None), its slot read in this frame
+        held = calling._ticket
+    except AttributeError:
+        held = None
     call: Any = None
     tool: Tool
     if (
@@ -148,8 +152,8 @@ async def _execute(
         # asked yet, one that waits, a timeout of None) is _within's.
         if (
             type(running) is CoroutineType
-            and (known := _never_waits_get(id(running.cr_code))) is not None
-            and known[0] is running.cr_code
+            and (known := _never_waits_get(id(code := running.cr_code))) is not None
+            and known[0] is code
             and known[1]
         ):
             output = await running

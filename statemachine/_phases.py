@@ -92,11 +92,20 @@ from ._errors import (
 )
 from ._fast._attrs import _BUILDERS, _COPIERS, _built, _checks_field, _site
 from ._fast._classes import _per_class, _PerClass
-from ._fast._messages import _appended, _result_text, _system, _told
+from ._fast._messages import _appended, _MakingMessage, _result_text, _system, _told
 from ._governor import ActionRecord, Decision, Hook, LoopGovernor, LoopState
 from ._graph import _check_phase_class, _edges, _successors_of
 from ._guard import OutputGuard, Parsed
-from ._model import EMPTY_TRANSCRIPT, NO_SETTINGS, Message, ModelSettings, ToolRequest, Transcript
+from ._model import (
+    _CHUNK,
+    EMPTY_TRANSCRIPT,
+    NO_SETTINGS,
+    Message,
+    ModelSettings,
+    ToolRequest,
+    Transcript,
+    _new_transcript,
+)
 from ._model_retry import _retry_model
 from ._planning import _plan
 from ._retry import MODEL_RETRY, RetryPolicy
@@ -624,7 +633,21 @@ class Observing(Active[C]):
             self._leave("observe")
         output = self.output
         content = _result_text(output if type(output) is dict else _json.to_plain(output))
-        told = _told(content, self.call_id, self.call.name)
+        call_id = self.call_id
+        name = self.call.name
+        told: Message
+        if type(content) is str and type(call_id) is str and type(name) is str:
+            # _told(content, call_id, name) in this frame: its first case, the same steps.
+            making: Any = _MakingMessage()
+            making.role = "tool"
+            making.content = content
+            making.tool_calls = ()
+            making.tool_call_id = call_id
+            making.name = name
+            making.__class__ = Message
+            told = making
+        else:
+            told = _told(content, call_id, name)
         loop = self.agent.governor.after_action(
             self.loop,
             call_id=self.call_id,
@@ -633,9 +656,19 @@ class Observing(Active[C]):
             ctx=self.ctx,
             step=self.step,
         )
-        planning: Planning[C] = _OBSERVED(
-            self.agent.phases.planning, self, _appended(self.transcript, told), loop, self.pending
-        )
+        kind = self.agent.phases.planning
+        # _appended(self.transcript, told) in this frame for a Transcript itself whose
+        # tail stays within a chunk (_appended's first case, the same steps); any other
+        # transcript is _appended's.
+        transcript: Any = self.transcript  # a phase built by hand may hold a tuple
+        made: Transcript
+        if type(transcript) is Transcript and len(tail := transcript._tail + (told,)) <= _CHUNK:  # noqa: RUF005
+            made = _new_transcript(Transcript)
+            made._head, made._chunks, made._tail = transcript._head, transcript._chunks, tail
+            made._grown = (transcript._tail, tail)
+        else:
+            made = _appended(transcript, told)
+        planning: Planning[C] = _OBSERVED(kind, self, made, loop, self.pending)
         return planning
 
     async def advance(self, rt: Runtime) -> Planning[C]:

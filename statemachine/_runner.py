@@ -617,8 +617,10 @@ class Runner(Generic[C, D]):
                         if cls is Observing:
                             advanced = before.observe()
                             pairs = from_observing
+                            library = True
                         elif cls is ToolCalling:
                             pairs = from_calling
+                            library = True
                             # _leave("execute") in this frame (the class holds Phase's
                             # _leave, _own_advance): its slot read in a try, then an exact
                             # _Ticket held by this very object and not left is left; any
@@ -639,6 +641,7 @@ class Runner(Generic[C, D]):
                             advanced = await _execute(before, rt, free)
                         elif cls is Planning:
                             pairs = from_planning
+                            library = True
                             advanced = (
                                 _take_next(before, rt)
                                 if before.pending
@@ -646,6 +649,7 @@ class Runner(Generic[C, D]):
                             )
                         else:
                             pairs = None
+                            library = False
                             advanced = await before.advance(rt)
                         # Watch.accept's short way in this frame, for the library's own
                         # classes (by identity, above): the pair's function from the
@@ -676,10 +680,12 @@ class Runner(Generic[C, D]):
                     # The only phases Instruments.waits counts. The library's Planning,
                     # ToolCalling and Observing (by identity) are not AwaitApproval, and
                     # isinstance answering False costs ~460 instructions (it asks the
-                    # object's __class__ then): only another class is asked.
+                    # object's __class__ then): only another class is asked. ``before``
+                    # advanced above as one of those three (``library``) is not asked.
                     if waits and (
                         (
-                            (took := type(before)) is not Planning
+                            not library
+                            and (took := type(before)) is not Planning
                             and took is not ToolCalling
                             and took is not Observing
                             and isinstance(before, AwaitApproval)

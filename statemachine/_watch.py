@@ -858,19 +858,20 @@ def _counted(call_id: bool, attempt: bool) -> Callable[[Any, _Counters], _Counte
     body = _counters_body(
         call_id, attempt, '  # the very operators _rules uses (!= is not "not ==")'
     )
-    source = f"def counted(phase, was):\n{body}{_COUNTERS_RETURNED}"
+    source = f"def counted(phase, was):\n{body}    return {_counters_made(call_id, attempt)}\n"
     namespace: dict[str, Any] = {"CHUNK": CHUNK, "ActionLog": ActionLog}
     exec(compile(source, "<statemachine counted>", "exec"), namespace)
     counted: Callable[[Any, _Counters], _Counters | None] = namespace["counted"]
     return counted
 
 
-# What a generated counters check returns, its counters: _counters's tuple.
-_COUNTERS_RETURNED = """\
+def _counters_made(call_id: bool, attempt: bool) -> str:
+    """The expression of a generated counters check's counters, ``_counters``'s tuple:
+    the ``""`` and ``-1`` of a class without the field written in as constants."""
     return (
-        step, tokens, cost, tool_calls, model_calls, count, iterations, call_id, attempt
+        "(step, tokens, cost, tool_calls, model_calls, count, iterations, "
+        f"{'call_id' if call_id else repr('')}, {'attempt' if attempt else '-1'})"
     )
-"""
 
 
 def _counters_body(call_id: bool, attempt: bool, note: str = "") -> str:
@@ -883,37 +884,50 @@ def _counters_body(call_id: bool, attempt: bool, note: str = "") -> str:
     checks = ('    if not isinstance(call_id, str):\n        call_id = ""\n' if call_id else "") + (
         "    if not isinstance(attempt, int):\n        attempt = -1\n" if attempt else ""
     )
+    # A class without the field: its ``""`` or ``-1`` is a constant (no local); with no
+    # call_id, the last check (``"" and ...``) is never true and reads nothing: left out.
+    reads = ("    call_id = phase.call_id\n" if call_id else "") + (
+        "    attempt = phase.attempt\n" if attempt else ""
+    )
+    last = (
+        "    if call_id and call_id == was_call_id and "
+        f"-1 < {'attempt' if attempt else '-1'} < was_attempt:\n        return None\n"
+        if call_id
+        else ""
+    )
+    # ``was`` (a Watch's counters: always _counters's 9-tuple) is unpacked once, after
+    # every read of the phase: each comparison then reads two locals.
     return f"""\
     spent = phase.spent
     loop = phase.loop
-    call_id = {"phase.call_id" if call_id else '""'}
-    attempt = {"phase.attempt" if attempt else "-1"}
-    actions = loop.actions
+{reads}    actions = loop.actions
     step = phase.step
     tokens = spent.tokens
     cost = spent.cost
     tool_calls = spent.tool_calls
     model_calls = spent.model_calls
     count = (
-        len(actions._chunks) * CHUNK + len(actions._tail)
+        len(actions._chunks) * {CHUNK} + len(actions._tail)
         if type(actions) is ActionLog
         else len(actions)
     )
     iterations = loop.tool_iterations
-{checks}    if step != was[0] + 1:{note}
+{checks}    (
+        was_step, was_tokens, was_cost, was_tool_calls, was_model_calls, was_count,
+        was_iterations, was_call_id, was_attempt,
+    ) = was
+    if step != was_step + 1:{note}
         return None
     if not (
-        tokens >= was[1]
-        and cost >= was[2]
-        and tool_calls >= was[3]
-        and model_calls >= was[4]
-        and count >= was[5]
-        and iterations >= was[6]
+        tokens >= was_tokens
+        and cost >= was_cost
+        and tool_calls >= was_tool_calls
+        and model_calls >= was_model_calls
+        and count >= was_count
+        and iterations >= was_iterations
     ):
         return None
-    if call_id and call_id == was[7] and -1 < attempt < was[8]:
-        return None
-"""
+{last}"""
 
 
 # What the counters and terms checks of the functions _pair_code makes read as globals.
@@ -982,6 +996,7 @@ def _pair_code(
         else ""
     )
     held_by = "phase" if holds else "None"
+    made = _counters_made(call_id, attempt)
     source = f"""\
 def fast(watch, before, phase):
     try:
@@ -1048,9 +1063,7 @@ def fast(watch, before, phase):
         if asking is not None and not _all_accounted(asked, answered, {held_by}, pending):
             return None
     phase._ticket.parent = None
-    watch._counters = (
-        step, tokens, cost, tool_calls, model_calls, count, iterations, call_id, attempt
-    )
+    watch._counters = {made}
     watch._pending = pending
     return True
 """

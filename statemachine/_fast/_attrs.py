@@ -44,18 +44,23 @@ _CARRIED = ("agent", "ctx", "transcript", "spent", "step", "loop")
 _PLAIN_INIT_NAMES = frozenset({"_cached_setattr_get", "attr_dict", "default", "NOTHING"})
 # What the seal's validator adds to that ``__init__`` (the builder binds the ticket itself).
 # The ticket a builder mints for the phase it makes, as ``_Ticket(leaving._ticket, via)``
-# makes it (``via``: "transition" for _next, "copy" for _copy), slot by slot; its holder
-# is set once the phase is made.
+# makes it (``via``: "transition" for _next, "copy" for _copy), slot by slot, ``_parent``
+# asked once whether it is None; its holder is set once the phase is made (the ``None``
+# that ``__init__`` stores first is read by nothing: no code runs between, and the ticket
+# is the builder's own until then).
 _TICKET = (
     "    _parent = leaving._ticket",
     "    _ticket = _new(_Ticket)",
-    "    _ticket.holder = None",
     "    _ticket.left_by = None",
     "    _ticket.copied = False",
     "    _ticket.parent = _parent",
     "    _ticket.via = {via!r}",
-    "    _ticket.origin = {via!r} if _parent is None else _parent.origin",
-    "    _ticket.runtime = None if _parent is None else _parent.runtime",
+    "    if _parent is None:",
+    "        _ticket.origin = {via!r}",
+    "        _ticket.runtime = None",
+    "    else:",
+    "        _ticket.origin = _parent.origin",
+    "        _ticket.runtime = _parent.runtime",
 )
 _SEAL_INIT_NAMES = frozenset(
     {"_config", "_run_validators", "__attr_validator__ticket", "__attr__ticket", "_ticket"}
