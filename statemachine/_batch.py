@@ -21,13 +21,14 @@ imports the phases for the type checkers only.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never
 
 from pydantic import BaseModel
 
-from . import _json
-from ._actions import CHUNK, ActionLog, ActionRecord
-from ._budget import Spend
+from . import _governor, _json
+from ._actions import CHUNK, ActionLog, ActionRecord, _MakingRecord
+from ._budget import Budget, Spend
 from ._errors import PhaseForgedError, SetupError
 from ._fast._attrs import _COPIERS, _by_init, _kept, _site
 from ._fast._classes import _per_class, _PerClass
@@ -41,11 +42,21 @@ from ._fast._messages import (
     _request,
     _told,
 )
-from ._governor import Decision, LoopState, Verdict, _Line
+from ._governor import CONTINUE as _CONTINUE_DECISION
+from ._governor import (
+    Decision,
+    LoopGovernor,
+    LoopState,
+    Verdict,
+    _case_insensitive,
+    _insert,
+    _Line,
+    _MakingLoop,
+)
 from ._model import _CHUNK, Message, ToolRequest, Transcript
 from ._runtime import Runtime
 from ._seal import _own_ticket, _Ticket
-from ._tools import _FREE, InvalidCall, ReadCall, ReadTool, WriteCall
+from ._tools import _FREE, InvalidCall, ReadCall, ReadTool, WriteCall, _sha256
 
 if TYPE_CHECKING:
     from ._phases import AwaitApproval, Failed, Phase, Planning, ToolCalling
@@ -453,7 +464,6 @@ def _take_reply(
     planning: Planning[C],
     rt: Runtime,
     requests: tuple[ToolRequest, ...],
-    *,
     spent: Spend,
     loop: LoopState,
 ) -> ToolCalling[C] | AwaitApproval[C] | Planning[C] | Failed[C]:
@@ -490,7 +500,43 @@ def _take_reply(
         unseen = known[1] if known is not None and known[0]() is cls else _unseen(cls)
     if ticket.left_by != "advance" or ticket.copied or not unseen:
         return _take(_queued(planning, requests, spent=spent, loop=loop), rt)
-    calls = _with_ids(loop, planning.step, requests)
+    step = planning.step
+    # _with_ids's first answers in this frame: a reply of one call, a ToolRequest itself
+    # (its fields read from its own dict, all text), a LoopState itself whose line of its
+    # own covers its ActionLog and has no call of the id: the model's id kept, or with
+    # none given, call-<step> (the request made as _request makes it). Anything else is
+    # _with_ids's.
+    calls: tuple[ToolRequest, ...] | None = None
+    if type(requests) is tuple and len(requests) == 1 and type(loop) is LoopState:
+        only: object = requests[0]
+        fields: Any = only.__dict__ if type(only) is ToolRequest else _NO_FIELDS
+        if type(fields) is not dict:
+            fields = _NO_FIELDS
+        given, name, arguments = fields.get("id"), fields.get("name"), fields.get("arguments")
+        index = loop._index
+        held_log: Any = loop.actions
+        if (
+            type(given) is str
+            and type(name) is str
+            and type(arguments) is str
+            and type(index) is _Line
+            and index.parent is None
+            and type(held_log) is ActionLog
+            and index.size >= len(held_log._chunks) * CHUNK + len(held_log._tail)
+        ):
+            if given:
+                if given not in index.calls:
+                    calls = requests
+            elif (made_id := f"call-{step}") not in index.calls:
+                making_request: Any = _MakingRequest()
+                making_request.__dict__ = {"name": name, "arguments": arguments, "id": made_id}
+                making_request.__pydantic_fields_set__ = _REQUEST_ID_FIELDS
+                making_request.__pydantic_extra__ = None
+                making_request.__pydantic_private__ = None
+                making_request.__class__ = ToolRequest
+                calls = (making_request,)
+    if calls is None:
+        calls = _with_ids(loop, step, requests)
     head = calls[0]
     agent = planning.agent
     # A ToolRequest itself answers its fields from its own dict, the same objects at each
@@ -509,23 +555,113 @@ def _take_reply(
     # What _checked_call asks, with the copy's values: Planning._action's record (the
     # call id is the first pending call's), and the governor's ruling.
     governor = agent.governor
-    if exact:
+    budget = agent.budget
+    ruler: object = governor  # a LoopGovernor itself: its action and ruling read here
+    decision: Decision | None = None
+    ours = False  # whether the governor is a LoopGovernor itself (and the rest, below)
+    runtime: object = rt  # final classes, whose subclasses the types do not foresee
+    tool = routed.tool
+    pricing: object = tool
+    if (
+        exact
+        and type(ruler) is LoopGovernor
+        and LoopGovernor.action is _ACTION  # (the class's own, not patched)
+        and LoopGovernor.before_action is _BEFORE_ACTION
+        and type(runtime) is Runtime
+        and rt.clock is _monotonic
+        and type(pricing) is ReadTool
+        and tool.cost is None
+    ):
+        # LoopGovernor.action(routed, arguments, call_id) in this frame, for a ReadCall
+        # itself (its tool's name; the record made as action makes it).
+        ours = True
+        call_id = head.id
+        name = tool.name
+        exact_hash = _sha256(f"{name}\x00{arguments}".encode()).hexdigest()
+        if _case_insensitive(type(routed.args)):
+            canonical = _json.canonical(LoopGovernor._folded(routed))
+            key = f"{name}:{_sha256(canonical.encode()).hexdigest()}"
+        else:
+            canonical = routed._canonical
+            key = f"{name}:{routed.args_hash}"
+        recording: Any = _new(_MakingRecord)
+        recording.call_id = call_id
+        recording.tool = name
+        recording.effect = "read"  # a ReadTool itself (final) is no WriteTool
+        recording.exact = exact_hash
+        recording.key = key
+        recording.text = f"{name}({canonical})"
+        recording.outcome = "pending"
+        recording.result = ""
+        recording.gain = None
+        recording.__class__ = ActionRecord
+        action: ActionRecord = recording
+        # before_action's first answer in this frame: a Budget itself that refuses
+        # nothing, a LoopState itself whose own line covers its ActionLog, a new call,
+        # nothing failed, and _cycle's first answers. Anything else asks before_action.
+        spending: object = budget
+        line: Any = loop._index
+        log: Any = loop.actions
+        if (
+            type(spending) is Budget
+            and (
+                budget is _governor._free_budget
+                or (
+                    budget.wall_clock is None
+                    and budget.tool_calls is None
+                    and budget.tokens is None
+                    and budget.cost is None
+                )
+            )
+            and type(loop) is LoopState
+            and type(line) is _Line
+            and line.parent is None
+            and type(log) is ActionLog
+        ):
+            records = log._tail
+            keys = line.keys
+            size = len(log._chunks) * CHUNK + len(records)
+            if (
+                line.size >= size
+                and exact_hash not in keys
+                and key not in keys
+                and type(failures := loop.failures) is tuple
+                and not failures
+            ):
+                # _cycle's first answers (the action a read): the latest action settled
+                # and gaining enough, or a run of this one tool shorter than the window.
+                last = records[-1] if records else None
+                window = governor.cycle_window
+                if (
+                    last is not None
+                    and last.outcome != "pending"
+                    and not (last.gain or 0.0) < governor.cycle_gain
+                ) or (
+                    type(name) is str
+                    and name == line.tool
+                    and type(window) is int
+                    and (line.run <= size - window + 1 or not line.run)
+                ):
+                    decision = _CONTINUE_DECISION
+    elif exact:
         call_id = head.id
         action = governor.action(routed, arguments, call_id)
     else:
         call_id = ""  # read again below, as before
         action = governor.action(routed, head.arguments, head.id)
-    # Runtime.elapsed's own difference for a Runtime itself (the clock read as it reads
-    # it), and Tool.price's first answer for a read tool of exactly the library's class
-    # with no cost function (as execute prices it); anything else is asked.
-    runtime: object = rt  # final classes, whose subclasses the types do not foresee
-    elapsed = rt.clock() - rt.started if type(runtime) is Runtime else rt.elapsed()
-    tool = routed.tool
-    pricing: object = tool
-    price = _FREE if type(pricing) is ReadTool and tool.cost is None else tool.price(routed.args)
-    decision = governor.before_action(
-        loop, action, spent=spent, budget=agent.budget, elapsed=elapsed, price=price
-    )
+    if decision is None:
+        # Runtime.elapsed's own difference for a Runtime itself (the clock read as it
+        # reads it), and Tool.price's first answer for a read tool of exactly the
+        # library's class with no cost function (as execute prices it); anything else is
+        # asked. (Neither is read when the ruling above was made: the clock is
+        # time.monotonic itself, a reading no one sees, and the price free.)
+        elapsed = rt.clock() - rt.started if type(runtime) is Runtime else rt.elapsed()
+        price = (
+            _FREE if type(pricing) is ReadTool and tool.cost is None else tool.price(routed.args)
+        )
+        decision = governor.before_action(
+            loop, action, spent=spent, budget=budget, elapsed=elapsed, price=price
+        )
     verdict = decision.verdict
     if verdict is not _CONTINUE and verdict is not _FINALIZE:
         queued = _queue(planning, calls, spent=spent, loop=loop)
@@ -556,15 +692,55 @@ def _take_reply(
         transcript._grown = (before._tail, tail)
     else:
         transcript = _appended(before, asking)
+    to = agent.phases.tool_calling
+    called = call_id if exact else head.id
+    # LoopState.record(action, iteration=True)'s own path in this frame (for the record
+    # made above): a LoopState itself holding an ActionLog, an int count and a line that
+    # covers exactly its actions; anything else is recorded by record.
+    recorded: Any = None
+    if ours and type(loop) is LoopState and LoopState.record is _RECORD:
+        log = loop.actions
+        count: Any = loop.tool_iterations
+        line = loop._index
+        if type(log) is ActionLog and type(count) is int and type(line) is _Line:
+            chunks, records = log._chunks, log._tail
+            position = len(chunks) * CHUNK + len(records)
+            if line.size == position:
+                grown: ActionLog = _new(ActionLog)
+                if len(records) < CHUNK:
+                    grown._chunks, grown._tail = chunks, records + (action,)  # noqa: RUF005
+                    grown._grown = (records, grown._tail)
+                else:
+                    grown._chunks, grown._tail = chunks + (records,), (action,)  # noqa: RUF005
+                    grown._grown = None
+                recorded = _new(_MakingLoop)
+                recorded.actions = grown
+                recorded.evidence = loop.evidence
+                recorded.tool_iterations = count + 1
+                recorded.low_gain_streak = loop.low_gain_streak
+                recorded.finalize = loop.finalize
+                recorded.paused = loop.paused
+                recorded.verdicts = loop.verdicts
+                recorded.flags = loop.flags
+                recorded.failures = loop.failures
+                recorded._index = line
+                recorded._grams = loop._grams
+                recorded.__class__ = LoopState
+                line.size = position + 1
+                ids = line.calls
+                recorded_id = action.call_id
+                if ids.get(recorded_id) is None:
+                    ids[recorded_id] = position
+                else:
+                    _insert(ids, recorded_id, position)
+                named = action.tool
+                if type(named) is not str or named != line.tool:
+                    line.tool = named if type(named) is str else None
+                    line.run = position
+    if recorded is None:
+        recorded = loop.record(action, iteration=True)
     calling: ToolCalling[C] = _TO_CALLING(
-        agent.phases.tool_calling,
-        planning,
-        routed,
-        call_id if exact else head.id,
-        transcript,
-        spent,
-        loop.record(action, iteration=True),
-        calls[1:],
+        to, planning, routed, called, transcript, spent, recorded, calls[1:]
     )
     return calling
 
@@ -572,6 +748,12 @@ def _take_reply(
 _CONTINUE: Final = Verdict.CONTINUE
 _FINALIZE: Final = Verdict.FINALIZE
 _new: Final = object.__new__
+_monotonic: Final = time.monotonic
+# The methods whose answers _take_reply reads in its frame (read there only while the
+# classes hold these very functions: a method patched on the class is asked).
+_ACTION: Final = LoopGovernor.action
+_BEFORE_ACTION: Final = LoopGovernor.before_action
+_RECORD: Final = LoopState.record
 
 # What ``planning._next(tool_calling, call=..., call_id=..., transcript=..., spent=...,
 # loop=..., pending=...)`` makes, the values passed as they are (no dict of them).

@@ -840,7 +840,20 @@ def _observed_in(
     # ActionLog._of(chunks, ...), without its frame.
     log = _new(ActionLog)
     log._chunks = chunks
-    log._tail = tail[:-1] + (settled,)  # noqa: RUF005
+    # The tail before the action was appended, when the log says it holds the others
+    # (its _grown: this very tail, made from one a record shorter): one tuple made, not
+    # a slice and a tuple.
+    grown: Any = actions._grown
+    if (
+        type(grown) is tuple
+        and len(grown) == 2
+        and grown[1] is tail
+        and type(before := grown[0]) is tuple
+        and len(before) + 1 == len(tail)
+    ):
+        log._tail = before + (settled,)  # noqa: RUF005
+    else:
+        log._tail = tail[:-1] + (settled,)  # noqa: RUF005
     log._grown = (tail, log._tail)
     if position >= line.base:
         # line.settled(position, action), without its frame (nor _insert's for a key

@@ -33,6 +33,7 @@ from ._errors import (
 from ._events import _streamed
 from ._fast._deadline import _until
 from ._fast._messages import _model_request
+from ._governor import CONTINUE as _CONTINUE_DECISION
 from ._governor import LoopGovernor, LoopState, Verdict, _hold_free
 from ._guard import (
     CustomerResponse,
@@ -74,6 +75,8 @@ __all__ = ["_answer", "_ask", "_finalize", "_plan", "_route", "_text_answer"]
 C = TypeVar("C")
 
 _monotonic = time.monotonic
+# begin_step, whose last answer _plan reads in its frame while the class holds it.
+_BEGIN_STEP: Final = LoopGovernor.begin_step
 
 _TEXT_ANSWER = OutputGuard(CustomerResponse)
 _CONTINUE: Final = Verdict.CONTINUE
@@ -96,17 +99,58 @@ async def _plan(
     runtime: object = rt  # a final class, whose subclasses the types do not foresee
     if free is not _governor._free_budget:  # nearly always the same: nothing to write
         _hold_free(free, agent.budget)
-    decision = agent.governor.begin_step(
-        planning.loop,
-        ctx=planning.ctx,
-        spent=planning.spent,
-        budget=agent.budget,
-        # Runtime.elapsed's own difference for a Runtime itself (the clock read as it
-        # reads it).
-        elapsed=rt.clock() - rt.started if type(runtime) is Runtime else rt.elapsed(),
-        max_steps=agent.max_steps,
-        max_tool_iterations=agent.max_tool_iterations,
-    )
+    governing = agent.governor
+    ruler: object = governing
+    state = planning.loop
+    held_loop: object = state
+    ctx, spending, limits = planning.ctx, planning.spent, agent.budget
+    held_limits: object = limits
+    held_spent: object = spending
+    max_steps, max_tool_iterations = agent.max_steps, agent.max_tool_iterations
+    # LoopGovernor.begin_step's last answer (continue), read in this frame: a Budget
+    # itself that refuses nothing, no checks of its own, the step and tool-iteration caps
+    # not near, nothing to finalize; the clock time.monotonic itself (a reading no one
+    # sees, not needed then). Anything else asks begin_step, with the clock read.
+    if (
+        type(ruler) is LoopGovernor
+        and LoopGovernor.begin_step is _BEGIN_STEP  # (the class's own, not patched)
+        and type(runtime) is Runtime
+        and rt.clock is _monotonic
+        and type(held_limits) is Budget
+        and (
+            limits is _governor._free_budget
+            or (
+                limits.wall_clock is None
+                and limits.tool_calls is None
+                and limits.tokens is None
+                and limits.cost is None
+            )
+        )
+        and type(held_spent) is Spend
+        and type(held_loop) is LoopState
+        and type(max_steps) is int
+        and type(checks := governing.checks) is tuple
+        and not checks
+        and not state.finalize
+        and spending.model_calls + 1 < max_steps
+        and (
+            max_tool_iterations is None
+            or (type(max_tool_iterations) is int and state.tool_iterations < max_tool_iterations)
+        )
+    ):
+        decision = _CONTINUE_DECISION
+    else:
+        decision = governing.begin_step(
+            state,
+            ctx=ctx,
+            spent=spending,
+            budget=limits,
+            # Runtime.elapsed's own difference for a Runtime itself (the clock read as it
+            # reads it).
+            elapsed=rt.clock() - rt.started if type(runtime) is Runtime else rt.elapsed(),
+            max_steps=max_steps,
+            max_tool_iterations=max_tool_iterations,
+        )
     verdict = decision.verdict
     # The usual answer, by identity (the match's first three cases are other members; a
     # str equal to "continue" that is not the member itself goes through the match).
@@ -202,8 +246,8 @@ async def _plan(
             planning,
             rt,
             calls if type(reply) is ModelReply else reply.tool_calls,
-            spent=spent,
-            loop=loop,
+            spent,
+            loop,
         )
     return await _route(planning._copy(spent=spent, loop=loop), rt, reply)
 
