@@ -472,6 +472,7 @@ class GramMasks:
         "_parts",
         "_retry",
         "_seen",
+        "_shape",
         "_tails",
         "_words",
         "masks",
@@ -499,6 +500,11 @@ class GramMasks:
         # The ends of _pieced's texts after a new piece, from a piece on (a text's end,
         # from a chunk's start) -> their trigrams' mask (started again with _words).
         self._tails: dict[str, int] = {}
+        # The latest text _pieced found an end of after one new piece, cut there: its
+        # start up to that piece's chunk and two characters more, the OR of the masks of
+        # its pieces before it, its end (a key of _tails) and the end's mask (see
+        # _pieced), or None (started again with the vocabulary).
+        self._shape: tuple[str, int, str, int] | None = None
         # The latest evidence window compared, and its texts' masks, sizes and scales
         # (1 / sqrt(size)), in order. (Sizes as floats, and the scales: see _highest.)
         # Its masks are None while the window's index moves on with it (see advance):
@@ -536,6 +542,7 @@ class GramMasks:
             self._parts = {}
             self._seen = set()
             self._tails = {}
+            self._shape = None
             self.masks = {}
             self._latest = None
             self._index = None
@@ -1041,10 +1048,43 @@ class GramMasks:
         it). After a new piece, the text's end from the next piece on is looked up whole
         (``_tails``: the OR of its pieces' masks, kept the first time it followed a new
         piece and was not found): a result alike but for its key ends as earlier ones did,
-        and its end's pieces are not looked up one by one.
+        and its end's pieces are not looked up one by one. The latest text whose end was
+        so found is kept cut there (``_shape``): a text that starts and ends as it did
+        with one chunk between is not cut into chunks, only that chunk's piece looked up.
         """
         folded = words[0] if words else ""
         bits = self._bits
+        shape = self._shape
+        if shape is not None and len(bits) <= _NARROW_BITS:
+            # The text starts and ends as the latest text whose end was found after one
+            # new piece (_shape: ``head`` up to that piece's chunk and its first two
+            # characters, ``ending`` that end, from a chunk's start): when what lies
+            # between them (from the chunk's start ``at`` to the end's ``end``, a ',' or
+            # ':' or the text's start) cuts nowhere, it is one chunk, its piece
+            # folded[at : end + 2], and the loop below would look up the same pieces of
+            # the start (each kept: the same masks, ORed in ``lead``), then that piece:
+            # kept, the end's pieces one by one (kept, ORed in ``rear``) and nothing
+            # kept; new, made as there and the end found whole (when _tails holds it).
+            head, lead, ending, rear = shape
+            if folded.startswith(head) and folded.endswith(ending):
+                at = len(head) - 2
+                end = len(folded) - len(ending)
+                chunk = folded[at + 1 : end]
+                if end > at and "," not in chunk and ":" not in chunk:
+                    piece = folded[at : end + 2]
+                    found = self._words.get(piece)
+                    if found is not None:
+                        return lead | found | rear
+                    if self._tails.get(ending) is not None:
+                        found = 0
+                        for at in range(len(piece) - 2):
+                            gram = piece[at : at + 3]
+                            bit = bits.get(gram)
+                            if bit is None:
+                                bit = bits[gram] = len(bits)
+                            found |= 1 << bit
+                        self._words[piece] = found
+                        return lead | rear | found
         # The chunks (_PIECES's, without the regular expression): after the text's first
         # character, each ',' and ':' starts one, so the text after its first character
         # cut at them (the cut characters dropped) gives each chunk's length less one.
@@ -1064,19 +1104,26 @@ class GramMasks:
         # The end's mask is the OR of its pieces' (the trigrams starting in it), each
         # trigram of it with its bit already, so the bits given stay those of the loop.
         # ``tail``: where the end not found starts (-1: none), ``since`` its mask so far.
+        # ``lone``: where the one new piece so far starts (-1: none or more than one),
+        # ``lead`` the mask before it (for _shape).
         after = False
         tail = -1
         since = 0
+        lone = -1
+        lead = 0
         for part in parts:
             end = start + len(part) + 1
             if after:
                 after = False
                 known = tails.get(folded[start:])
                 if known is not None:
+                    if lone >= 0:
+                        self._shape = (folded[: lone + 2], lead, folded[start:], known)
                     return mask | known | fresh
                 tail = start
                 since = 0
             piece = folded[start : end + 2]
+            begin = start
             start = end
             found = get(piece)
             if found is None:
@@ -1092,6 +1139,11 @@ class GramMasks:
                         bit = bits[gram] = len(bits)
                     found |= 1 << bit
                 cache[piece] = found
+                if fresh:
+                    lone = -1
+                else:
+                    lone = begin
+                    lead = mask
                 fresh |= found
                 after = True
                 tail = -1
