@@ -50,7 +50,7 @@ from ._actions import CHUNK, ActionLog
 from ._approval import ApprovedCall
 from ._budget import Budget
 from ._errors import IllegalTransitionError, PhaseForgedError, SetupError
-from ._model import Message, ToolRequest, Transcript
+from ._model import _CHUNK, Message, ToolRequest, Transcript
 from ._model_retry import _restored
 from ._phases import (
     Active,
@@ -1040,6 +1040,21 @@ def fast(watch, before, phase):
         if not asking.role == "tool":
             break
         start -= 1
+    if (
+        not start
+        and type(chunks := transcript._chunks) is tuple
+        and chunks
+        and type(chunk := chunks[-1]) is tuple
+        and len(chunk) == MESSAGES_CHUNK
+    ):
+        start = MESSAGES_CHUNK
+        last = chunk + last
+        end = len(last)
+        while start:
+            asking = last[start - 1]
+            if not asking.role == "tool":
+                break
+            start -= 1
     if start:
         if not asking.role != "assistant":
             if type(asking) is not Message or type(asked := asking.tool_calls) is not tuple:
@@ -1456,4 +1471,5 @@ _PAIR_NAMES: dict[str, Any] = {
     "_order_problem": _order_problem,
     "_exact_reply": _exact_reply,
     "_all_accounted": _all_accounted,
+    "MESSAGES_CHUNK": _CHUNK,
 }
