@@ -65,6 +65,8 @@ __all__ = [
     "_asked_for",
     "_call_id",
     "_checked_call",
+    "_LIBRARY_PLANNING",
+    "_LIBRARY_SHOWN",
     "_library_planning",
     "_queued",
     "_rejected",
@@ -477,7 +479,8 @@ def _take_reply(
     else goes on from the copy, with what was already asked (route, record, decision).
     """
     cls = type(planning)
-    if cls is _LIBRARY_PLANNING[0]:
+    library = cls is _LIBRARY_PLANNING[0]
+    if library:
         # _own_ticket(planning, "copy") in this frame, for the library's own class (its
         # _ticket a slot): a ticket of the library's class, holding this very phase, is
         # its answer; for anything else _own_ticket itself reads the phase again and
@@ -507,6 +510,9 @@ def _take_reply(
     # none given, call-<step> (the request made as _request makes it). Anything else is
     # _with_ids's.
     calls: tuple[ToolRequest, ...] | None = None
+    one = False  # whether calls is known to hold one request (the first answers below)
+    name: Any = None
+    arguments: Any = None
     if type(requests) is tuple and len(requests) == 1 and type(loop) is LoopState:
         only: object = requests[0]
         fields: Any = only.__dict__ if type(only) is ToolRequest else _NO_FIELDS
@@ -527,6 +533,7 @@ def _take_reply(
             if given:
                 if given not in index.calls:
                     calls = requests
+                    one = True
             elif (made_id := f"call-{step}") not in index.calls:
                 making_request: Any = _MakingRequest()
                 making_request.__dict__ = {"name": name, "arguments": arguments, "id": made_id}
@@ -535,16 +542,23 @@ def _take_reply(
                 making_request.__pydantic_private__ = None
                 making_request.__class__ = ToolRequest
                 calls = (making_request,)
+                one = True
     if calls is None:
         calls = _with_ids(loop, step, requests)
     head = calls[0]
     agent = planning.agent
     # A ToolRequest itself answers its fields from its own dict, the same objects at each
     # read: its arguments and id are read once; another class's are read again, as before.
-    request: object = head
-    exact = type(request) is ToolRequest
-    arguments = head.arguments if exact else ""
-    routed = agent.tools.route(head.name, arguments if exact else head.arguments)
+    # (One request read above is a ToolRequest itself whose name and arguments are those
+    # read from its dict, and nothing but the library's code has run since.)
+    if one:
+        exact = True
+    else:
+        request: object = head
+        exact = type(request) is ToolRequest
+        arguments = head.arguments if exact else ""
+        name = head.name
+    routed = agent.tools.route(name, arguments if exact else head.arguments)
     if type(routed) is not ReadCall:
         return _routed(
             _queue(planning, calls, spent=spent, loop=loop),
@@ -557,6 +571,16 @@ def _take_reply(
     governor = agent.governor
     budget = agent.budget
     ruler: object = governor  # a LoopGovernor itself: its action and ruling read here
+    # Whether the ruling was read in this frame for the library's Planning: then loop
+    # held a line of its own (line) covering its ActionLog (log: chunks, records, size
+    # records), read above with nothing but the library's code run since.
+    ruled = False
+    line: Any = None
+    log: Any = None
+    records: Any = ()
+    chunks: Any = ()
+    size = position = 0
+    count: Any = 0
     decision: Decision | None = None
     ours = False  # whether the governor is a LoopGovernor itself (and the rest, below)
     runtime: object = rt  # final classes, whose subclasses the types do not foresee
@@ -600,8 +624,8 @@ def _take_reply(
         # nothing, a LoopState itself whose own line covers its ActionLog, a new call,
         # nothing failed, and _cycle's first answers. Anything else asks before_action.
         spending: object = budget
-        line: Any = loop._index
-        log: Any = loop.actions
+        line = loop._index
+        log = loop.actions
         if (
             type(spending) is Budget
             and (
@@ -620,13 +644,13 @@ def _take_reply(
         ):
             records = log._tail
             keys = line.keys
-            size = len(log._chunks) * CHUNK + len(records)
+            chunks = log._chunks
+            size = len(chunks) * CHUNK + len(records)
             if (
                 line.size >= size
                 and exact_hash not in keys
                 and key not in keys
-                and type(failures := loop.failures) is tuple
-                and not failures
+                and loop.failures is _NO_FAILURES  # (an empty tuple itself: the one there is)
             ):
                 # _cycle's first answers (the action a read): the latest action settled
                 # and gaining enough, or a run of this one tool shorter than the window.
@@ -643,6 +667,7 @@ def _take_reply(
                     and (line.run <= size - window + 1 or not line.run)
                 ):
                     decision = _CONTINUE_DECISION
+                    ruled = library
     elif exact:
         call_id = head.id
         action = governor.action(routed, arguments, call_id)
@@ -692,60 +717,69 @@ def _take_reply(
         transcript._grown = (before._tail, tail)
     else:
         transcript = _appended(before, asking)
+        ruled = False  # (a class of another's may have run)
     to = agent.phases.tool_calling
     called = call_id if exact else head.id
     # LoopState.record(action, iteration=True)'s own path in this frame (for the record
     # made above): a LoopState itself holding an ActionLog, an int count and a line that
     # covers exactly its actions; anything else is recorded by record.
     recorded: Any = None
-    if ours and type(loop) is LoopState and LoopState.record is _RECORD:
+    if ruled:
+        # The loop, its line and ActionLog as the ruling read them (the same objects).
+        count = loop.tool_iterations
+        position = size
+        if type(count) is not int or LoopState.record is not _RECORD:
+            ruled = False
+    elif ours and type(loop) is LoopState and LoopState.record is _RECORD:
         log = loop.actions
-        count: Any = loop.tool_iterations
+        count = loop.tool_iterations
         line = loop._index
         if type(log) is ActionLog and type(count) is int and type(line) is _Line:
             chunks, records = log._chunks, log._tail
             position = len(chunks) * CHUNK + len(records)
-            if line.size == position:
-                grown: ActionLog = _new(ActionLog)
-                if len(records) < CHUNK:
-                    grown._chunks, grown._tail = chunks, records + (action,)  # noqa: RUF005
-                    grown._grown = (records, grown._tail)
-                else:
-                    grown._chunks, grown._tail = chunks + (records,), (action,)  # noqa: RUF005
-                    grown._grown = None
-                recorded = _new(_MakingLoop)
-                recorded.actions = grown
-                recorded.evidence = loop.evidence
-                recorded.tool_iterations = count + 1
-                recorded.low_gain_streak = loop.low_gain_streak
-                recorded.finalize = loop.finalize
-                recorded.paused = loop.paused
-                recorded.verdicts = loop.verdicts
-                recorded.flags = loop.flags
-                recorded.failures = loop.failures
-                recorded._index = line
-                recorded._grams = loop._grams
-                recorded.__class__ = LoopState
-                line.size = position + 1
-                ids = line.calls
-                recorded_id = action.call_id
-                if ids.get(recorded_id) is None:
-                    ids[recorded_id] = position
-                else:
-                    _insert(ids, recorded_id, position)
-                named = action.tool
-                if type(named) is not str or named != line.tool:
-                    line.tool = named if type(named) is str else None
-                    line.run = position
+            ruled = True
+    if ruled and line.size == position:
+        grown: ActionLog = _new(ActionLog)
+        if len(records) < CHUNK:
+            grown._chunks, grown._tail = chunks, records + (action,)  # noqa: RUF005
+            grown._grown = (records, grown._tail)
+        else:
+            grown._chunks, grown._tail = chunks + (records,), (action,)  # noqa: RUF005
+            grown._grown = None
+        recorded = _new(_MakingLoop)
+        recorded.actions = grown
+        recorded.evidence = loop.evidence
+        recorded.tool_iterations = count + 1
+        recorded.low_gain_streak = loop.low_gain_streak
+        recorded.finalize = loop.finalize
+        recorded.paused = loop.paused
+        recorded.verdicts = loop.verdicts
+        recorded.flags = loop.flags
+        recorded.failures = loop.failures
+        recorded._index = line
+        recorded._grams = loop._grams
+        recorded.__class__ = LoopState
+        line.size = position + 1
+        ids = line.calls
+        recorded_id = action.call_id
+        if ids.get(recorded_id) is None:
+            ids[recorded_id] = position
+        else:
+            _insert(ids, recorded_id, position)
+        named = action.tool
+        if type(named) is not str or named != line.tool:
+            line.tool = named if type(named) is str else None
+            line.run = position
     if recorded is None:
         recorded = loop.record(action, iteration=True)
     calling: ToolCalling[C] = _TO_CALLING(
-        to, planning, routed, called, transcript, spent, recorded, calls[1:]
+        to, planning, routed, called, transcript, spent, recorded, () if one else calls[1:]
     )
     return calling
 
 
 _CONTINUE: Final = Verdict.CONTINUE
+_NO_FAILURES: Final = ()
 _FINALIZE: Final = Verdict.FINALIZE
 _new: Final = object.__new__
 _monotonic: Final = time.monotonic
@@ -769,12 +803,17 @@ def _library_planning(cls: type[P]) -> type[P]:
     """Name ``cls`` as the library's ``Planning`` (a class decorator, used once)."""
     _PLANNING.append(cls)
     _LIBRARY_PLANNING[0] = cls
+    named: Any = cls  # the library's Planning (a Phase to the types)
+    _LIBRARY_SHOWN[:] = [named.messages, named.instructions]
     return cls
 
 
 # The library's Planning (one entry; None until _phases names it), and _unseen's answer
 # for it once asked (its memo's entry never goes: the class stays).
 _LIBRARY_PLANNING: list[type[Any] | None] = [None]
+# The library's Planning's own messages and instructions, as _phases defines them (while
+# the class holds these very functions, _plan shows the model what messages would).
+_LIBRARY_SHOWN: list[Any] = []
 _LIBRARY_UNSEEN: list[bool] = []
 
 

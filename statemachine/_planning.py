@@ -20,10 +20,10 @@ from decimal import Decimal
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar, assert_never, cast
 
-from . import _governor, _json
-from ._batch import _queued, _take, _take_reply
+from . import _budget, _governor, _json
+from ._batch import _LIBRARY_PLANNING, _LIBRARY_SHOWN, _queued, _take, _take_reply
 from ._breaker import model_circuit
-from ._budget import Budget, Spend
+from ._budget import Budget, Spend, _make
 from ._errors import (
     CircuitOpenError,
     ModelRequestError,
@@ -32,7 +32,13 @@ from ._errors import (
 )
 from ._events import _streamed
 from ._fast._deadline import _until
-from ._fast._messages import _model_request
+from ._fast._messages import (
+    _REQUEST_FIELD_SET,
+    _MakingMessage,
+    _MakingModelRequest,
+    _model_request,
+    _system,
+)
 from ._governor import CONTINUE as _CONTINUE_DECISION
 from ._governor import LoopGovernor, LoopState, Verdict, _hold_free
 from ._guard import (
@@ -58,6 +64,7 @@ from ._model import (
 )
 from ._retry import RetryPolicy, _transient_words, _Unanswered
 from ._runtime import Runtime
+from ._seal import _Ticket
 from ._tools import ToolRegistry
 
 if TYPE_CHECKING:
@@ -75,6 +82,10 @@ __all__ = ["_answer", "_ask", "_finalize", "_plan", "_route", "_text_answer"]
 C = TypeVar("C")
 
 _monotonic = time.monotonic
+_new: Final = object.__new__
+_NO_CHECKS: Final = ()
+# Spend.add, whose first answer _plan reads in its frame while the class holds it.
+_SPEND_ADD: Final = Spend.add
 # begin_step, whose last answer _plan reads in its frame while the class holds it.
 _BEGIN_STEP: Final = LoopGovernor.begin_step
 
@@ -129,8 +140,7 @@ async def _plan(
         and type(held_spent) is Spend
         and type(held_loop) is LoopState
         and type(max_steps) is int
-        and type(checks := governing.checks) is tuple
-        and not checks
+        and governing.checks is _NO_CHECKS  # (an empty tuple itself: the one there is)
         and not state.finalize
         and spending.model_calls + 1 < max_steps
         and (
@@ -172,7 +182,27 @@ async def _plan(
                 pass
             case _:
                 assert_never(decision.verdict)
-    planning._leave("advance")
+    # Phase._leave("advance")'s first answer in this frame for the library's Planning
+    # (its ticket a slot, as the runner reads it): a ticket of the library's class,
+    # holding this very phase, not left yet, is left by advance; anything else is
+    # _leave's (which reads it again and raises).
+    if type(planning) is _LIBRARY_PLANNING[0]:
+        ticket: object
+        try:
+            ticket = planning._ticket
+        except AttributeError:
+            ticket = None
+        if (
+            type(ticket) is _Ticket
+            and (holder := ticket.holder) is not None
+            and holder() is planning
+            and ticket.left_by is None
+        ):
+            ticket.left_by = "advance"
+        else:
+            planning._leave("advance")
+    else:
+        planning._leave("advance")
     tools: object = agent.tools  # ToolRegistry.schemas's own answer for the class itself
     schemas = tools._schemas if type(tools) is ToolRegistry else agent.tools.schemas()
     budget = agent.budget
@@ -185,7 +215,54 @@ async def _plan(
         # _heard and _reply in this frame, in their order (no note, no answer wanted, no
         # time limit: the remaining time is None), without their two coroutines; with a
         # breaker or someone listening to the run, the model call is theirs.
-        request = _model_request(planning.messages(), schemas, None, None, agent.model_settings)
+        # Planning.messages() and _model_request in this frame, for the library's Planning
+        # whose messages and instructions are its own (a subclass's, or a method patched
+        # on the class, is called) holding a Transcript itself: the same reads in the same
+        # order, the system message made as _system makes it for text and the transcript
+        # prefixed with it as Transcript.prefixed makes it; anything else is theirs.
+        shown: Any = None
+        held_class = type(planning)
+        if (
+            held_class is _LIBRARY_PLANNING[0]
+            and held_class.messages is _LIBRARY_SHOWN[0]
+            and held_class.instructions is _LIBRARY_SHOWN[1]
+            and type(showing := planning.transcript) is Transcript
+        ):
+            system = planning.agent.instructions
+            if not system:
+                shown = showing.prefixed()
+            elif type(system) is str:
+                told: Any = _MakingMessage()
+                told.role = "system"
+                told.content = system
+                told.tool_calls = ()
+                told.tool_call_id = ""
+                told.name = ""
+                told.__class__ = Message
+                shown = _new(Transcript)
+                shown._head, shown._chunks, shown._tail = (
+                    (told,) + showing._head,  # noqa: RUF005
+                    showing._chunks,
+                    showing._tail,
+                )
+                shown._grown = None
+            else:
+                shown = showing.prefixed(_system(system))
+            asking: Any = _MakingModelRequest()
+            asking.__dict__ = {
+                "messages": shown,
+                "tools": schemas,
+                "timeout": None,
+                "output_schema": None,
+                "settings": agent.model_settings,
+            }
+            asking.__pydantic_fields_set__ = _REQUEST_FIELD_SET.copy()
+            asking.__pydantic_extra__ = None
+            asking.__pydantic_private__ = None
+            asking.__class__ = ModelRequest
+            request: ModelRequest = asking
+        else:
+            request = _model_request(planning.messages(), schemas, None, None, agent.model_settings)
         governor = agent.governor
         held: object = governor
         if type(held) is LoopGovernor and governor.baseline_steps is None:
@@ -229,7 +306,28 @@ async def _plan(
                     and cost >= _ZERO
                 ):
                     reply = cast("ModelReply", got)
-                    spent = spent.add(tokens=inputs + outputs, cost=cost, model_calls=1)
+                    held_spent = spent
+                    if (
+                        type(held_spent) is Spend
+                        and not cost
+                        and (was := spent.cost) is _budget._kept
+                        and cost.adjusted() >= 0
+                        and Spend.add is _SPEND_ADD  # (the class's own, not patched)
+                    ):
+                        # Spend.add's answer in this frame for a zero cost (a finite
+                        # Decimal itself, checked above) of exponent 0 or more while the
+                        # spend's cost is _kept: the cost stays (the sum is spelled as
+                        # it), the same Spend made as add makes it. (add's memo of the
+                        # zero, _zero, is left: it only lets add know a zero sooner.)
+                        adding: Any = _make()
+                        adding.tokens = spent.tokens + (inputs + outputs)
+                        adding.cost = was
+                        adding.tool_calls = spent.tool_calls + 0
+                        adding.model_calls = spent.model_calls + 1
+                        adding.__class__ = Spend
+                        spent = adding
+                    else:
+                        spent = spent.add(tokens=inputs + outputs, cost=cost, model_calls=1)
                 else:
                     reply, spent, _ = _replied(got, None, spent)
     else:
