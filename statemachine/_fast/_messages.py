@@ -208,6 +208,11 @@ def _load_orjson() -> Callable[[Any], bytes]:
     return orjson.dumps
 
 
+# The types of a flat result's values that orjson writes as ``_result_text`` does (its
+# first case): an int orjson writes has at most 20 digits, within ``_INT_BOUND``.
+_FLAT: Final = frozenset({str, int, bool, type(None)})
+
+
 def _result_text(value: Any) -> str:
     """``_json.dumps(value)``: a dict of plain JSON (``_plain_json``) as the C encoder
     itself writes it (which is as ``dumps`` does), by orjson, whose UTF-8 is that very
@@ -219,6 +224,15 @@ def _result_text(value: Any) -> str:
     written as ``repr`` writes it (``1e-07``, where ``dumps`` writes ``0.0000001``), the
     same number when read back; the same value always takes the same path, so its text
     does not change from one transition or run to the next."""
+    # Every value exactly text, an int, a bool or None (asked in C, of the values' types):
+    # orjson writes it as the check below would have it written, or refuses it (a key
+    # that is not exactly text, an int beyond 64 bits, a lone surrogate), and then the
+    # whole way below judges it as before.
+    if type(value) is dict and _plain_c is not None and _FLAT.issuperset(map(type, value.values())):
+        try:
+            return (_orjson_dumps or _load_orjson())(value).decode()
+        except TypeError:  # orjson.JSONEncodeError
+            pass
     if type(value) is dict and _plain_c is not None:
         # _plain_json(value) in this frame: its dict's loop, each item as it judges it
         # (a break where it answers False; the else where it answers True).
