@@ -435,7 +435,14 @@ _NEAR = 1.0 - 1e-9
 # a result of at most _SPARSE trigrams beyond that; when a window has none, _RETRY windows
 # of one size go by before one is built again. Its sums are shifted down (the texts gone
 # from the window dropped) once they hold _SHIFTED texts more than the window.
-_SLOTS = 64
+# _SLOTS is 0: no window is indexed, advance counts by its loop. By the clock the loop is
+# the faster inside a run (the bench's run, window 32, bench/ab.py: -3.1%, -3.6% and
+# -4.5% a transition without the index; advance 7.6 us a call against 8.5 with it, the
+# run ~1.5 us a call faster): the index, chosen in round 21 by instruction counts, reads
+# and writes a dict of wide sums a trigram and rebuilds it every _SHIFTED texts. A
+# window the index takes gives the same counts by either (tests/test_similarity_fast24d.py);
+# a patched _SLOTS turns it on.
+_SLOTS = 0
 _SPARSE = 12
 _RETRY = 32
 _SHIFTED = 64

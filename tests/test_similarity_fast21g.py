@@ -13,8 +13,10 @@ to each text's own."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_similarity_fast19g import _result, _set_best
@@ -22,6 +24,14 @@ from test_similarity_fast21a import _TEXT, _invariant, _window
 
 import statemachine._similarity as similarity
 from statemachine._similarity import GramMasks, lexical_similarity
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _indexed_windows() -> Iterator[None]:
+    """The index on (``_SLOTS`` is 0 since round 24: advance counts by its loop), so that
+    these tests check the index's code, kept for windows a patched ``_SLOTS`` takes."""
+    with mock.patch.object(similarity, "_SLOTS", 64):
+        yield
 
 
 def _lazy(masks: GramMasks, window: tuple[str, ...]) -> bool:
