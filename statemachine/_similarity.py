@@ -410,9 +410,6 @@ _FLOOR = 4096
 # What a window holds of its texts: the texts, their masks, their sizes (as floats) and
 # their scales (1 / sqrt(size)), each in the texts' order.
 _Window = tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...], tuple[float, ...]]
-# The same, its masks None while the window's index (_Shared) moves on with it: made
-# again (_scaled) when they are read.
-_Latest = tuple[tuple[str, ...], tuple[int, ...] | None, tuple[float, ...], tuple[float, ...]]
 
 # tuple.count and int.bit_count, read once (not through their types at each call).
 _COUNT: Callable[[tuple[float, ...], float], int] = tuple.count
@@ -429,26 +426,6 @@ _NOTHING: tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]] = ((), ()
 
 # A pair's rank within this factor of the highest is a candidate (see _highest).
 _NEAR = 1.0 - 1e-9
-
-# The shared counts' index (_Shared) of a window of one size: kept for windows of at most
-# _SLOTS texts each of at most _SPARSE trigrams beyond what all of them hold, and used for
-# a result of at most _SPARSE trigrams beyond that; when a window has none, _RETRY windows
-# of one size go by before one is built again. Its sums are shifted down (the texts gone
-# from the window dropped) once they hold _SHIFTED texts more than the window.
-# _SLOTS is 0: no window is indexed, advance counts by its loop. By the clock the loop is
-# the faster inside a run (the bench's run, window 32, bench/ab.py: -3.1%, -3.6% and
-# -4.5% a transition without the index; advance 7.6 us a call against 8.5 with it, the
-# run ~1.5 us a call faster): the index, chosen in round 21 by instruction counts, reads
-# and writes a dict of wide sums a trigram and rebuilds it every _SHIFTED texts. A
-# window the index takes gives the same counts by either (tests/test_similarity_fast24d.py);
-# a patched _SLOTS turns it on.
-_SLOTS = 0
-_SPARSE = 12
-_RETRY = 32
-_SHIFTED = 64
-
-# Above every bit a mask holds (advance's limit when a result brings no new trigram).
-_NO_BIT = 1 << 62
 
 # The pieces of a text of one word (JSON, an id), for GramMasks._pieced: the text is cut
 # into chunks before each ',' and ':' (a chunk: one character, then up to the next cut
@@ -472,12 +449,10 @@ class GramMasks:
         "_base",
         "_bits",
         "_firsts",
-        "_index",
         "_lasts",
         "_latest",
         "_pairs",
         "_parts",
-        "_retry",
         "_seen",
         "_shape",
         "_tails",
@@ -514,17 +489,10 @@ class GramMasks:
         self._shape: tuple[str, int, str, int] | None = None
         # The latest evidence window compared, and its texts' masks, sizes and scales
         # (1 / sqrt(size)), in order. (Sizes as floats, and the scales: see _highest.)
-        # Its masks are None while the window's index moves on with it (see advance):
-        # read through _window, which makes them again.
-        self._latest: _Latest | None = None
+        self._latest: _Window | None = None
         # How many trigrams the vocabulary held when the window's masks were last made
         # from nothing (the window's own trigrams, after a start): 0 until then.
         self._base = 0
-        # The shared counts' index of the latest window advance compared (see _Shared),
-        # or None; and how many windows of one size go by without one before the next is
-        # built.
-        self._index: _Shared | None = None
-        self._retry = 0
 
     def start(self, window: int) -> None:
         """Before a comparison: start again if the cache has grown past its bounds.
@@ -552,7 +520,6 @@ class GramMasks:
             self._shape = None
             self.masks = {}
             self._latest = None
-            self._index = None
             self._base = 0
         elif len(self.masks) > max(_MASKS_KEPT, 4 * window):
             self.masks = {}  # the vocabulary stays: only the texts' masks are made again
@@ -575,15 +542,8 @@ class GramMasks:
 
     @property
     def _window(self) -> _Window | None:
-        """The latest evidence window compared, its texts' masks (made again when they
-        were not kept), sizes and scales."""
-        latest = self._latest
-        if latest is None:
-            return None
-        window, masks, sizes, scales = latest
-        if masks is None:
-            masks, sizes, scales = self._scaled(window)
-        return window, masks, sizes, scales
+        """The latest evidence window compared, its texts' masks, sizes and scales."""
+        return self._latest
 
     def _signed(self, window: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """The masks and sizes (as floats) of ``window``'s texts, kept for the window last
@@ -597,7 +557,7 @@ class GramMasks:
         """The masks, sizes (as floats) and scales (``1 / sqrt(size)``) of ``window``'s
         texts, kept for the window last compared."""
         kept = self._latest
-        if kept is not None and kept[0] is window and kept[1] is not None:
+        if kept is not None and kept[0] is window:
             return kept[1], kept[2], kept[3]
         found = list(map(self.masks.get, window))
         # Every text's mask is cached as a rule (a window made again, of texts compared
@@ -644,10 +604,7 @@ class GramMasks:
         full = len(window) == size
         after = (window[1:] if full else window) + (kept,)
         latest = self._latest
-        masks: tuple[int, ...] | None
         if latest is not None and latest[0] is window:  # _scaled's look, without its frame
-            # (Masks None: not kept while the window's index moved on with it, made again
-            # below where they are read.)
             masks, sizes, scales = latest[1], latest[2], latest[3]
         else:
             masks, sizes, scales = self._scaled(window) if window else _NOTHING
@@ -655,11 +612,10 @@ class GramMasks:
         # next bit (len(bits), in every maker), and the window's masks were all made
         # before the result's (above, or at an earlier call: a vocabulary started again
         # drops every mask): so none holds a bit from `made` up, and the result's mask
-        # without those bits (probe, made where the window's masks are ANDed with it, not
-        # by the index) shares with each exactly what the whole mask shares. It is as wide
-        # as the result's highest older trigram, where the whole mask is as wide as the
-        # vocabulary (a new number's trigram at its top): each AND reads fewer digits. The
-        # whole mask is kept.
+        # without those bits (probe) shares with each exactly what the whole mask shares.
+        # It is as wide as the result's highest older trigram, where the whole mask is as
+        # wide as the vocabulary (a new number's trigram at its top): each AND reads fewer
+        # digits. The whole mask is kept.
         known = self.masks.get(result)
         made = 0  # (a result's mask kept: made before the window's)
         new = known is None
@@ -670,12 +626,11 @@ class GramMasks:
             known = self.masks[result] = (mine, mine.bit_count())
         mine, count = known
         best = 0.0
-        index = None
         alike = False  # a window of one size (and not empty)
         if window:
+            probe = mine & ((1 << made) - 1) if new and mine.bit_length() > made else mine
             first = sizes[0]
-            # (A window kept without masks is of one size: kept so only then, not counted.)
-            if masks is None or (first == sizes[-1] and _COUNT(sizes, first) == len(sizes)):
+            if first == sizes[-1] and _COUNT(sizes, first) == len(sizes):
                 alike = True
                 # Every text of the window of one size (a run's results alike but for a
                 # number; the first and last compared first, so that a window of several
@@ -685,93 +640,17 @@ class GramMasks:
                 # the float _highest answers (the highest of the formula over every pair,
                 # see there), without the ranks. (first * count: float(count) * the size,
                 # the int made the float it is exactly, a count being below 2**53.) The
-                # highest count by the window's index (_Shared) when it has one, else by
-                # a loop: the interpreter's own & and bit_count, cheaper than max over
-                # map(and_, ...) and map(bit_count, ...) (a call each a text).
-                index = self._index
-                if index is not None and (index.window is not window or index.size != size):
-                    index = None
-                if index is None and 0 < size <= _SLOTS:
-                    if self._retry:
-                        self._retry -= 1
-                    else:
-                        if masks is None:  # not kept while the index moved on: made again
-                            masks = self._scaled(window)[0]
-                        index = self._index = _indexed(window, masks, size)
-                        if index is None:
-                            self._retry = _RETRY
-                top = -1
-                if index is not None:
-                    # The shared counts by the index (see _Shared): what all the window's
-                    # texts hold, then the sums of the result's other trigrams (the result
-                    # put in the index as it goes, when it is the text the window keeps).
-                    self._index = None  # (not left half moved)
-                    common = index.common
-                    # The whole mask ANDed here (not the probe below): common holds only
-                    # bits below ``made``, so mine & common is probe & common.
-                    shared = mine & common
-                    rest = mine ^ shared  # mine & ~common
-                    # The result's trigrams new to the vocabulary (none when its mask was
-                    # kept): all beyond common, none in a sum yet; its others: ``held``.
-                    fresh = (mine >> made).bit_count() if new else 0
-                    if (
-                        shared == common
-                        and kept == result
-                        and (held := rest.bit_count() - fresh) <= _SPARSE
-                        and fresh <= _SPARSE
-                    ):
-                        top = shared.bit_count()
-                        spread = index.spread
-                        get = spread.get
-                        start = index.next - index.base
-                        unit = 1 << (start << 3)
-                        total = 0
-                        # Highest first: the new trigrams (above ``made``: in no sum), then
-                        # the others. (``limit``: none new when the mask was kept.)
-                        limit = made if new else _NO_BIT
-                        while rest:
-                            bit = rest.bit_length()
-                            if bit > limit:
-                                spread[bit] = unit
-                            else:
-                                found = get(bit)
-                                if found is None:
-                                    spread[bit] = unit
-                                else:
-                                    total += found
-                                    spread[bit] = found + unit
-                            rest ^= 1 << (bit - 1)
-                        if total:
-                            # The window's bytes (its first text's first), the highest
-                            # found from ``held`` (no byte is more) down.
-                            oldest = (start - len(window)) << 3
-                            counts = (total >> oldest).to_bytes(size, "little")
-                            while held not in counts:
-                                held -= 1
-                            top += held
-                        # _entered(index, after), its test in this frame.
-                        index.window = after
-                        index.next += 1
-                        if start + 1 - len(after) >= _SHIFTED:
-                            _shifted(index, start + 1 - len(after))
-                        self._index = index
-                if top < 0:
-                    if masks is None:  # not kept while the index moved on: made again
-                        masks = self._scaled(window)[0]
-                    top = 0
-                    probe = mine & ((1 << made) - 1) if new and mine.bit_length() > made else mine
-                    for theirs in masks:
-                        shared = (probe & theirs).bit_count()
-                        if shared > top:
-                            top = shared
-                    if index is not None:
-                        # The window moves on, its index with it (below).
-                        self._index = index
+                # highest count by a loop: the interpreter's own & and bit_count, cheaper
+                # than max over map(and_, ...) and map(bit_count, ...) (a call each a text).
+                top = 0
+                for theirs in masks:
+                    shared = (probe & theirs).bit_count()
+                    if shared > top:
+                        top = shared
                 if top:
                     best = top / math.sqrt(first * count)
             else:
                 # _highest(probe, count, masks, sizes, scales), without its frame (see there).
-                probe = mine & ((1 << made) - 1) if new and mine.bit_length() > made else mine
                 ranks = list(map(mul, scales, map(_BIT_COUNT, map(and_, repeat(probe), masks))))
                 order = sorted(ranks)
                 top = order[-1]
@@ -784,31 +663,14 @@ class GramMasks:
                         best = _nearest(probe, count, masks, sizes, ranks, order, at, best)
         if kept != result:  # a result longer than the evidence keeps of it
             mine, count = self.mask(kept)
-        if index is not None and self._index is index and index.window is window:
-            # Not moved with the comparison: the text kept put in the index here.
-            self._index = None
-            self._index = _moved(index, after, mine)
-            if self._index is None:
-                self._retry = _RETRY
         if full:
             if alike and count == sizes[0]:
                 # A full window of one size and a text of that size kept: its sizes and
                 # scales are the window's (each the same value: the size's float, and
-                # 1.0 / math.sqrt of it), only the masks move on; and not even they while
-                # the window's index moves on with it (the next comparison counts by the
-                # index): None, made again when read (_scaled, _window).
-                if (index := self._index) is not None and index.window is after:
-                    self._latest = (after, None, sizes, scales)
-                    return best, after
-                if masks is None:
-                    masks = self._scaled(window)[0]
+                # 1.0 / math.sqrt of it), only the masks move on.
                 self._latest = (after, masks[1:] + (mine,), sizes, scales)  # noqa: RUF005
                 return best, after
-            if masks is None:
-                masks = self._scaled(window)[0]
             masks, sizes, scales = masks[1:], sizes[1:], scales[1:]
-        elif masks is None:
-            masks = self._scaled(window)[0]
         self._latest = (
             after,
             masks + (mine,),  # noqa: RUF005
@@ -1007,7 +869,7 @@ class GramMasks:
         ):
             self.start(size)
         latest = self._latest
-        if latest is not None and latest[0] is window and latest[1] is not None:
+        if latest is not None and latest[0] is window:
             masks, sizes, scales = latest[1], latest[2], latest[3]
         else:
             masks, sizes, scales = self._scaled(window)
@@ -1164,103 +1026,6 @@ class GramMasks:
             tails[folded[tail:]] = since
         # Nothing: a text of fewer than three characters (a longer one has a trigram).
         return mask | fresh or self._made(folded)
-
-
-@final
-class _Shared:
-    """The shared counts' index of a window of texts of one size.
-
-    ``common``: trigrams every text of ``window`` holds. The texts are numbered as they
-    enter the window (from ``base``; the next to enter is ``next``), and each text's other
-    trigrams (at most _SPARSE) are keys of ``spread`` (the bit's ``bit_length``), whose
-    value sums ``1 << 8 * (number - base)`` over the texts that hold the trigram (texts
-    gone from the window included, until the sums are shifted down). A result's shared
-    count with the text numbered ``n`` is ``|probe & common|`` plus byte ``n - base`` of
-    the sum of ``spread`` over the result's trigrams beyond ``common`` (at most _SPARSE,
-    so no byte carries into the next), and the highest shared count is that plus the
-    highest of the window's bytes: the highest of its texts' counts, each exact.
-    """
-
-    __slots__ = ("base", "common", "next", "size", "spread", "window")
-
-    def __init__(
-        self, window: tuple[str, ...], common: int, spread: dict[int, int], size: int
-    ) -> None:
-        self.window = window
-        self.common = common
-        self.spread = spread
-        self.base = 0
-        self.next = len(window)
-        self.size = size
-
-
-def _indexed(window: tuple[str, ...], masks: tuple[int, ...], size: int) -> _Shared | None:
-    """The _Shared of ``window`` (``masks``: its texts', at most ``size``), or None when
-    a text holds more than _SPARSE trigrams beyond what all of them hold."""
-    common = masks[0]
-    for theirs in masks:
-        common &= theirs
-    spread: dict[int, int] = {}
-    unit = 1
-    for theirs in masks:
-        own = theirs & ~common
-        if own.bit_count() > _SPARSE:
-            return None
-        while own:
-            bit = own.bit_length()
-            spread[bit] = spread.get(bit, 0) + unit
-            own ^= 1 << (bit - 1)
-        unit <<= 8
-    return _Shared(window, common, spread, size)
-
-
-def _moved(index: _Shared, after: tuple[str, ...], mine: int) -> _Shared | None:
-    """``index`` with the text of mask ``mine`` entered (``after``: the window then), or
-    None when that text, or what all the window's texts then hold no more, is more than
-    _SPARSE trigrams."""
-    common, spread = index.common, index.spread
-    unit = 1 << ((index.next - index.base) << 3)
-    moved = common & ~mine
-    if moved:
-        # Trigrams the others all hold and this one not: now each of the others' own.
-        if moved.bit_count() > _SPARSE:
-            return None
-        common ^= moved
-        index.common = common
-        # Every text still in the window (the oldest goes: ``after`` holds the new one).
-        held = len(after) - 1
-        every = ((1 << (held << 3)) - 1) // 255 * (unit >> (held << 3))
-        while moved:
-            bit = moved.bit_length()
-            spread[bit] = every  # (a trigram all held is in no sum)
-            moved ^= 1 << (bit - 1)
-    own = mine & ~common
-    if own.bit_count() > _SPARSE:
-        return None
-    while own:
-        bit = own.bit_length()
-        spread[bit] = spread.get(bit, 0) + unit
-        own ^= 1 << (bit - 1)
-    return _entered(index, after)
-
-
-def _entered(index: _Shared, after: tuple[str, ...]) -> _Shared:
-    """``index`` once the text last in ``after`` is in its sums: numbered, and the sums
-    shifted down when they hold _SHIFTED texts more than the window."""
-    index.window = after
-    number = index.next = index.next + 1
-    gone = number - len(after) - index.base
-    if gone >= _SHIFTED:
-        _shifted(index, gone)
-    return index
-
-
-def _shifted(index: _Shared, gone: int) -> None:
-    """``index``'s sums without the bytes of its first ``gone`` texts (gone from the
-    window), numbered from the first still in it."""
-    index.base += gone
-    shift = gone << 3
-    index.spread = {bit: kept for bit, found in index.spread.items() if (kept := found >> shift)}
 
 
 def _highest(

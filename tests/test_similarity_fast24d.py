@@ -1,12 +1,10 @@
-"""The convergence check counts by its loop, no window indexed (round 24 of issue 23).
+"""The convergence check counts by its loop (round 24 of issue 23).
 
-``_SLOTS`` is 0: ``GramMasks.advance`` builds no shared counts' index (``_Shared``) for a
-window of one size and counts each text's shared trigrams by its loop, which by the clock
-is the faster inside a run. Checked against the plain computation (the set formula's
-float, :func:`lexical_similarity`'s) and against the index, patched back on: the same
-best, the same window after, the same masks; and through ``LoopGovernor.after_action``
-against a governor whose similarity is a plain function (the general path): the same
-gain, evidence, streak and settled record.
+``GramMasks.advance`` counts each text's shared trigrams by its loop (the shared counts'
+index, ``_Shared``, was turned off by the clock in round 24 and then deleted). Checked
+against the plain computation (the set formula's float, :func:`lexical_similarity`'s);
+and through ``LoopGovernor.after_action`` against a governor whose similarity is a plain
+function (the general path): the same gain, evidence, streak and settled record.
 """
 
 # pyright: reportPrivateUsage=false
@@ -14,13 +12,11 @@ gain, evidence, streak and settled record.
 from __future__ import annotations
 
 import json
-from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-import statemachine._similarity as similarity
 from statemachine import LoopGovernor, LoopState, read_tool
 from statemachine._similarity import GramMasks, lexical_similarity
 
@@ -59,74 +55,28 @@ _TEXT = st.one_of(
 )
 
 
-def _run(
-    results: list[str], size: int, *, cut: int = 0
-) -> list[tuple[float, tuple[str, ...], tuple[int, int]]]:
-    """Each advance of ``results`` through one ``GramMasks`` (window ``size``; the text
-    kept: the result's first ``cut`` characters when ``cut``), with the kept text's mask."""
-    masks, window = GramMasks(), tuple[str, ...]()
-    out: list[tuple[float, tuple[str, ...], tuple[int, int]]] = []
-    for result in results:
-        kept = result[:cut] if cut else result
-        best, window = masks.advance(window, result, kept, size)
-        out.append((best, window, masks.mask(kept)))
-    return out
-
-
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_TEXT, min_size=1, max_size=80), st.integers(1, 40), st.integers(0, 30))
-def test_each_best_is_the_plain_formula_and_no_window_is_indexed(
-    results: list[str], size: int, cut: int
-) -> None:
+def test_each_best_is_the_plain_formula(results: list[str], size: int, cut: int) -> None:
     """Any results, any window: each best is the plain formula's float, each window the
-    last ``size`` texts kept, and no index is ever made."""
+    last ``size`` texts kept."""
     masks, window = GramMasks(), tuple[str, ...]()
     for result in results:
         kept = result[:cut] if cut else result
         best, after = masks.advance(window, result, kept, size)
         assert best == _plain_best(window[-size:], result)
         assert after == (*window, kept)[-size:]
-        assert masks._index is None
         window = after
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.one_of(st.builds(_result, st.integers(100, 999)), _TEXT), max_size=90),
-    st.integers(1, 40),
-    st.integers(0, 3),
-)
-def test_the_loop_counts_as_the_index_did(results: list[str], size: int, retry: int) -> None:
-    """The index patched back on (any retry) gives every best, window and mask the loop
-    gives."""
-    looped = _run(results, size)
-    with (
-        mock.patch.object(similarity, "_SLOTS", 64),
-        mock.patch.object(similarity, "_RETRY", retry),
-    ):
-        indexed = _run(results, size)
-    assert looped == indexed
-
-
 def test_the_bench_run_is_counted_by_the_loop() -> None:
-    """The bench's run (its results, the default window): no index, every best the plain
-    formula's; with the index patched on, the index takes the run and agrees."""
+    """The bench's run (its results, the default window): every best the plain formula's."""
     results = [_result(key) for key in range(300)]
     masks, window = GramMasks(), tuple[str, ...]()
     for result in results:
         best, after = masks.advance(window, result, result, 32)
-        assert masks._index is None
         assert best == _plain_best(window, result)
         window = after
-    with mock.patch.object(similarity, "_SLOTS", 64):
-        masks, window = GramMasks(), tuple[str, ...]()
-        used = 0
-        for result in results:
-            best, after = masks.advance(window, result, result, 32)
-            used += masks._index is not None
-            assert best == _plain_best(window, result)
-            window = after
-        assert used > 200
 
 
 class _Query(BaseModel):
