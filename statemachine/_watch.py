@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import operator
 import sys
+import textwrap
 import types
 import warnings
 from collections.abc import Callable, Sequence
@@ -941,6 +942,44 @@ _CHECK_NAMES: dict[str, Any] = {
 }
 
 
+# The usual reply first (_pair_code), for a class that holds a call (True: the reply
+# last, its one call the one held) or not (False: the reply, then one tool message
+# answering its one call); ``general``: the loop that reads any other reply, indented
+# as the ``else`` branch.
+_USUAL_REPLY = {
+    True: """\
+    if (
+        not pending
+        and last
+        and type(asking := last[-1]) is Message
+        and asking.role is "assistant"
+        and type(asked := asking.tool_calls) is tuple
+        and len(asked) == 1
+    ):
+        mine, theirs = phase.call_id, asked[0].id
+        if not (mine is theirs or mine == theirs):
+            return None
+    else:
+{general}""",
+    False: """\
+    if (
+        not pending
+        and len(last) > 1
+        and type(told := last[-1]) is Message
+        and told.role is "tool"
+        and type(asking := last[-2]) is Message
+        and asking.role is "assistant"
+        and type(asked := asking.tool_calls) is tuple
+        and len(asked) == 1
+    ):
+        mine, theirs = told.tool_call_id, asked[0].id
+        if not (mine is theirs or mine == theirs):
+            return None
+    else:
+{general}""",
+}
+
+
 @functools.cache
 def _pair_code(
     call_id: bool,
@@ -978,7 +1017,17 @@ def _pair_code(
     it would alone (tests/test_watch_fast18.py). Its answers are compared in place in
     the transcript's last messages, without a slice of them; each message of the
     transcript's end is read once in the loop finding the reply (the same reads as
-    ``_quick``'s)."""
+    ``_quick``'s).
+
+    The usual reply of a run is read first without that loop (``_USUAL_REPLY``): no
+    pending calls, the tail ending with the reply itself (a class that holds a call) or
+    with the reply then one tool message (one that does not), each exactly a ``Message``
+    whose role is the very ``str`` the library's literal is (``"assistant"``, ``"tool"``:
+    interned, compared by identity, so no ``__eq__`` runs), its ``tool_calls`` exactly a
+    tuple of one call. The loop would find that same reply and compare that same call's
+    id with the same id (the held call's, or the tool message's) as its only code-running
+    reads, in the same order: the same verdict (tests/test_watch_fast24e.py). Anything
+    else takes the loop, as before."""
     counted = _counters_body(call_id, attempt)
     at = len(attrs.fields(Runtime)) + len(attrs.fields(Agent)) + len(keys)
     guard = _not_raw(at, raw == 2) if raw else ""
@@ -997,43 +1046,7 @@ def _pair_code(
     )
     held_by = "phase" if holds else "None"
     made = _counters_made(call_id, attempt)
-    source = f"""\
-def fast(watch, before, phase):
-    try:
-        link = phase._ticket
-        holder = link.holder
-        origin = before._ticket
-    except AttributeError:
-        return None
-    if not (
-        holder is not None
-        and type(link) is _Ticket
-        and holder() is phase
-        and link is not origin
-        and link.via is _VIA_TRANSITION
-        and link.parent is origin
-    ):
-        return None
-    was = watch._counters
-{counted}    rt = watch._rt
-    agent = watch._agent
-    try:
-{terms}    except KeyError:
-        return None
-{write}    pending = {pending}
-    kept = watch._pending
-    transcript = phase.transcript
-    if not (
-        type(pending) is tuple
-        and (
-            not (pending or kept)
-            or pending is kept
-            or _order_problem(before, phase, pending, kept) is None
-        )
-        and type(transcript) is Transcript
-        and type(last := transcript._tail) is tuple
-    ):
-        return None
+    general = f"""\
     end = start = len(last)
     while start:
         asking = last[start - 1]
@@ -1077,7 +1090,46 @@ def fast(watch, before, phase):
         asking, asked, answered = found
         if asking is not None and not _all_accounted(asked, answered, {held_by}, pending):
             return None
-    phase._ticket.parent = None
+"""
+    reply = _USUAL_REPLY[holds].format(general=textwrap.indent(general, "    "))
+    source = f"""\
+def fast(watch, before, phase):
+    try:
+        link = phase._ticket
+        holder = link.holder
+        origin = before._ticket
+    except AttributeError:
+        return None
+    if not (
+        holder is not None
+        and type(link) is _Ticket
+        and holder() is phase
+        and link is not origin
+        and link.via is _VIA_TRANSITION
+        and link.parent is origin
+    ):
+        return None
+    was = watch._counters
+{counted}    rt = watch._rt
+    agent = watch._agent
+    try:
+{terms}    except KeyError:
+        return None
+{write}    pending = {pending}
+    kept = watch._pending
+    transcript = phase.transcript
+    if not (
+        type(pending) is tuple
+        and (
+            not (pending or kept)
+            or pending is kept
+            or _order_problem(before, phase, pending, kept) is None
+        )
+        and type(transcript) is Transcript
+        and type(last := transcript._tail) is tuple
+    ):
+        return None
+{reply}    phase._ticket.parent = None
     watch._counters = {made}
     watch._pending = pending
     return True
