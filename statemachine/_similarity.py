@@ -20,12 +20,10 @@ import os
 import re
 import threading
 import warnings
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from itertools import chain, compress, filterfalse, repeat
-from operator import and_, ge, mul, truediv
+from itertools import chain, filterfalse
 from typing import Any, Protocol, TypeVar, final, runtime_checkable
 
 from ._errors import ConfigError
@@ -407,9 +405,9 @@ _TRIGRAMS_KEPT = 1 << 14
 _GROWTH = 3
 _FLOOR = 4096
 
-# What a window holds of its texts: the texts, their masks, their sizes (as floats) and
-# their scales (1 / sqrt(size)), each in the texts' order.
-_Window = tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...], tuple[float, ...]]
+# What a window holds of its texts: the texts, their masks and their sizes (as floats),
+# each in the texts' order.
+_Window = tuple[tuple[str, ...], tuple[int, ...], tuple[float, ...]]
 
 # tuple.count and int.bit_count, read once (not through their types at each call).
 _COUNT: Callable[[tuple[float, ...], float], int] = tuple.count
@@ -421,11 +419,8 @@ _BIT_COUNT = int.bit_count
 _SIZED = 2048
 _SIZES = tuple(map(float, range(_SIZED)))
 
-# What advance reads of an empty window: no masks, sizes nor scales.
-_NOTHING: tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]] = ((), (), ())
-
-# A pair's rank within this factor of the highest is a candidate (see _highest).
-_NEAR = 1.0 - 1e-9
+# What advance reads of an empty window: no masks nor sizes.
+_NOTHING: tuple[tuple[int, ...], tuple[float, ...]] = ((), ())
 
 # The pieces of a text of one word (JSON, an id), for GramMasks._pieced: the text is cut
 # into chunks before each ',' and ':' (a chunk: one character, then up to the next cut
@@ -487,8 +482,8 @@ class GramMasks:
         # its pieces before it, its end (a key of _tails) and the end's mask (see
         # _pieced), or None (started again with the vocabulary).
         self._shape: tuple[str, int, str, int] | None = None
-        # The latest evidence window compared, and its texts' masks, sizes and scales
-        # (1 / sqrt(size)), in order. (Sizes as floats, and the scales: see _highest.)
+        # The latest evidence window compared, and its texts' masks and sizes, in order.
+        # (Sizes as floats: see _highest.)
         self._latest: _Window | None = None
         # How many trigrams the vocabulary held when the window's masks were last made
         # from nothing (the window's own trigrams, after a start): 0 until then.
@@ -542,23 +537,15 @@ class GramMasks:
 
     @property
     def _window(self) -> _Window | None:
-        """The latest evidence window compared, its texts' masks, sizes and scales."""
+        """The latest evidence window compared, its texts' masks and sizes."""
         return self._latest
 
     def _signed(self, window: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """The masks and sizes (as floats) of ``window``'s texts, kept for the window last
         compared."""
-        masks, sizes, _ = self._scaled(window)
-        return masks, sizes
-
-    def _scaled(
-        self, window: tuple[str, ...]
-    ) -> tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]]:
-        """The masks, sizes (as floats) and scales (``1 / sqrt(size)``) of ``window``'s
-        texts, kept for the window last compared."""
         kept = self._latest
         if kept is not None and kept[0] is window:
-            return kept[1], kept[2], kept[3]
+            return kept[1], kept[2]
         found = list(map(self.masks.get, window))
         # Every text's mask is cached as a rule (a window made again, of texts compared
         # before): then found is the masks as they are. zip without its keyword (with one
@@ -577,11 +564,10 @@ class GramMasks:
             if max(counts, default=0) < _SIZED
             else tuple(map(float, counts))
         )
-        scales = tuple(map(truediv, repeat(1.0), map(math.sqrt, sizes)))
-        self._latest = (window, masks, sizes, scales)
+        self._latest = (window, masks, sizes)
         if not self._base:  # the first window since a start: what the vocabulary follows
             self._base = len(self._bits)
-        return masks, sizes, scales
+        return masks, sizes
 
     def advance(
         self, evidence: tuple[str, ...], result: str, kept: str, size: int
@@ -604,10 +590,10 @@ class GramMasks:
         full = len(window) == size
         after = (window[1:] if full else window) + (kept,)
         latest = self._latest
-        if latest is not None and latest[0] is window:  # _scaled's look, without its frame
-            masks, sizes, scales = latest[1], latest[2], latest[3]
+        if latest is not None and latest[0] is window:  # _signed's look, without its frame
+            masks, sizes = latest[1], latest[2]
         else:
-            masks, sizes, scales = self._scaled(window) if window else _NOTHING
+            masks, sizes = self._signed(window) if window else _NOTHING
         # self.mask(result), without its frame. A trigram new to the vocabulary gets the
         # next bit (len(bits), in every maker), and the window's masks were all made
         # before the result's (above, or at an earlier call: a vocabulary started again
@@ -638,10 +624,10 @@ class GramMasks:
                 # count divided by one float, and a division rounded to nearest keeps the
                 # order of the counts, so the highest is the formula for the most shared,
                 # the float _highest answers (the highest of the formula over every pair,
-                # see there), without the ranks. (first * count: float(count) * the size,
-                # the int made the float it is exactly, a count being below 2**53.) The
-                # highest count by a loop: the interpreter's own & and bit_count, cheaper
-                # than max over map(and_, ...) and map(bit_count, ...) (a call each a text).
+                # see there), without a root and a division a text. (first * count:
+                # float(count) * the size, the int made the float it is exactly, a count
+                # being below 2**53.) The highest count by a loop: the interpreter's own &
+                # and bit_count (max over two maps measured no faster by the clock).
                 top = 0
                 for theirs in masks:
                     shared = (probe & theirs).bit_count()
@@ -651,12 +637,7 @@ class GramMasks:
                     best = top / math.sqrt(first * count)
             else:
                 # A window of several sizes (a run's results as their keys grow a digit):
-                # the formula worked out for each pair that shares a trigram, the highest
-                # kept (0.0: nothing shared), a plain loop, by the clock cheaper here than
-                # _highest's ranks, their sort and _nearest (the same float: the highest
-                # of the same floats). (seen * count: the float's own product with the int
-                # made the float float(count) is (a count is below 2**53), the same one
-                # rounding as lexical_similarity's.)
+                # _highest(probe, count, masks, sizes), without its frame (see there).
                 root = math.sqrt
                 for theirs, seen in zip(masks, sizes):  # noqa: B905
                     shared = (probe & theirs).bit_count()
@@ -668,17 +649,16 @@ class GramMasks:
             mine, count = self.mask(kept)
         if full:
             if alike and count == sizes[0]:
-                # A full window of one size and a text of that size kept: its sizes and
-                # scales are the window's (each the same value: the size's float, and
-                # 1.0 / math.sqrt of it), only the masks move on.
-                self._latest = (after, masks[1:] + (mine,), sizes, scales)  # noqa: RUF005
+                # A full window of one size and a text of that size kept: its sizes are
+                # the window's (each the same value: the size's float), only the masks
+                # move on.
+                self._latest = (after, masks[1:] + (mine,), sizes)  # noqa: RUF005
                 return best, after
-            masks, sizes, scales = masks[1:], sizes[1:], scales[1:]
+            masks, sizes = masks[1:], sizes[1:]
         self._latest = (
             after,
             masks + (mine,),  # noqa: RUF005
             sizes + (_SIZES[count] if count < _SIZED else float(count),),  # noqa: RUF005
-            scales + (1.0 / math.sqrt(count),),  # noqa: RUF005
         )
         return best, after
 
@@ -873,9 +853,9 @@ class GramMasks:
             self.start(size)
         latest = self._latest
         if latest is not None and latest[0] is window:
-            masks, sizes, scales = latest[1], latest[2], latest[3]
+            masks, sizes = latest[1], latest[2]
         else:
-            masks, sizes, scales = self._scaled(window)
+            masks, sizes = self._signed(window)
         # self.mask(text), without its frame.
         known = self.masks.get(text)
         if known is None:
@@ -883,23 +863,22 @@ class GramMasks:
             mine = self._pieced(words) if len(words) < 2 else self._joined(words)
             known = self.masks[text] = (mine, mine.bit_count())
         mine, count = known
-        # _highest(mine, count, masks, sizes, scales), without its frame (see there).
-        ranks = list(map(mul, scales, map(int.bit_count, map(and_, repeat(mine), masks))))
-        order = sorted(ranks)
-        top = order[-1]
-        if not top:
-            return 0.0
-        at = ranks.index(top)
-        best = (mine & masks[at]).bit_count() / math.sqrt(float(count) * sizes[at])
-        if len(order) > 1 and order[-2] >= top * _NEAR:
-            return _nearest(mine, count, masks, sizes, ranks, order, at, best)
+        # _highest(mine, count, masks, sizes), without its frame (see there).
+        best = 0.0
+        root = math.sqrt
+        for theirs, seen in zip(masks, sizes):  # noqa: B905
+            shared = (mine & theirs).bit_count()
+            if shared:
+                value = shared / root(seen * count)
+                if value > best:
+                    best = value
         return best
 
     def best(self, text: str, window: tuple[str, ...]) -> float:
         """The highest lexical similarity of ``text`` to a text of ``window`` (not empty)."""
-        masks, sizes, scales = self._scaled(window)
+        masks, sizes = self._signed(window)
         mine, size = self.mask(text)
-        return _highest(mine, size, masks, sizes, scales)
+        return _highest(mine, size, masks, sizes)
 
     def _pieced(self, words: list[str]) -> int:
         """The mask of the text of ``words`` (one word, or none: the text's folded words).
@@ -1031,85 +1010,27 @@ class GramMasks:
         return mask | fresh or self._made(folded)
 
 
-def _highest(
-    mine: int,
-    count: int,
-    masks: tuple[int, ...],
-    sizes: tuple[float, ...],
-    scales: tuple[float, ...],
-) -> float:
+def _highest(mine: int, count: int, masks: tuple[int, ...], sizes: tuple[float, ...]) -> float:
     """The highest ``|A & B| / sqrt(|A| |B|)`` of the text of mask ``mine`` (``count``
-    trigrams) and the texts of ``masks`` (not empty; sizes and scales in the same order),
-    the float of that formula exactly as :func:`lexical_similarity` computes it.
+    trigrams) and the texts of ``masks`` (sizes in the same order), the float of that
+    formula exactly as :func:`lexical_similarity` computes it; 0.0 when nothing is shared
+    (or ``masks`` is empty).
 
     |A| |B| as the product of two floats: each size is an int a float holds exactly, and
     the product is a*b rounded once to the nearest float, as math.sqrt's own conversion
-    of the int a*b rounds it (a text has a trigram: no size is 0).
-
-    The formula takes three float steps a pair (a product, a root, a division). Instead
-    each pair is ranked by one, ``r = |A & B| * (1 / sqrt(|B|))`` (the scale kept with
-    each text as it enters the window), and the formula is worked out only for the pairs
-    ranked within ``_NEAR`` of the highest rank (nearly always the one pair). That gives
-    the same float: with u = 2**-53 and each step rounded to nearest, the formula's
-    float is v = s / sqrt(a b) (1 + e) with |e| < 3u, and the rank is r = s / sqrt(b)
-    (1 + f) with |f| < 4u (the counts are exact as floats), so r = sqrt(a) v (1 + g) with
-    |g| < 8u, sqrt(a) the same for every pair. For the pair k of the highest v and the
-    pair i of the highest rank, v_k >= v_i gives r_k >= r_i (1 + g_k) / (1 + g_i) >
-    r_i (1 - 17u), far above r_i * _NEAR (1e-9 below it): the pair of the highest v is
-    always among the candidates. No rank above 0: nothing shared, 0.0 (each v is 0.0).
-
-    The ranks are sorted (a sort of floats compares them in C without a call per pair,
-    cheaper than two ``max``): the highest and the next; the highest's pair is the first
-    of that rank (with two of it, the next equals the highest: every candidate is worked
-    out).
+    of the int a*b rounds it (a text has a trigram: no size is 0). The formula is worked
+    out for each pair that shares a trigram and the highest kept: a plain loop, by the
+    clock no dearer than ranking the pairs by one multiply each (a scale 1 / sqrt(|B|)
+    kept with each text), sorting the ranks and working the formula out for those ranked
+    near the highest (rounds 19-24 of issue 23), and the same float: the highest of the
+    same floats.
     """
-    ranks = list(map(mul, scales, map(int.bit_count, map(and_, repeat(mine), masks))))
-    order = sorted(ranks)
-    top = order[-1]
-    if not top:
-        return 0.0
-    at = ranks.index(top)
-    best = (mine & masks[at]).bit_count() / math.sqrt(float(count) * sizes[at])
-    if len(order) > 1 and order[-2] >= top * _NEAR:
-        return _nearest(mine, count, masks, sizes, ranks, order, at, best)
-    return best
-
-
-def _nearest(
-    mine: int,
-    count: int,
-    masks: tuple[int, ...],
-    sizes: tuple[float, ...],
-    ranks: list[float],
-    order: list[float],
-    at: int,
-    best: float,
-) -> float:
-    """The highest of ``best`` (the formula of :func:`_highest` for the pair ``at``, the
-    first of the highest rank) and the formula for each pair ranked within ``_NEAR`` of
-    it (``order``: the ranks sorted).
-
-    A pair ranked exactly as ``at`` and of the same size has its value: the scale is made
-    from the size alone (``1.0 / math.sqrt(size)``, the same float for the same size), so
-    the two shared counts, ints below 2**52, give the same rounded product only when they
-    are equal (two such products differ by a factor of at least 1 + 2**-52 before
-    rounding). A window of texts that share as much with the result as each other (a
-    run's repeated results, a number changed) is mostly such pairs: when every candidate
-    is one, ``best`` is the answer without working any of them out."""
-    top = ranks[at]
-    limit = top * _NEAR
-    ties = len(order) - bisect_left(order, top)
-    if ties == len(order) - bisect_left(order, limit):  # no candidate below the top
-        size = sizes[at]
-        place = at
-        for _ in range(ties - 1):
-            place = ranks.index(top, place + 1)
-            if sizes[place] != size:
-                break
-        else:
-            return best
-    for at in compress(range(len(ranks)), map(ge, ranks, repeat(limit))):
-        value = (mine & masks[at]).bit_count() / math.sqrt(float(count) * sizes[at])
-        if value > best:
-            best = value
+    best = 0.0
+    root = math.sqrt
+    for theirs, seen in zip(masks, sizes):  # noqa: B905
+        shared = (mine & theirs).bit_count()
+        if shared:
+            value = shared / root(seen * count)
+            if value > best:
+                best = value
     return best

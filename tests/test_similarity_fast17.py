@@ -90,7 +90,6 @@ def test_advance_is_the_set_computation(
         assert latest[0] is after
         sizes = [float(len(trigrams(text))) for text in after]
         assert latest[2] == tuple(sizes)
-        assert latest[3] == tuple(1.0 / math.sqrt(size) for size in sizes)
         assert latest[1] == tuple(masks.mask(text)[0] for text in after)
         window = after
 
@@ -209,7 +208,7 @@ def test_the_one_size_way_is_the_general_way(
         assert after == again
         if before is not None and before[0] is plain and len(set(before[2])) == 1:
             mine, count = fast.mask(result)
-            assert _highest(mine, count, before[1], before[2], before[3]) == best
+            assert _highest(mine, count, before[1], before[2]) == best
         window = after
 
 

@@ -5,14 +5,13 @@ bench's results, JSON with changed numbers, texts that repeat (a kept mask), win
 mixed sizes, several window sizes on one vocabulary, results longer than the evidence
 keeps, a text without what all the others hold, texts of many trigrams of their own, and
 a vocabulary started again. And the window a full window of one size moves on to when the
-text it keeps is of that size: the same sizes and scales (the same values), only the
+text it keeps is of that size: the same sizes (the same values), only the
 masks moved on."""
 
 # pyright: reportPrivateUsage=false
 
 from __future__ import annotations
 
-import math
 from unittest import mock
 
 from hypothesis import given, settings
@@ -25,7 +24,7 @@ from statemachine._similarity import GramMasks, lexical_similarity
 
 def _window(masks: GramMasks, window: tuple[str, ...]) -> None:
     """The window ``masks`` keeps is ``window`` with each text's own mask, size (its
-    float) and scale (1.0 / its size's root), in order; a window of one size holds one
+    float), in order; a window of one size holds one
     float object when its size is below _SIZED."""
     kept = masks._window
     assert kept is not None
@@ -33,7 +32,6 @@ def _window(masks: GramMasks, window: tuple[str, ...]) -> None:
     own = [masks.mask(text) for text in window]
     assert kept[1] == tuple(mask for mask, _ in own)
     assert kept[2] == tuple(float(count) for _, count in own)
-    assert kept[3] == tuple(1.0 / math.sqrt(count) for _, count in own)
     if len(set(kept[2])) == 1 and kept[2][0] < similarity._SIZED:
         assert len(set(map(id, kept[2]))) == 1
 

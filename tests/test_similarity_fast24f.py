@@ -1,11 +1,12 @@
-"""``GramMasks.advance`` works a window of several sizes out by a plain loop (round 24 of
+"""The convergence check works a window of several sizes out by a plain loop (round 24 of
 issue 23): the formula for each pair that shares a trigram, the highest kept, instead of
-``_highest``'s ranks, their sort and ``_nearest``. The same float: checked against
-``_highest`` (the ranks' way, which ``compared`` and ``best`` still take) on the window's
-own masks, sizes and scales, against the set formula and against
-:func:`lexical_similarity`, with windows of several sizes whose pairs tie or nearly tie
-(texts of a small alphabet, the bench's results as their keys grow a digit, a result
-alike but for its key, a result shorter than the evidence keeps of it)."""
+ranking the pairs by one multiply, sorting the ranks and working the formula out near the
+highest (``_nearest``): ``advance``'s general way, ``_highest`` (``best``) and
+``compared``. The same float: checked against ``_highest`` on the window's own masks and
+sizes, against the set formula and against :func:`lexical_similarity`, with windows of
+several sizes whose pairs tie or nearly tie (texts of a small alphabet, the bench's
+results as their keys grow a digit, a result alike but for its key, a result shorter than
+the evidence keeps of it), and ``compared`` and ``best`` on the same windows."""
 
 # pyright: reportPrivateUsage=false
 
@@ -54,9 +55,14 @@ def _run(results: list[str], size: int, cut: int = 0) -> int:
             assert before is not None
             assert before[0] == plain
             mine, count = masks.mask(result)
-            assert best == _highest(mine, count, before[1], before[2], before[3])
+            assert best == _highest(mine, count, before[1], before[2])
             mixed += len(set(before[2])) > 1
         assert after == (*plain, kept)[-size:]
+        if after:
+            other = GramMasks()
+            assert other.compared(result, after, size) == _set_best(after, result)
+            assert other.best(kept, after) == _set_best(after, kept)
+            assert masks.best(result, after) == _set_best(after, result)
         window = after
     return mixed
 
