@@ -450,6 +450,7 @@ class GramMasks:
         "_parts",
         "_seen",
         "_shape",
+        "_sides",
         "_tails",
         "_words",
         "masks",
@@ -482,6 +483,10 @@ class GramMasks:
         # its pieces before it, its end (a key of _tails) and the end's mask (see
         # _pieced), or None (started again with the vocabulary).
         self._shape: tuple[str, int, str, int] | None = None
+        # The starts and ends of the new pieces _pieced made after _shape's start (a
+        # piece but its last four characters, its last five) -> their trigrams' masks
+        # (started again with the vocabulary, or alone when past _TRIGRAMS_KEPT).
+        self._sides: dict[str, int] = {}
         # The latest evidence window compared, and its texts' masks and sizes, in order.
         # (Sizes as floats: see _highest.)
         self._latest: _Window | None = None
@@ -513,6 +518,7 @@ class GramMasks:
             self._seen = set()
             self._tails = {}
             self._shape = None
+            self._sides = {}
             self.masks = {}
             self._latest = None
             self._base = 0
@@ -901,7 +907,12 @@ class GramMasks:
         piece and was not found): a result alike but for its key ends as earlier ones did,
         and its end's pieces are not looked up one by one. The latest text whose end was
         so found is kept cut there (``_shape``): a text that starts and ends as it did
-        with one chunk between is not cut into chunks, only that chunk's piece looked up.
+        with one chunk between is not cut into chunks, only that chunk's piece looked up;
+        such a piece when new (seven characters or more) is its start but its last four
+        characters and its end of five, each looked up whole (``_sides``: a key's number
+        changes at its end, so the start recurs for ten keys and the end, from the
+        number's last two digits, every hundredth key), and the one trigram between: the
+        piece's trigrams, each once and in its order.
         """
         folded = words[0] if words else ""
         bits = self._bits
@@ -916,6 +927,14 @@ class GramMasks:
             # the start (each kept: the same masks, ORed in ``lead``), then that piece:
             # kept, the end's pieces one by one (kept, ORed in ``rear``) and nothing
             # kept; new, made as there and the end found whole (when _tails holds it).
+            # A new piece of seven characters or more is made of its start (``front``:
+            # all but its last four characters, trigrams 0 to n - 7 of its n - 2), the
+            # trigram n - 6 and its end (``back``: its last five characters, trigrams
+            # n - 5 to n - 3), the start and end looked up in _sides (a result's key or
+            # number changes at its end: its piece's start is the last ten keys', its end
+            # every hundredth key's) or made trigram by trigram and kept there: the piece's
+            # trigrams each once and in its order, so the bits given are the loop's (a
+            # start or end kept has every trigram's bit already).
             head, lead, ending, rear = shape
             if folded.startswith(head) and folded.endswith(ending):
                 at = len(head) - 2
@@ -927,13 +946,50 @@ class GramMasks:
                     if found is not None:
                         return lead | found | rear
                     if self._tails.get(ending) is not None:
-                        found = 0
-                        for at in range(len(piece) - 2):
-                            gram = piece[at : at + 3]
-                            bit = bits.get(gram)
-                            if bit is None:
-                                bit = bits[gram] = len(bits)
-                            found |= 1 << bit
+                        cut = len(piece) - 4
+                        if cut < 3:  # a piece of six characters or fewer: one by one
+                            found = 0
+                            for at in range(len(piece) - 2):
+                                gram = piece[at : at + 3]
+                                bit = bits.get(gram)
+                                if bit is None:
+                                    bit = bits[gram] = len(bits)
+                                found |= 1 << bit
+                            self._words[piece] = found
+                            return lead | rear | found
+                        sides = self._sides
+                        front = piece[:cut]
+                        found = sides.get(front)
+                        if found is None:
+                            found = 0
+                            for at in range(cut - 2):
+                                gram = front[at : at + 3]
+                                bit = bits.get(gram)
+                                if bit is None:
+                                    bit = bits[gram] = len(bits)
+                                found |= 1 << bit
+                            if len(sides) > _TRIGRAMS_KEPT:
+                                sides = self._sides = {}
+                            sides[front] = found
+                        gram = piece[cut - 2 : cut + 1]
+                        bit = bits.get(gram)
+                        if bit is None:
+                            bit = bits[gram] = len(bits)
+                        found |= 1 << bit
+                        back = piece[cut - 1 :]
+                        known = sides.get(back)
+                        if known is None:
+                            known = 0
+                            for at in range(3):
+                                gram = back[at : at + 3]
+                                bit = bits.get(gram)
+                                if bit is None:
+                                    bit = bits[gram] = len(bits)
+                                known |= 1 << bit
+                            if len(sides) > _TRIGRAMS_KEPT:
+                                sides = self._sides = {}
+                            sides[back] = known
+                        found |= known
                         self._words[piece] = found
                         return lead | rear | found
         # The chunks (_PIECES's, without the regular expression): after the text's first
