@@ -34,6 +34,32 @@ def _stop_asked(record: RunRecord | None) -> bool:
     return record is not None and (record.stop_requested or record.status is RunStatus.CANCELLED)
 
 
+def _rounded(seconds: Any) -> Any:
+    """``round(seconds, 6)``, the clock's reading as it is saved; for an exact ``float``
+    in (0, 1e9) without ``round``'s decimal conversion (its text made and read back, ~0.25
+    us alone, more inside a run), by float arithmetic that gives the same float.
+
+    ``round(x, 6)`` is the float nearest the decimal ``n / 10**6``, ``n`` the integer
+    nearest the exact product ``x * 10**6`` (half to even). Below 1e9 the float product
+    ``y = x * 1e6`` is below 2**50, so ``k + 0.5`` (``k`` its floor) is a float and ``y %
+    1.0`` is exact; rounding to nearest keeps order, so ``y < k + 0.5`` only when the
+    exact product is below it (then ``n`` is ``k``) and ``y > k + 0.5`` only when it is
+    above (``n`` is ``k + 1``). ``n`` (an exact float) divided by 1e6 (exact) is the float
+    nearest ``n / 10**6``: IEEE division rounds as ``round``'s reading of the text does
+    (to nearest, ties to even). At ``y == k + 0.5`` (the exact product may be either
+    side), at or below zero, at 1e9 or above, or anything but an exact ``float`` (an
+    ``int`` clock's reading stays an ``int``): ``round`` itself
+    (tests/test_dump_fast25c.py)."""
+    if type(seconds) is float and 0.0 < seconds < 1e9:
+        scaled = seconds * 1e6
+        part = scaled % 1.0
+        if part < 0.5:
+            return (scaled - part) / 1e6
+        if part > 0.5:
+            return (scaled - part + 1.0) / 1e6
+    return round(seconds, 6)
+
+
 def _status(state: Phase[Any]) -> tuple[RunStatus, str]:
     """The run's status and what it waits for, as :func:`_status_plain` tells them; for a
     phase of exactly one of the library's three running classes (each ``Active``, none
@@ -166,7 +192,7 @@ class _Saver:
             # dumper's document itself: each dump's is a new dict, which nothing else holds
             # and whose ops never name it whole; its keys in the order {**document,
             # "elapsed": ...} gives them. The dumper reads only its other keys after.
-            elapsed = round(self._rt.elapsed(), 6)
+            elapsed = _rounded(self._rt.elapsed())
             document["elapsed"] = elapsed
         else:  # a document of its own, which that checkpointer may keep or change
             from .persist._codec import dump_phase

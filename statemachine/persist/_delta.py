@@ -371,7 +371,35 @@ def _chunked_change(
             set_ops: list[list[Any]] = []
             _merge(set_ops, [*path, len(encoded) - 1], changed)
             return [*encoded[:-1], settled], set_ops
+    kept = len(chunks)
+    if (  # a full tail made a chunk by one item appended: that item encoded, the chunk packed
+        size == CHUNK
+        and len(new_tail) == 1
+        and type(new_tail) is tuple
+        and type(tail) is tuple
+        and type(chunks) is tuple
+        and type(new_chunks) is tuple
+        and len(new_chunks) == kept + 1
+        and type(encoded) is list
+        and len(encoded) == kept + CHUNK
+        and all(map(_is, new_chunks, chunks))
+        and _full(new_chunks[kept], tail)
+    ):
+        added = [_encode(new_tail[0])]
+        text = _packed(encoded[kept:], keys)
+        return [*encoded[:kept], text, *added], [
+            ["append", path, added],
+            ["pack", path, kept, CHUNK, list(keys)],
+        ]
     return _chunked_plain(old, new_parts, new, encoded, path, keys)
+
+
+def _full(chunk: Any, tail: tuple[Any, ...]) -> bool:
+    """Whether ``chunk`` holds the very items of ``tail`` (``CHUNK`` of them): it is
+    ``tail`` itself (an action log's fill) or an exact tuple of its items, in order."""
+    if chunk is tail:
+        return True
+    return type(chunk) is tuple and len(chunk) == CHUNK and all(map(_is, chunk, tail))
 
 
 def _chunked_plain(
@@ -382,8 +410,9 @@ def _chunked_plain(
     path: list[str],
     keys: tuple[str, ...],
 ) -> tuple[list[Any], list[list[Any]]]:
-    """:func:`_chunked_change` without its two shortcuts (one item appended, the last
-    record settled), which give what this gives (tests/test_delta_fast.py)."""
+    """:func:`_chunked_change` without its three shortcuts (one item appended, the last
+    record settled, a full tail made a chunk by one item appended), which give what this
+    gives (tests/test_delta_fast.py, tests/test_dump_fast25c.py)."""
     chunks, tail = old
     new_chunks, new_tail = new_parts
     kept = len(chunks)
