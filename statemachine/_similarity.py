@@ -960,14 +960,8 @@ class GramMasks:
                         sides = self._sides
                         front = piece[:cut]
                         found = sides.get(front)
-                        if found is None:
-                            found = 0
-                            for at in range(cut - 2):
-                                gram = front[at : at + 3]
-                                bit = bits.get(gram)
-                                if bit is None:
-                                    bit = bits[gram] = len(bits)
-                                found |= 1 << bit
+                        if found is None:  # seldom (a new start or end): _made, in its order
+                            found = self._made(front)
                             if len(sides) > _TRIGRAMS_KEPT:
                                 sides = self._sides = {}
                             sides[front] = found
@@ -979,13 +973,7 @@ class GramMasks:
                         back = piece[cut - 1 :]
                         known = sides.get(back)
                         if known is None:
-                            known = 0
-                            for at in range(3):
-                                gram = back[at : at + 3]
-                                bit = bits.get(gram)
-                                if bit is None:
-                                    bit = bits[gram] = len(bits)
-                                known |= 1 << bit
+                            known = self._made(back)
                             if len(sides) > _TRIGRAMS_KEPT:
                                 sides = self._sides = {}
                             sides[back] = known
