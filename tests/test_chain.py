@@ -83,9 +83,19 @@ class Backend:
 
     @contextmanager
     def sql(self) -> Iterator[Execute]:
-        names = {"runs": "runs", "checkpoints": "checkpoints"}
+        # Where a run's head is kept: its row on PostgreSQL, its end marker on SQLite (the
+        # row after its newest checkpoint, the only one whose head is set): ``{end}``, and
+        # ``{at_end}`` before the run's terms; ``{at_rows}``: its checkpoints alone.
+        names = {
+            "runs": "runs",
+            "checkpoints": "checkpoints",
+            "end": "checkpoints",
+            "at_end": "head IS NOT NULL AND",
+            "at_rows": "head IS NULL AND",
+        }
         if self.kind == "postgres":
             names = {key: f"statemachine_{value}" for key, value in names.items()}
+            names.update(end="statemachine_runs", at_end="", at_rows="")
             with psycopg.connect(self.dsn, autocommit=True) as connection:
 
                 def run_pg(statement: str, values: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -163,9 +173,16 @@ def damage(sql: Execute, how: str) -> int:
     if how == "replay":  # an earlier blob of the same run put back in a later place
         put_blob(sql, "victim", last, blob(sql, "victim", last - 2))
         return last
-    assert how == "rollback"  # the tail removed and the run's row lowered to match
-    sql("DELETE FROM {checkpoints} WHERE run_id = 'victim' AND seq = ?", (last,))
-    sql("UPDATE {runs} SET seq = ? WHERE run_id = 'victim'", (last - 1,))
+    assert how == "rollback"  # the tail removed and the run's end lowered to match
+    sql("DELETE FROM {checkpoints} WHERE {at_rows} run_id = 'victim' AND seq = ?", (last,))
+    if sql("SELECT 1 FROM {end} WHERE {at_end} run_id = 'victim' AND seq = ?", (last + 1,)):
+        sql(
+            "UPDATE {checkpoints} SET id = id - 1, seq = seq - 1 "
+            "WHERE run_id = 'victim' AND head IS NOT NULL",
+            (),
+        )
+    else:
+        sql("UPDATE {runs} SET seq = ? WHERE run_id = 'victim'", (last - 1,))
     return last - 1
 
 
@@ -279,12 +296,14 @@ async def test_an_unsealed_chain_is_a_digest_chain_that_a_forger_can_recompute(
         with backend.sql() as sql:
             damage(sql, "rollback")
             rows = sql(
-                "SELECT seq, kind, blob FROM {checkpoints} WHERE run_id = 'victim' ORDER BY seq", ()
+                "SELECT seq, kind, blob FROM {checkpoints} WHERE {at_rows} run_id = 'victim' "
+                "ORDER BY seq",
+                (),
             )
             link = bytes(32)
             for seq, kind, value in rows:
                 link = _link("victim", seq, kind == "full", link, bytes(value)[:32])
-            sql("UPDATE {runs} SET head = ? WHERE run_id = 'victim'", (link,))
+            sql("UPDATE {end} SET head = ? WHERE {at_end} run_id = 'victim'", (link,))
     async with backend.open(None) as store:
         assert await store.load("victim") == (STEPS - 2, document(STEPS - 2))
 
@@ -297,19 +316,24 @@ async def test_a_sealed_chain_refuses_a_recomputed_head_without_the_key(backend:
         with backend.sql() as sql:
             damage(sql, "rollback")
             rows = sql(
-                "SELECT seq, kind, blob FROM {checkpoints} WHERE run_id = 'victim' ORDER BY seq", ()
+                "SELECT seq, kind, blob FROM {checkpoints} WHERE {at_rows} run_id = 'victim' "
+                "ORDER BY seq",
+                (),
             )
             link = bytes(32)
             for seq, kind, value in rows:
                 link = _link("victim", seq, kind == "full", link, bytes(value)[:32])
-            ((head,),) = sql("SELECT head FROM {runs} WHERE run_id = 'victim'", ())
+            ((head,),) = sql("SELECT head FROM {end} WHERE {at_end} run_id = 'victim'", ())
             # The recomputed link, with the old tag, or with none.
-            sql("UPDATE {runs} SET head = ? WHERE run_id = 'victim'", (link + bytes(head)[32:],))
+            sql(
+                "UPDATE {end} SET head = ? WHERE {at_end} run_id = 'victim'",
+                (link + bytes(head)[32:],),
+            )
     async with backend.open(sealer) as store:
         with pytest.raises(CheckpointTamperedError, match="is not the head this store's key"):
             await store.load("victim")
     with backend.sql() as sql:
-        sql("UPDATE {runs} SET head = ? WHERE run_id = 'victim'", (link,))
+        sql("UPDATE {end} SET head = ? WHERE {at_end} run_id = 'victim'", (link,))
     async with backend.open(sealer) as store:
         with pytest.raises(CheckpointTamperedError, match="the head carries no tag"):
             await store.load("victim")
@@ -321,7 +345,10 @@ async def test_a_run_whose_head_was_removed_is_refused_and_cannot_be_extended(
     async with backend.open(None) as store:
         await save_run(store, "victim")
         with backend.sql() as sql:
-            sql("UPDATE {runs} SET head = NULL WHERE run_id = 'victim'", ())
+            if backend.kind == "sqlite":  # the end marker removed
+                sql("DELETE FROM {end} WHERE {at_end} run_id = 'victim'", ())
+            else:
+                sql("UPDATE {runs} SET head = NULL WHERE run_id = 'victim'", ())
     async with backend.open(None) as store:
         with pytest.raises(CheckpointTamperedError, match="has no recorded head"):
             await store.load("victim")
@@ -381,9 +408,11 @@ async def test_a_store_written_before_heads_is_migrated_once_and_its_runs_resume
         assert isinstance(resumed.final, Done)
         assert paid == ["10.00"]
         assert (await store.load("waiting"))[1]["kind"] == "Done"
-    # Migrated once: a head removed afterwards is not recorded again, it is refused.
+    # Migrated once: a head removed afterwards (with the run's end marker, which holds it
+    # since format 1) is not recorded again, it is refused.
     with sqlite3.connect(path, isolation_level=None) as db:
-        db.execute("UPDATE runs SET head = NULL WHERE run_id = 'paid'")
+        assert db.execute("SELECT count(*) FROM runs WHERE head IS NOT NULL").fetchone() == (0,)
+        db.execute("DELETE FROM checkpoints WHERE run_id = 'paid' AND head IS NOT NULL")
     db.close()
     async with SQLiteCheckpointer(path) as store:
         with pytest.raises(CheckpointTamperedError, match="has no recorded head"):

@@ -484,9 +484,10 @@ async def test_a_sqlite_file_from_before_leases_is_upgraded_in_place(tmp_path: P
     async with SQLiteCheckpointer(path) as writer:
         await writer.save("r1", 0, doc(0), agent="support", status="running", phase="Idle")
     with sqlite3.connect(path) as old:
-        [(blob,)] = old.execute("SELECT blob FROM checkpoints").fetchall()
-        old.executescript(
-            "DROP TABLE runs; DROP TABLE checkpoints; DROP TABLE leases;" + OLD_SCHEMA
+        [(blob,)] = old.execute("SELECT blob FROM checkpoints WHERE head IS NULL").fetchall()
+        old.executescript(  # as a file of then: no view, format 0
+            "DROP VIEW next_checkpoint; DROP TABLE runs; DROP TABLE checkpoints; "
+            "DROP TABLE leases; PRAGMA user_version = 0;" + OLD_SCHEMA
         )
         old.execute(
             "INSERT INTO runs VALUES ('r1', 'support', 'running', 'Idle', '', ?, 0)",

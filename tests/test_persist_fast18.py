@@ -119,7 +119,7 @@ def test_a_key_text_is_kept_for_a_bounded_number_of_keys(monkeypatch: pytest.Mon
 def _rows(path: Path) -> list[Any]:
     with contextlib.closing(sqlite3.connect(path)) as connection:
         checkpoints = connection.execute(
-            "SELECT id, number, run_id, seq, kind, phase, blob FROM checkpoints ORDER BY id"
+            "SELECT id, number, run_id, seq, kind, phase, blob, head FROM checkpoints ORDER BY id"
         ).fetchall()
         runs = connection.execute(
             "SELECT run_id, agent, status, phase, waiting_for, seq, stop_requested, reason, "
@@ -193,7 +193,9 @@ def test_save_now_saves_what_save_saves(tmp_path_factory: Any, calls: Any, refus
     assert fast[1] == plain[1]
     assert fast[2] == plain[2]
     checkpoints, _ = fast[2]
-    assert [row[3] for row in checkpoints] == list(range(len(calls)))
+    # The checkpoints, and the run's end marker after them (its head set: the last column).
+    assert [row[3] for row in checkpoints] == list(range(len(calls) + 1))
+    assert [row[-1] is not None for row in checkpoints] == [False] * len(calls) + [True]
     saved_by_save = {entry[2] for entry in fast[0]}
     # The first save (a new run), and each save whose row is not the one written last.
     assert 0 in saved_by_save

@@ -130,10 +130,13 @@ def _stored(path: Path, run_id: str) -> tuple[list[_Row], bytes]:
         found = db.execute(
             "SELECT seq, kind, phase, blob FROM checkpoints WHERE run_id = ? AND seq >= "
             "(SELECT max(seq) FROM checkpoints WHERE run_id = ? AND kind = 'full') "
-            "ORDER BY seq",
+            "AND head IS NULL ORDER BY seq",
             (run_id, run_id),
         ).fetchall()
-        ((head,),) = db.execute("SELECT head FROM runs WHERE run_id = ?", (run_id,)).fetchall()
+        # The head, held by the run's end marker (the row after its newest checkpoint).
+        ((head,),) = db.execute(
+            "SELECT head FROM checkpoints WHERE run_id = ? AND head IS NOT NULL", (run_id,)
+        ).fetchall()
     finally:
         db.close()
     return [
@@ -242,7 +245,9 @@ async def _real_run(path: Path, sealer: CheckpointCipher | None) -> list[tuple[i
         assert (await runner.run(None, "go", run_id="r")).ok
     db = sqlite3.connect(path)
     try:
-        rows = db.execute("SELECT seq, blob FROM checkpoints WHERE run_id = 'r' ORDER BY seq")
+        rows = db.execute(  # its checkpoints, not its end marker
+            "SELECT seq, blob FROM checkpoints WHERE run_id = 'r' AND head IS NULL ORDER BY seq"
+        )
         return [(seq, bytes(blob)) for seq, blob in rows]
     finally:
         db.close()
@@ -389,7 +394,9 @@ async def _large_run(path: Path, sealer: CheckpointCipher | None) -> list[tuple[
             await store.save("r", seq, document, agent="a", status="running", phase="P")
     db = sqlite3.connect(path)
     try:
-        rows = db.execute("SELECT seq, blob FROM checkpoints WHERE run_id = 'r' ORDER BY seq")
+        rows = db.execute(  # its checkpoints, not its end marker
+            "SELECT seq, blob FROM checkpoints WHERE run_id = 'r' AND head IS NULL ORDER BY seq"
+        )
         return [(seq, bytes(blob)) for seq, blob in rows]
     finally:
         db.close()
@@ -448,7 +455,7 @@ async def test_a_snapshot_that_does_not_decompress_is_refused_though_its_chain_h
     for seq, blob in rows:
         db.execute("UPDATE checkpoints SET blob = ? WHERE run_id = 'r' AND seq = ?", (blob, seq))
         link = _link("r", seq, seq == 0, link, blob[:_DIGEST])
-    db.execute("UPDATE runs SET head = ? WHERE run_id = 'r'", (link,))
+    db.execute("UPDATE checkpoints SET head = ? WHERE run_id = 'r' AND head IS NOT NULL", (link,))
     db.commit()
     db.close()
     async with SQLiteCheckpointer(path) as store:

@@ -133,7 +133,7 @@ async def test_a_run_saved_by_a_script_says_why_another_process_cannot_resume_it
 
     with sqlite3.connect(path, isolation_level=None) as db:
         for seq, blob in db.execute(
-            "SELECT seq, blob FROM checkpoints WHERE run_id = 'r1'"
+            "SELECT seq, blob FROM checkpoints WHERE run_id = 'r1' AND head IS NULL"
         ).fetchall():
             body = bytes(blob)[32:].replace(b"test_resumable:Ctx", b"__main__:Ctx")
             import hashlib
@@ -143,14 +143,17 @@ async def test_a_run_saved_by_a_script_says_why_another_process_cannot_resume_it
                 (hashlib.sha256(body).digest() + body, seq),
             )
         rows = db.execute(
-            "SELECT seq, kind, blob FROM checkpoints WHERE run_id = 'r1' ORDER BY seq"
+            "SELECT seq, kind, blob FROM checkpoints WHERE run_id = 'r1' AND head IS NULL "
+            "ORDER BY seq"
         ).fetchall()
         from statemachine.persist._chain import _link
 
         link = bytes(32)
         for seq, kind, blob in rows:
             link = _link("r1", seq, kind == "full", link, bytes(blob)[:32])
-        db.execute("UPDATE runs SET head = ? WHERE run_id = 'r1'", (link,))
+        db.execute(  # the head, in the run's end marker
+            "UPDATE checkpoints SET head = ? WHERE run_id = 'r1' AND head IS NOT NULL", (link,)
+        )
     db.close()
     async with SQLiteCheckpointer(path) as store:
         with pytest.raises(

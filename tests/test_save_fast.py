@@ -238,6 +238,18 @@ def by_hand(assignment: str) -> Callable[[Path], Any]:
     return change
 
 
+def by_hand_on_the_marker(assignment: str) -> Callable[[Path], Any]:
+    """A change of the run's end marker (the row holding its head) by another connection."""
+
+    async def change(path: Path) -> None:
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute(f"UPDATE checkpoints SET {assignment} WHERE head IS NOT NULL")
+
+    return change
+
+
+# The end marker's head and place: a save reads them from the marker, not the run's row.
+_ON_THE_MARKER = ["head = zeroblob(32)", "id = id + 1, seq = seq + 1"]
 _BY_HAND = [
     "reason = 'look'",
     "failures = 2",
@@ -247,21 +259,21 @@ _BY_HAND = [
     "agent = 'b'",
     "status = 'interrupted'",
     "decision = x'00'",
-    "head = zeroblob(32)",  # rolled back
-    "seq = 2",
 ]
 
 
 @pytest.mark.parametrize(
-    "change", [by_another_store, *map(by_hand, _BY_HAND)], ids=["store", *_BY_HAND]
+    "change",
+    [by_another_store, *map(by_hand, _BY_HAND), *map(by_hand_on_the_marker, _ON_THE_MARKER)],
+    ids=["store", *_BY_HAND, *(f"marker {change}" for change in _ON_THE_MARKER)],
 )
 async def test_a_row_changed_by_another_connection_is_saved_as_the_plain_path_saves_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Callable[[Path], Any]
 ) -> None:
     """The one-statement save trusts the row this connection wrote last only as far as the
     file still holds it: a row another connection changed (its status, its retry state,
-    its head) refuses it, nothing is written, and the plain path saves (or refuses) as it
-    does with the shortcut turned off."""
+    its end marker's head or place) refuses it, nothing is written, and the plain path
+    saves (or refuses) as it does with the shortcut turned off."""
     states = await phases(6)
     refused: list[bool] = []
     plain_save_next: Callable[..., Any] = SQLiteCheckpointer._save_next
@@ -314,8 +326,8 @@ async def test_two_stores_saving_one_run_refuse_the_second_seq(tmp_path: Path) -
 
 
 async def test_a_store_of_today_s_format_gets_the_one_statement_save(tmp_path: Path) -> None:
-    """A file written before the one-statement save (without its view and trigger) gets
-    them when it is opened, and its run's saves then take that path and load."""
+    """A file without the one-statement save's view and trigger gets them when it is
+    opened, and its run's saves then take that path and load."""
     states = await phases(4)
     path = tmp_path / "s.db"
     async with SQLiteCheckpointer(path, clock=Clock()) as store:
@@ -323,8 +335,8 @@ async def test_a_store_of_today_s_format_gets_the_one_statement_save(tmp_path: P
         for at, state in enumerate(states[:3]):
             await saver.save(state, first=at == 0)
     with contextlib.closing(sqlite3.connect(path)) as db, db:
-        db.execute("DROP TRIGGER next_delta_saved")
-        db.execute("DROP VIEW next_delta")
+        db.execute("DROP TRIGGER next_checkpoint_saved")
+        db.execute("DROP VIEW next_checkpoint")
     async with SQLiteCheckpointer(path, clock=Clock()) as store:
         seq, _ = await store.load("r")
         saver = _Saver(store, Runtime(), "a", seq)  # type: ignore[arg-type]
@@ -336,4 +348,4 @@ async def test_a_store_of_today_s_format_gets_the_one_statement_save(tmp_path: P
         assert await store.verify("r") == seq + 2
     with contextlib.closing(sqlite3.connect(path)) as db:
         names = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
-    assert {"next_delta", "next_delta_saved"} <= names
+    assert {"next_checkpoint", "next_checkpoint_saved"} <= names

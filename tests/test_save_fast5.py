@@ -137,16 +137,16 @@ def test_a_sealed_store_makes_its_deltas_the_way_of_next_delta(tmp_path: Path) -
 
 
 def longer_head(store: SQLiteCheckpointer, at: int) -> None:
-    """Before the save of phase 5: the run's head in the file and in the store's memory
-    four bytes longer (as a sealer's tag makes it), so that the next link reads its first
-    32 bytes."""
+    """Before the save of phase 5: the run's head in the file (its end marker's) and in
+    the store's memory four bytes longer (as a sealer's tag makes it), so that the next
+    link reads its first 32 bytes."""
     if at != 5:
         return
     last = store._chain.recent["r"]
     head = last.head + b"tag!"
     store._chain.recent["r"] = last._replace(head=head)
     with contextlib.closing(sqlite3.connect(store.path)) as db:
-        db.execute("UPDATE runs SET head = ? WHERE run_id = 'r'", (head,))
+        db.execute("UPDATE checkpoints SET head = ? WHERE head IS NOT NULL", (head,))
         db.commit()
 
 
@@ -167,8 +167,10 @@ def test_the_head_in_place_is_link_s(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert spied.next_delta == 0
     assert spied.one_statement == len(states) - 2  # not the last (the run completes)
     with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db:
-        blobs = db.execute("SELECT seq, blob FROM checkpoints ORDER BY seq").fetchall()
-        (head,) = db.execute("SELECT head FROM runs").fetchone()
+        blobs = db.execute(
+            "SELECT seq, blob FROM checkpoints WHERE head IS NULL ORDER BY seq"
+        ).fetchall()
+        (head,) = db.execute("SELECT head FROM checkpoints WHERE head IS NOT NULL").fetchone()
     link = _link("run \u00e9\0", 0, True, bytes(32), bytes(blobs[0][1][:32]))
     for seq, blob in blobs[1:]:
         link = _link("run \u00e9\0", seq, False, link, bytes(blob[:32]))

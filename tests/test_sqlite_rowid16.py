@@ -91,22 +91,38 @@ async def test_an_old_store_is_moved_to_the_rowid_key_losing_nothing(store_path:
             for run_id in run_ids:
                 history[run_id] = await store.history(run_id)
                 verified[run_id] = await store.verify(run_id)
-    rows = read(store_path, f"SELECT id, {OLD_COLUMNS} FROM checkpoints ORDER BY id")
+    rows = read(
+        store_path, f"SELECT id, {OLD_COLUMNS} FROM checkpoints WHERE head IS NULL ORDER BY id"
+    )
     assert [row[1:] for row in rows] == old_rows
     numbers = dict(read(store_path, "SELECT run_id, number FROM runs"))
     assert numbers == {"long": 1, "waiting": 2, "sealed": 3}
     assert all(row[0] == (numbers[row[1]] << 32) + row[2] for row in rows)
-    # The runs' rows are as they were, with their number added.
+    # The runs' rows are as they were, with their number added and their head moved to
+    # their end markers (format 1): each after its newest checkpoint, with its phase and
+    # moment.
+    head = [row[1] for row in read(store_path, "PRAGMA table_info(runs)")].index("head")
     assert read(store_path, "SELECT * FROM runs ORDER BY rowid") == [
-        (*row, numbers[row[0]]) for row in old_runs
+        (*row[:head], None, *row[head + 1 :], numbers[row[0]]) for row in old_runs
     ]
+    assert read(
+        store_path,
+        "SELECT id, run_id, seq, kind, phase, blob, at, head FROM checkpoints "
+        "WHERE head IS NOT NULL ORDER BY id",
+    ) == [
+        ((numbers[run_id] << 32) + seq + 1, run_id, seq + 1, "delta", phase, b"", moment, row[head])
+        for row in old_runs
+        for run_id, phase, moment, seq in [(row[0], row[3], row[5], row[6])]
+    ]
+    assert read(store_path, "PRAGMA user_version") == [(1,)]
     assert read(store_path, "SELECT last FROM run_numbers") == [(3,)]
     assert read(store_path, "PRAGMA integrity_check") == [("ok",)]
     found = names(store_path)
     assert "checkpoints_before_rowid" not in found
     assert "checkpoints_keyed" not in found
     assert "sqlite_autoindex_checkpoints_1" not in found  # the old key's index is gone
-    assert {"snapshots", "next_delta", "next_delta_saved", "run_numbered"} <= found
+    assert {"snapshots", "next_checkpoint", "next_checkpoint_saved", "run_numbered"} <= found
+    assert "next_delta" not in found  # the one-statement save of format 0 is gone
     # Each run's history is its old rows, in order; each verifies to its last seq.
     for run_id, entries in history.items():
         mine = [row for row in old_rows if row[0] == run_id]
@@ -135,7 +151,7 @@ async def test_the_old_runs_load_and_the_waiting_one_resumes(store_path: Path) -
     assert phase_of(document, looker(), "waiting") == resumed.final
     # The resumed run's new checkpoints are in its own range, after its old ones.
     ids = read(store_path, "SELECT id, seq FROM checkpoints WHERE run_id = 'waiting' ORDER BY id")
-    assert [row[1] for row in ids] == list(range(seq + 1))
+    assert [row[1] for row in ids] == list(range(seq + 2))  # and its end marker
     assert all(row[0] == (2 << 32) + row[1] for row in ids)
 
 
@@ -163,7 +179,8 @@ async def test_two_connections_opening_an_old_store_at_once_move_it_once(
     for store in stores:
         assert (await store.load("long"))[0] == 123
         await store.aclose()
-    assert read(store_path, "SELECT count(*) FROM checkpoints") == [(before,)]
+    assert read(store_path, "SELECT count(*) FROM checkpoints WHERE head IS NULL") == [(before,)]
+    assert read(store_path, "SELECT count(*) FROM checkpoints WHERE head IS NOT NULL") == [(3,)]
     assert read(store_path, "SELECT count(*) FROM checkpoints WHERE id IS NULL") == [(0,)]
     assert read(store_path, "SELECT last FROM run_numbers") == [(3,)]
 
@@ -214,7 +231,7 @@ async def test_new_runs_take_new_numbers_never_given_again(tmp_path: Path) -> No
         assert (await store.load("a")) == (13, doc(13))
     numbers = dict(read(path, "SELECT run_id, number FROM runs"))
     assert numbers == {"a": 1, "c": 3, "d": 4}  # b's number is not given again
-    rows = read(path, "SELECT id, run_id, seq FROM checkpoints ORDER BY id")
+    rows = read(path, "SELECT id, run_id, seq FROM checkpoints WHERE head IS NULL ORDER BY id")
     assert all(i == (numbers[r] << 32) + s for i, r, s in rows)
     assert [(r, s) for _, r, s in rows] == sorted((r, s) for _, r, s in rows)
 
@@ -226,7 +243,7 @@ async def test_a_seq_beyond_32_bits_is_refused_and_nothing_written(tmp_path: Pat
         with pytest.raises(Exception):  # noqa: B017, PT011 - refused by the table's CHECK
             await store.save("a", 2**32, doc(2), agent="a", status="running", phase="P")
         assert (await store.load("a")) == (1, doc(1))
-    assert read(path, "SELECT max(seq) FROM checkpoints") == [(1,)]
+    assert read(path, "SELECT max(seq) FROM checkpoints WHERE head IS NULL") == [(1,)]
 
 
 OLD_SCHEMA = """
@@ -244,9 +261,12 @@ async def test_rows_of_no_run_are_kept_aside_not_dropped(tmp_path: Path) -> None
     path = tmp_path / "runs.db"
     async with SQLiteCheckpointer(path) as writer:
         await save_run(writer, "r", range(3), "running")
-    blobs = read(path, "SELECT seq, kind, blob FROM checkpoints ORDER BY seq")
+    blobs = read(path, "SELECT seq, kind, blob FROM checkpoints WHERE head IS NULL ORDER BY seq")
     with contextlib.closing(sqlite3.connect(path)) as old, old:
-        old.executescript("DROP VIEW next_delta; DROP TABLE runs; DROP TABLE checkpoints;")
+        old.executescript(
+            "DROP VIEW next_checkpoint; DROP TABLE runs; DROP TABLE checkpoints; "
+            "PRAGMA user_version = 0;"
+        )
         old.executescript("DROP TABLE run_numbers;" + OLD_SCHEMA)
         old.execute(
             "INSERT INTO runs VALUES ('r', 'a', 'running', 'Planning', '', ?, 2)",
@@ -268,7 +288,7 @@ async def test_rows_of_no_run_are_kept_aside_not_dropped(tmp_path: Path) -> None
     kept = read(path, "SELECT run_id, seq FROM checkpoints_before_rowid ORDER BY run_id, seq")
     assert kept == [("gone", 0), ("gone", 1), ("gone", 2), ("r", 2**32)]
     moved = read(path, "SELECT id, run_id, seq FROM checkpoints ORDER BY id")
-    assert moved == [((1 << 32) + seq, "r", seq) for seq in range(5)]
+    assert moved == [((1 << 32) + seq, "r", seq) for seq in range(6)]  # 5: its end marker
 
 
 async def test_a_run_s_queries_read_one_rowid_range() -> None:
@@ -284,6 +304,15 @@ async def test_a_run_s_queries_read_one_rowid_range() -> None:
         ).fetchall()
         assert "USING INTEGER PRIMARY KEY" in str(plan)
         assert "SCAN checkpoints" not in str(plan)
+    # A run's end marker: one seek into its range, for each run read.
+    plan = str(
+        db.execute(
+            f"EXPLAIN QUERY PLAN SELECT m.head FROM {_sqlite._RUN_ROWS} WHERE runs.run_id = ?",
+            ("x",),
+        ).fetchall()
+    )
+    assert "SCAN checkpoints" not in plan
+    assert "SCAN m" not in plan
     assert [row[1] for row in db.execute("PRAGMA index_list(checkpoints)")] == ["snapshots"]
     db.close()
 
@@ -308,4 +337,4 @@ async def test_an_insert_that_does_not_keep_the_key_together_is_refused(tmp_path
         ):
             with pytest.raises(sqlite3.IntegrityError):
                 db.execute(sql)
-    assert read(path, "SELECT count(*) FROM checkpoints") == [(4,)]
+    assert read(path, "SELECT count(*) FROM checkpoints WHERE head IS NULL") == [(4,)]

@@ -532,10 +532,18 @@ async def test_every_kind_of_save_writes_the_row_it_returns(tmp_path: Path) -> N
 
     await save("Planning")
     narrow = 0
+    last = ""
 
     def count(statement: str) -> None:
-        nonlocal narrow
-        narrow += statement.startswith("UPDATE runs SET phase = ")
+        # A narrow save writes the checkpoint and then the run's end marker, not its row.
+        nonlocal narrow, last
+        marker = statement.startswith(
+            "INSERT INTO checkpoints (id, number, run_id, seq, kind, phase, blob, at, head)"
+        )
+        narrow += marker and last.startswith(
+            "INSERT INTO checkpoints (id, number, run_id, seq, kind, phase, blob, at) "
+        )
+        last = statement
 
     stores[0]._db.set_trace_callback(count)
     await save("ToolCalling")  # the narrow update
@@ -686,9 +694,10 @@ async def test_a_row_changed_by_another_connection_is_read_again(
     assert remembered == read_again
 
 
-async def test_an_ordinary_save_is_five_statements(tmp_path: Path) -> None:
+async def test_an_ordinary_save_is_six_statements(tmp_path: Path) -> None:
     """BEGIN IMMEDIATE, PRAGMA data_version (the remembered row still the file's), the
-    checkpoint's INSERT, the row's narrow UPDATE, COMMIT: no read of the row."""
+    end marker's DELETE, the checkpoint's INSERT, the next marker's INSERT, COMMIT: no
+    read of the row, no write of it."""
     async with SQLiteCheckpointer(tmp_path / "runs.db") as store:
         await save_run(store, "r", 2)
         statements: list[str] = []
@@ -697,16 +706,18 @@ async def test_an_ordinary_save_is_five_statements(tmp_path: Path) -> None:
         assert [statement.split(" ", 2)[:2] for statement in statements] == [
             ["BEGIN", "IMMEDIATE"],
             ["PRAGMA", "data_version"],
+            ["DELETE", "FROM"],
             ["INSERT", "INTO"],
-            ["UPDATE", "runs"],
+            ["INSERT", "INTO"],
             ["COMMIT"],
         ] * 3
 
 
 async def test_a_next_delta_given_as_ops_is_one_statement(tmp_path: Path) -> None:
     """A save given as ops on the document saved last, the run's row the one this
-    connection wrote: one INSERT into the view whose trigger writes both rows (its own
-    transaction), and the run loads and verifies."""
+    connection wrote: one INSERT into the view whose trigger turns the run's end marker
+    into the checkpoint and inserts the next marker (its own transaction), and the run
+    loads and verifies."""
     async with SQLiteCheckpointer(tmp_path / "runs.db") as store:
         documents = [document(seq) for seq in range(5)]
         await save_run(store, "r", 1)
@@ -728,14 +739,15 @@ async def test_a_next_delta_given_as_ops_is_one_statement(tmp_path: Path) -> Non
         saves = [s.split(", '", 1)[0] for s in statements if s != "PRAGMA busy_timeout = 0"]
         saves = [s for at, s in enumerate(saves) if not at or saves[at - 1] != s]
         # The first is plain: its base is not the very document the store saved last.
-        assert [statement.split(" ", 2)[:2] for statement in saves[:5]] == [
+        assert [statement.split(" ", 2)[:2] for statement in saves[:6]] == [
             ["BEGIN", "IMMEDIATE"],
             ["PRAGMA", "data_version"],
+            ["DELETE", "FROM"],
             ["INSERT", "INTO"],
-            ["UPDATE", "runs"],
+            ["INSERT", "INTO"],
             ["COMMIT"],
         ]
-        assert saves[5:] == [f"INSERT INTO next_delta VALUES ('r', {seq}" for seq in (2, 3, 4)]
+        assert saves[6:] == [f"INSERT INTO next_checkpoint VALUES ('r', {seq}" for seq in (2, 3, 4)]
         store._db.set_trace_callback(None)
         assert (await store.load("r"))[1] == documents[4]
         assert await store.verify("r") == 4

@@ -1,14 +1,16 @@
-"""The run's row is the end of its chain even when its saves took the one-statement path
-(issue 23).
+"""The run's end marker is the end of its chain even when its saves took the
+one-statement path (issue 23).
 
 SQLite saves a run's next delta in one statement (``SQLiteCheckpointer._save_next``), which
-writes the checkpoint and moves the run's row (its seq and head) with it. That row is the
-chain's end as recorded outside the checkpoint rows: a load and ``verify`` compare the
-rows with it, so a checkpoint removed from the end of a run (one row or several, the run's
-row left as it was, or lowered to match) is refused, with a key or without. A save that
-wrote the checkpoint alone, with the run's seq and head read from its latest checkpoint,
-would lose this: the rows left would be a whole, shorter chain ending at a head the file
-holds. Here every save after the first runs through the one statement, as a runner's do.
+turns the run's end marker (the row after its newest checkpoint, the only one holding its
+head) into the checkpoint and inserts the next marker. The marker is the chain's end as
+recorded apart from the checkpoints: a load and ``verify`` compare the rows with its
+head, so checkpoints removed from the end of a run (one row or several, with the marker,
+which leaves the run without a head, or with the marker put back after the last row
+left, holding the head it held) are refused, with a key or without. A save that wrote
+the checkpoint alone, with the run's seq and head read from its latest checkpoint, would
+lose this: the rows left would be a whole, shorter chain ending at a head the file holds.
+Here every save after the first runs through the one statement, as a runner's do.
 """
 
 from __future__ import annotations
@@ -73,6 +75,12 @@ async def saved_run(
     return one_statement
 
 
+def marker_head(path: Path) -> bytes:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        (head,) = db.execute("SELECT head FROM checkpoints WHERE head IS NOT NULL").fetchone()
+    return bytes(head)
+
+
 def sql(path: Path, *statements: tuple[str, tuple[Any, ...]]) -> None:
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         for statement, values in statements:
@@ -81,13 +89,13 @@ def sql(path: Path, *statements: tuple[str, tuple[Any, ...]]) -> None:
 
 @pytest.mark.parametrize("sealed", [False, True], ids=["unsealed", "sealed"])
 @pytest.mark.parametrize("removed", [1, 2, 3])
-@pytest.mark.parametrize("lowered", [False, True], ids=["row-kept", "row-lowered"])
+@pytest.mark.parametrize("lowered", [False, True], ids=["marker-removed", "marker-lowered"])
 async def test_checkpoints_removed_from_the_end_of_a_one_statement_run_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sealed: bool, removed: int, lowered: bool
 ) -> None:
     """The last ``removed`` checkpoints of a run saved in one statement each, deleted from
-    the file (its run's row kept, or its seq lowered to the last row left), are refused by
-    a load and by ``verify``; the whole run loads before."""
+    the file with its end marker (and the marker put back after the last row left, or
+    not), are refused by a load and by ``verify``; the whole run loads before."""
     sealer = CheckpointCipher({"k1": generate_key()}, "k1") if sealed else None
     path = tmp_path / "runs.db"
     made = await saved_run(path, sealer, monkeypatch)
@@ -99,7 +107,14 @@ async def test_checkpoints_removed_from_the_end_of_a_one_statement_run_are_refus
         assert await store.verify("r") == last
     damage = [("DELETE FROM checkpoints WHERE run_id = 'r' AND seq > ?", (last - removed,))]
     if lowered:
-        damage.append(("UPDATE runs SET seq = ? WHERE run_id = 'r'", (last - removed,)))
+        damage.append(
+            (
+                "INSERT INTO checkpoints (id, number, run_id, seq, kind, phase, blob, at, head) "
+                "SELECT (number << 32) + ?, number, 'r', ?, 'delta', 'P', x'', '', ? "
+                "FROM runs WHERE run_id = 'r'",
+                (last - removed + 1, last - removed + 1, marker_head(path)),
+            )
+        )
     sql(path, *damage)
     async with SQLiteCheckpointer(path, sealer=sealer, snapshot_every=50) as store:
         with pytest.raises(CheckpointTamperedError) as caught:

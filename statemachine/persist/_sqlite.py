@@ -69,6 +69,18 @@ _ENDED: Final = f"status IN ({', '.join(repr(status.value) for status in sorted(
 # ~660 bytes are a sixth of a page, where SQLite's own advice is a twentieth, and an index
 # b-tree's pages split by rebalancing three neighbours, where a rowid table's last page
 # simply starts a new one).
+#
+# A run's end marker (format version 1, ``PRAGMA user_version``): the row after its newest
+# checkpoint, at that checkpoint's seq + 1, the only row of the run whose ``head`` is not
+# NULL. It holds what each save moves: the chain's head, the newest checkpoint's phase and
+# its moment (``at``); its blob is empty. A save turns the marker into the checkpoint and
+# inserts the next marker after it, both on one page (the rowid table's last one, for the
+# newest run): the run's row is not written by a save that changes only those, so a save
+# writes one page where it wrote two. The run's row keeps the rest (status, decision, ...)
+# and its own phase, seq and moment as its last change of status wrote them; a read takes
+# seq and phase from the marker, the moment the later of the two (_RUN_ROWS). The head is
+# read from the marker alone: checkpoints removed from a run's end with their marker leave
+# a run whose head is missing, which a load refuses (tests/test_store_tail_removed.py).
 _CHECKPOINTS_COLUMNS: Final = """
     id     INTEGER PRIMARY KEY
            CHECK (id = (number << 32) + seq AND number > 0 AND seq BETWEEN 0 AND 4294967295),
@@ -78,7 +90,8 @@ _CHECKPOINTS_COLUMNS: Final = """
     kind   TEXT NOT NULL CHECK (kind IN ('full', 'delta')),
     phase  TEXT NOT NULL,
     blob   BLOB NOT NULL,
-    at     TEXT NOT NULL DEFAULT '1970-01-01T00:00:00.000000+00:00'  -- when it was saved
+    at     TEXT NOT NULL DEFAULT '1970-01-01T00:00:00.000000+00:00', -- when it was saved
+    head   BLOB  -- the run's end marker only (see above): its chain's head; NULL otherwise
 """
 _SCHEMA: Final = (
     """
@@ -95,7 +108,7 @@ CREATE TABLE IF NOT EXISTS runs (
     reason      TEXT NOT NULL DEFAULT '',   -- why it is held for a person; '' when not
     failures    INTEGER NOT NULL DEFAULT 0, -- failed_resumable this many times in a row
     retry_at    TEXT,           -- when a worker may retry it; NULL: at once
-    head        BLOB,           -- the head of its chain of checkpoints (see _chain)
+    head        BLOB,           -- before format 1: its chain's head (now its end marker's)
     number      INTEGER         -- its checkpoints' ids are number * 2**32 + seq
 );
 -- By status alone: a save changes a run's updated_at, and an index holding it would be
@@ -139,38 +152,61 @@ CREATE INDEX IF NOT EXISTS effects_by_run ON effects (run_id);
 """
 )
 # A run's next delta saved in one statement (``SQLiteCheckpointer._save_next``): an
-# insert into this view, whose trigger moves the run's row from the one this connection
-# wrote last (each column a save reads, and its seq and head) to the checkpoint's, and
-# inserts the checkpoint. Any other row refuses it (RAISE: nothing is written), and the
-# plain path, which reads the row, saves instead. Created after the upgrade's columns,
+# insert into this view, whose trigger checks that the run's row is still the one this
+# connection wrote last (each column a save reads: a read, not a write), turns the run's
+# end marker into the checkpoint where it still holds the head this connection saved last,
+# and inserts the next marker. Any other row refuses it (RAISE: nothing is written), and
+# the plain path, which reads the rows, saves instead. Created after the upgrade's columns,
 # with the index of snapshots, the counter's row and the trigger that keeps the counter
 # at or above every run's number (a run's row is inserted with the counter's next number).
+# Before format 1 the view was ``next_delta`` and its trigger moved the run's row: the
+# upgrade drops both (_marked).
 _SAVE_NEXT_SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS snapshots ON checkpoints (id) WHERE kind = 'full'",
     "INSERT OR IGNORE INTO run_numbers VALUES (1, coalesce((SELECT max(number) FROM runs), 0))",
     """CREATE TRIGGER IF NOT EXISTS run_numbered AFTER INSERT ON runs BEGIN
     UPDATE run_numbers SET last = NEW.number WHERE last < NEW.number;
 END""",
-    "CREATE VIEW IF NOT EXISTS next_delta (run_id, seq, phase, blob, at, head, previous, "
+    "CREATE VIEW IF NOT EXISTS next_checkpoint (run_id, seq, phase, blob, at, head, previous, "
     "status, waiting_for, agent, stop_requested, number) AS SELECT NULL, NULL, NULL, NULL, "
     "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0",
-    """CREATE TRIGGER IF NOT EXISTS next_delta_saved INSTEAD OF INSERT ON next_delta BEGIN
-    UPDATE runs SET phase = NEW.phase, updated_at = NEW.at, seq = NEW.seq, head = NEW.head
-    WHERE run_id = NEW.run_id AND seq = NEW.seq - 1 AND head = NEW.previous
-    AND status = NEW.status AND waiting_for = NEW.waiting_for AND agent = NEW.agent
+    """CREATE TRIGGER IF NOT EXISTS next_checkpoint_saved INSTEAD OF INSERT ON next_checkpoint
+BEGIN
+    SELECT RAISE(ABORT, 'not the row this connection wrote') WHERE NOT EXISTS (SELECT 1
+    FROM runs WHERE run_id = NEW.run_id AND status = NEW.status
+    AND waiting_for = NEW.waiting_for AND agent = NEW.agent
     AND stop_requested = NEW.stop_requested AND decision IS NULL AND reason = ''
-    AND failures = 0 AND retry_at IS NULL AND number = NEW.number;
-    SELECT RAISE(ABORT, 'not the row this connection wrote') WHERE changes() = 0;
-    INSERT INTO checkpoints (id, number, run_id, seq, kind, phase, blob, at)
-    VALUES ((NEW.number << 32) + NEW.seq, NEW.number, NEW.run_id, NEW.seq, 'delta', NEW.phase,
-    NEW.blob, NEW.at);
+    AND failures = 0 AND retry_at IS NULL AND number = NEW.number);
+    UPDATE checkpoints SET phase = NEW.phase, blob = NEW.blob, at = NEW.at, head = NULL
+    WHERE id = (NEW.number << 32) + NEW.seq AND head = NEW.previous;
+    SELECT RAISE(ABORT, 'not the end this connection saved') WHERE changes() = 0;
+    INSERT INTO checkpoints (id, number, run_id, seq, kind, phase, blob, at, head)
+    VALUES ((NEW.number << 32) + NEW.seq + 1, NEW.number, NEW.run_id, NEW.seq + 1, 'delta',
+    NEW.phase, x'', NEW.at, NEW.head);
 END""",
 )
-_SAVE_NEXT: Final = "INSERT INTO next_delta VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_SAVE_NEXT: Final = "INSERT INTO next_checkpoint VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _EFFECT_COLUMNS: Final = "key, run_id, tool, args_hash, status, result, updated_at"
+# The checkpoints' format (``PRAGMA user_version``): 1 since runs end with a marker row
+# (see _CHECKPOINTS_COLUMNS); 0 before, the head kept in the run's row.
+_FORMAT: Final = 1
+# A run's newest row among its checkpoints (by its rowid range: one seek), in a statement
+# that reads ``runs``.
+_LAST_ID: Final = (
+    "(SELECT id FROM checkpoints WHERE id BETWEEN runs.number << 32 "
+    "AND (runs.number << 32) + 4294967295 ORDER BY id DESC LIMIT 1)"
+)
+# The runs with their newest rows (``m``: the end marker, whose head is set; NULL where a
+# run has no checkpoint yet; a checkpoint where its marker was removed from the file).
+_RUN_ROWS: Final = f"runs LEFT JOIN checkpoints AS m ON m.id = {_LAST_ID}"
+# A run's record, from _RUN_ROWS: its seq and phase its marker's (its newest checkpoint's;
+# without a marker, its newest checkpoint's own), its moment the later of its row's (its
+# last change of status) and its marker's.
 _RECORD_COLUMNS: Final = (
-    "run_id, agent, status, phase, waiting_for, updated_at, seq, stop_requested, "
-    "decision IS NOT NULL, reason, failures, retry_at"
+    "runs.run_id, runs.agent, runs.status, coalesce(m.phase, runs.phase), runs.waiting_for, "
+    "max(runs.updated_at, coalesce(m.at, '')) AS moment, "
+    "coalesce(m.seq - (m.head IS NOT NULL), runs.seq), runs.stop_requested, "
+    "runs.decision IS NOT NULL, runs.reason, runs.failures, runs.retry_at"
 )
 # Columns added since the first release, for files written before them.
 _ADDED_COLUMNS: Final = (
@@ -182,6 +218,7 @@ _ADDED_COLUMNS: Final = (
     ("runs", "retry_at", "TEXT"),
     ("runs", "head", "BLOB"),
     ("runs", "number", "INTEGER"),
+    ("checkpoints", "head", "BLOB"),
 )
 # A run's checkpoints, the rowids from its number's first to its last (see _SCHEMA): the
 # run's row read in the statement itself (a read never trusts a number kept in memory).
@@ -327,9 +364,40 @@ def _keyed_by_rowid(connection: sqlite3.Connection) -> bool:
     return True
 
 
+def _marked(connection: sqlite3.Connection) -> bool:
+    """Move a file's runs' heads, kept in their rows before format 1, to end markers (see
+    _CHECKPOINTS_COLUMNS), in the upgrade's transaction; whether it had to.
+
+    Each run with a head gets its marker after the checkpoint its row records as its
+    newest (``seq``), with its row's phase and moment, and its row's head is cleared. A
+    run whose marker cannot go there (a checkpoint is in its place: its row was changed
+    after the save) keeps its head in its row, where nothing reads it: it has no marker,
+    so a load refuses it, as it refused the row before. The old one-statement save (the
+    view ``next_delta``, whose trigger writes the run's row) is dropped.
+    """
+    (version,) = connection.execute("PRAGMA user_version").fetchone()
+    if version >= _FORMAT:
+        return False
+    connection.execute("DROP TRIGGER IF EXISTS next_delta_saved")
+    connection.execute("DROP VIEW IF EXISTS next_delta")
+    connection.execute(
+        "INSERT OR IGNORE INTO checkpoints (id, number, run_id, seq, kind, phase, blob, at, head) "
+        "SELECT (number << 32) + seq + 1, number, run_id, seq + 1, 'delta', phase, x'', "
+        "updated_at, head FROM runs WHERE head IS NOT NULL AND number IS NOT NULL "
+        "AND seq BETWEEN 0 AND 4294967294 ORDER BY number"
+    )
+    connection.execute(
+        "UPDATE runs SET head = NULL WHERE head IS NOT NULL AND EXISTS (SELECT 1 FROM "
+        "checkpoints WHERE id = (runs.number << 32) + runs.seq + 1 AND head = runs.head)"
+    )
+    connection.execute(f"PRAGMA user_version = {_FORMAT}")
+    return True
+
+
 def _all_rows(connection: sqlite3.Connection, run_id: str) -> list[_Row]:
     rows = connection.execute(
-        f"SELECT seq, kind, phase, blob FROM checkpoints WHERE {_RANGE} ORDER BY id",
+        f"SELECT seq, kind, phase, blob FROM checkpoints WHERE {_RANGE} AND head IS NULL "
+        "ORDER BY id",
         {"run_id": run_id},
     ).fetchall()
     return [_Row(seq, kind == "full", phase, bytes(blob)) for seq, kind, phase, blob in rows]
@@ -452,11 +520,13 @@ class SQLiteCheckpointer(_Store):
     waits for one there): a commit that need not reach the disk costs less than a hop
     to a thread. The run's registry row is read from memory when no other connection
     has committed since this one wrote it (``PRAGMA data_version``); a save that changes
-    only its phase, time, seq and head writes only those, which no index holds, so a
-    save writes two pages (the checkpoint, keyed by its rowid, and the run's row). A run's next
-    delta is saved in one statement, its own transaction (``_save_next``: an insert into
-    the view ``next_delta``, whose trigger writes both rows only while the run's row is
-    still the one this connection wrote).
+    only its phase, time, seq and head writes those in the run's end marker, the row
+    after its newest checkpoint, which the save turns into the checkpoint before
+    inserting the next (see _CHECKPOINTS_COLUMNS): one page a save, the table's last,
+    and the run's row is not written. A run's next delta is saved in one statement, its
+    own transaction (``_save_next``: an insert into the view ``next_checkpoint``, whose
+    trigger writes only while the run's row is still the one this connection wrote and
+    its marker holds the head this connection saved last).
     ``synchronous=NORMAL``: a process crash loses nothing committed; a power cut may
     lose the last commits, never the file. The side-effect ledger is written with
     ``synchronous=FULL``: a recorded intent or result survives a power cut too. Its
@@ -629,6 +699,7 @@ class SQLiteCheckpointer(_Store):
                     _keyed_by_rowid(connection)
                     if ("runs", "head") in added:
                         self._record_heads(connection)
+                    _marked(connection)
                     for statement in _SAVE_NEXT_SCHEMA:
                         connection.execute(statement)
                 except BaseException:
@@ -697,7 +768,7 @@ class SQLiteCheckpointer(_Store):
 
     def _get_record(self, run_id: str) -> RunRecord | None:
         row = self._db.execute(
-            f"SELECT {_RECORD_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+            f"SELECT {_RECORD_COLUMNS} FROM {_RUN_ROWS} WHERE runs.run_id = ?", (run_id,)
         ).fetchone()
         return None if row is None else _record_of(row)
 
@@ -712,17 +783,16 @@ class SQLiteCheckpointer(_Store):
 
     def _put_record(self, record: RunRecord, head: bytes | None = None) -> None:
         # An upsert, not a replace: the row's decision is written by _put_decision only,
-        # its head by a save only.
+        # the head by a save only, in the run's end marker (see _CHECKPOINTS_COLUMNS).
         self._db.execute(
             "INSERT INTO runs (run_id, agent, status, phase, waiting_for, updated_at, seq, "
-            "stop_requested, reason, failures, retry_at, head, number) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT last + 1 FROM run_numbers)) "
+            "stop_requested, reason, failures, retry_at, number) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT last + 1 FROM run_numbers)) "
             "ON CONFLICT (run_id) DO UPDATE "
             "SET agent = excluded.agent, status = excluded.status, phase = excluded.phase, "
             "waiting_for = excluded.waiting_for, updated_at = excluded.updated_at, "
             "seq = excluded.seq, stop_requested = excluded.stop_requested, "
-            "reason = excluded.reason, failures = excluded.failures, retry_at = excluded.retry_at,"
-            " head = coalesce(excluded.head, runs.head)",
+            "reason = excluded.reason, failures = excluded.failures, retry_at = excluded.retry_at",
             (
                 record.run_id,
                 record.agent,
@@ -735,24 +805,41 @@ class SQLiteCheckpointer(_Store):
                 record.reason,
                 record.failures,
                 None if record.retry_at is None else _stamp(record.retry_at),
-                head,
             ),
         )
+        if head is not None:
+            self._put_marker(record, head)
         self._written[record.run_id] = record
 
+    def _put_marker(self, saved: RunRecord, head: bytes) -> int:
+        """Insert the run's end marker after checkpoint ``saved.seq`` (the one before it was
+        removed by ``_put_row``); the rows inserted: 0 when the run has no row.
+
+        The head as a bytearray: sqlite3 binds bytes (and None) through its adapters, about
+        3,500 instructions more than a bytearray, which it binds as it is.
+        """
+        inserted = self._cursor.execute(
+            "INSERT INTO checkpoints (id, number, run_id, seq, kind, phase, blob, at, head) "
+            "SELECT (number << 32) + ?, number, run_id, ?, 'delta', ?, x'', ?, ? "
+            "FROM runs WHERE run_id = ?",
+            (
+                saved.seq + 1,
+                saved.seq + 1,
+                saved.phase,
+                self._stamp(saved.updated_at),
+                bytearray(head),
+                saved.run_id,
+            ),
+        )
+        return inserted.rowcount
+
     def _put_saved(self, before: RunRecord | None, saved: RunRecord, head: bytes) -> None:
-        # A run's ordinary save changes only these columns of its row: an UPDATE that
-        # sets only them writes the row's page alone (no index holds them). The head as a
-        # bytearray: sqlite3 binds bytes (and None) through its adapters, about 3,500
-        # instructions more than a bytearray, which it binds as it is.
+        # A run's ordinary save changes only its phase, moment, seq and head: its end
+        # marker holds them, and its row is left as it is (see _CHECKPOINTS_COLUMNS).
         if before is None or not _same_but_saved(before, saved):
             self._put_record(saved, head)
             return
-        updated = self._cursor.execute(
-            "UPDATE runs SET phase = ?, updated_at = ?, seq = ?, head = ? WHERE run_id = ?",
-            (saved.phase, self._stamp(saved.updated_at), saved.seq, bytearray(head), saved.run_id),
-        )
-        if updated.rowcount != 1:  # not found after all: the whole row, as a new run's
+        if self._put_marker(saved, head) != 1:  # not found after all: as a new run's
             self._put_record(saved, head)
             return
         self._written[saved.run_id] = saved
@@ -797,8 +884,9 @@ class SQLiteCheckpointer(_Store):
         is not that row any more (nothing is written then): the plain path saves it.
 
         What the plain path writes and returns (tests/test_save_fast.py), without its
-        transaction's four other statements (``BEGIN IMMEDIATE``, ``PRAGMA data_version``,
-        the row's ``UPDATE``, ``COMMIT``): one statement is one transaction of its own,
+        transaction's five other statements (``BEGIN IMMEDIATE``, ``PRAGMA data_version``,
+        the marker's ``DELETE`` and the next one's ``INSERT``, ``COMMIT``): the marker
+        turned into the checkpoint in place. One statement is one transaction of its own,
         which takes the write lock as it starts, so a concurrent writer waits or is refused
         as before, and it is durable when it returns as the commit was.
         """
@@ -907,7 +995,10 @@ class SQLiteCheckpointer(_Store):
         return saved
 
     def _get_head(self, run_id: str) -> bytes | None:
-        row = self._db.execute("SELECT head FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        # The marker's alone (see _CHECKPOINTS_COLUMNS): a run without one has no head.
+        row = self._db.execute(
+            f"SELECT m.head FROM {_RUN_ROWS} WHERE runs.run_id = ?", (run_id,)
+        ).fetchone()
         return None if row is None or row[0] is None else bytes(row[0])
 
     def _all_rows(self, run_id: str) -> list[_Row]:
@@ -915,6 +1006,15 @@ class SQLiteCheckpointer(_Store):
 
     def _put_row(self, run_id: str, row: _Row) -> None:
         self._tx_pages += len(row.blob) >> 12
+        # The run's end marker goes (at this checkpoint's id, as a rule): the save inserts
+        # the next one after the checkpoint (_put_marker). A checkpoint already at the id
+        # refuses the insert, as before.
+        self._cursor.execute(
+            "DELETE FROM checkpoints WHERE head IS NOT NULL AND id = (SELECT c.id FROM "
+            "checkpoints AS c, runs WHERE runs.run_id = ? AND c.id BETWEEN runs.number << 32 "
+            "AND (runs.number << 32) + 4294967295 ORDER BY c.id DESC LIMIT 1)",
+            (run_id,),
+        )
         # A new run's first row takes the number its run's row is given next (see
         # _put_record), in the same transaction; the number is kept for the next delta's
         # one statement (_save_next).
@@ -944,7 +1044,7 @@ class SQLiteCheckpointer(_Store):
             f"(SELECT max(id) FROM checkpoints WHERE {_RANGE} AND kind = 'full'), "
             "(SELECT number << 32 FROM runs WHERE run_id = :run_id)) "
             "AND (SELECT (number << 32) + 4294967295 FROM runs WHERE run_id = :run_id) "
-            "ORDER BY id",
+            "AND head IS NULL ORDER BY id",
             {"run_id": run_id},
         ).fetchall()
         # Each made as _Row's own __new__ makes it (its slots, then the default), without
@@ -957,7 +1057,7 @@ class SQLiteCheckpointer(_Store):
     def _rows(self, run_id: str) -> list[CheckpointEntry]:
         rows = self._db.execute(
             f"SELECT seq, phase, kind, length(blob), at FROM checkpoints WHERE {_RANGE} "
-            "ORDER BY id",
+            "AND head IS NULL ORDER BY id",
             {"run_id": run_id},
         ).fetchall()
         return [
@@ -982,7 +1082,8 @@ class SQLiteCheckpointer(_Store):
             values.append(agent)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         rows = self._db.execute(
-            f"SELECT {_RECORD_COLUMNS} FROM runs{clause} ORDER BY updated_at, run_id", values
+            f"SELECT {_RECORD_COLUMNS} FROM {_RUN_ROWS}{clause} ORDER BY moment, runs.run_id",
+            values,
         ).fetchall()
         return [_record_of(row) for row in rows]
 
@@ -990,7 +1091,9 @@ class SQLiteCheckpointer(_Store):
         removed = [
             run_id
             for (run_id,) in self._db.execute(
-                f"SELECT run_id FROM runs WHERE {_ENDED} AND updated_at < ?", (_stamp(before),)
+                f"SELECT runs.run_id FROM {_RUN_ROWS} WHERE {_ENDED} AND runs.updated_at < ? "
+                "AND coalesce(m.at, '') < ?",
+                (_stamp(before), _stamp(before)),
             )
         ]
         self._db.executemany(
@@ -1057,11 +1160,11 @@ class SQLiteCheckpointer(_Store):
             values.extend(agents)
         values.append(limit)
         rows = self._db.execute(
-            f"SELECT {_RECORD_COLUMNS} FROM runs WHERE (status = 'running' OR (status = "
+            f"SELECT {_RECORD_COLUMNS} FROM {_RUN_ROWS} WHERE (status = 'running' OR (status = "
             "'failed_resumable' AND (retry_at IS NULL OR retry_at <= ?)) OR (status = "
             "'interrupted' AND decision IS NOT NULL)) AND reason = '' AND NOT EXISTS (SELECT 1 "
             f"FROM claims WHERE claims.run_id = runs.run_id AND claims.until > ?){mine} "
-            "ORDER BY updated_at, run_id LIMIT ?",
+            "ORDER BY moment, runs.run_id LIMIT ?",
             values,
         ).fetchall()
         return [_record_of(row) for row in rows]
