@@ -31,6 +31,7 @@ from old_stores import KEY, looker, phase_of, resume_waiting
 from old_stores import copied as _copied
 
 from statemachine import CheckpointTamperedError, Done, Runner, RunRecord, SQLiteCheckpointer
+from statemachine.persist import _sqlite
 from statemachine.testing import AutoApproveGate, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio
@@ -281,3 +282,42 @@ async def test_a_next_delta_writes_one_page(tmp_path: Path) -> None:
         frames = (wal_size(path) - before) / _PAGE
         assert frames / 399 < 1.5, frames / 399
         assert await store.load("r") == (400, documents[400])
+
+
+@pytest.mark.parametrize("at", ["markers", "heads", "version"])
+async def test_a_move_cut_short_leaves_the_old_store_as_it_was(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch, at: str
+) -> None:
+    """The move fails part way (a crash, the disk full): its transaction is rolled back,
+    the file is format 0 as it was, byte for byte in every row, and the next open moves
+    it whole."""
+    before = {
+        table: read(store_path, f"SELECT * FROM {table} ORDER BY rowid")
+        for table in ("runs", "checkpoints")
+    }
+    plain = _sqlite._marked
+    step = {"markers": "INSERT OR IGNORE", "heads": "UPDATE runs", "version": "PRAGMA user"}[at]
+
+    def cut(connection: sqlite3.Connection) -> bool:
+        class Cut:
+            def execute(self, statement: str, *args: Any) -> Any:
+                if statement.startswith(step):
+                    raise sqlite3.OperationalError("database or disk is full")
+                return connection.execute(statement, *args)
+
+        return plain(Cut())  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_sqlite, "_marked", cut)
+    with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+        async with SQLiteCheckpointer(store_path) as store:
+            await store.record("long")
+    monkeypatch.undo()
+    assert read(store_path, "PRAGMA user_version") == [(0,)]
+    for table, rows in before.items():
+        assert read(store_path, f"SELECT * FROM {table} ORDER BY rowid") == rows
+    names = {name for (name,) in read(store_path, "SELECT name FROM sqlite_master")}
+    assert {"next_delta", "next_delta_saved"} <= names
+    async with SQLiteCheckpointer(store_path) as store:
+        assert (await store.load("open"))[0] == 92
+        assert await store.verify("long") == 123
+    assert read(store_path, "SELECT count(*) FROM checkpoints WHERE head IS NOT NULL") == [(4,)]
