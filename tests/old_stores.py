@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +83,26 @@ async def resume_waiting(path: Path) -> tuple[Any, int, dict[str, Any], int]:
         seq, document = await store.load("waiting")
         verified = await store.verify("waiting")
     return resumed, seq, dict(document), verified
+
+
+def opened_at_once(path: Path) -> list[SQLiteCheckpointer]:
+    """Two stores on the file at ``path``, opened (and so upgraded) by two threads at the
+    same moment; each opened without an error (the caller closes them)."""
+    stores = [SQLiteCheckpointer(path), SQLiteCheckpointer(path)]
+    barrier = threading.Barrier(2)
+    failed: list[BaseException] = []
+
+    def opened(store: SQLiteCheckpointer) -> None:
+        barrier.wait()
+        try:
+            assert store._db is not None  # opens (and upgrades) the file
+        except BaseException as exc:  # pragma: no cover - the failure is reported below
+            failed.append(exc)
+
+    threads = [threading.Thread(target=opened, args=(store,)) for store in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failed == []
+    return stores

@@ -20,14 +20,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import threading
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from old_stores import KEY, looker, phase_of, resume_waiting
+from old_stores import KEY, looker, opened_at_once, phase_of, resume_waiting
 from old_stores import copied as _copied
 
 from statemachine import CheckpointTamperedError, Done, Runner, RunRecord, SQLiteCheckpointer
@@ -233,23 +232,7 @@ async def test_two_connections_opening_an_old_store_at_once_move_it_once(
     store_path: Path,
 ) -> None:
     (before,) = read(store_path, "SELECT count(*) FROM checkpoints")[0]
-    stores = [SQLiteCheckpointer(store_path), SQLiteCheckpointer(store_path)]
-    barrier = threading.Barrier(2)
-    failed: list[BaseException] = []
-
-    def opened(store: SQLiteCheckpointer) -> None:
-        barrier.wait()
-        try:
-            assert store._db is not None  # opens (and upgrades) the file
-        except BaseException as exc:  # pragma: no cover - the failure is reported below
-            failed.append(exc)
-
-    threads = [threading.Thread(target=opened, args=(store,)) for store in stores]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert failed == []
+    stores = opened_at_once(store_path)
     for store in stores:
         assert (await store.load("long"))[0] == 123
         await store.aclose()

@@ -14,13 +14,14 @@ step the results, each run's record, the registry, the loads and the histories a
 from __future__ import annotations
 
 import tempfile
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_save_fast import Clock  # one second a reading; shared by a side's stores
 
 from statemachine import MemoryCheckpointer, SQLiteCheckpointer
 from statemachine.persist._base import _Store
@@ -28,17 +29,6 @@ from statemachine.persist._delta import _diff, _seen_of
 
 RUNS = ("a", "b")
 STATUSES = ("running", "interrupted", "completed", "cancelled", "failed_resumable")
-
-
-class Clock:
-    """A clock that moves one second a reading (shared by the stores of one side)."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 12, 2, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        self.now += timedelta(seconds=1)
-        return self.now
 
 
 def document(seq: int, run_id: str) -> dict[str, Any]:
