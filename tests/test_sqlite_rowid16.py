@@ -296,6 +296,13 @@ async def test_a_run_s_queries_read_one_rowid_range() -> None:
     )
     assert "SCAN checkpoints" not in plan
     assert "SCAN m" not in plan
+    # A plain save's removal of the marker, and purge's reading of the ended runs.
+    for statement, values in (
+        (_sqlite._MARKER_GONE, ("x",)),
+        (_sqlite._ENDED_BEFORE, ("", "")),
+    ):
+        plan = str(db.execute(f"EXPLAIN QUERY PLAN {statement}", values).fetchall())
+        assert "SCAN" not in plan, plan
     assert [row[1] for row in db.execute("PRAGMA index_list(checkpoints)")] == ["snapshots"]
     db.close()
 

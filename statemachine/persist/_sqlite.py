@@ -196,9 +196,21 @@ _LAST_ID: Final = (
     "(SELECT id FROM checkpoints WHERE id BETWEEN runs.number << 32 "
     "AND (runs.number << 32) + 4294967295 ORDER BY id DESC LIMIT 1)"
 )
+# A run's end marker removed (by a plain save, before its checkpoint's insert): one seek.
+_MARKER_GONE: Final = (
+    "DELETE FROM checkpoints WHERE head IS NOT NULL AND id = (SELECT c.id FROM "
+    "checkpoints AS c, runs WHERE runs.run_id = ? AND c.id BETWEEN runs.number << 32 "
+    "AND (runs.number << 32) + 4294967295 ORDER BY c.id DESC LIMIT 1)"
+)
 # The runs with their newest rows (``m``: the end marker, whose head is set; NULL where a
 # run has no checkpoint yet; a checkpoint where its marker was removed from the file).
 _RUN_ROWS: Final = f"runs LEFT JOIN checkpoints AS m ON m.id = {_LAST_ID}"
+# The ended runs whose row and marker are both older than a moment (purge): by the index
+# of ended runs, then one seek a run.
+_ENDED_BEFORE: Final = (
+    f"SELECT runs.run_id FROM {_RUN_ROWS} WHERE {_ENDED} AND runs.updated_at < ? "
+    "AND coalesce(m.at, '') < ?"
+)
 # A run's record, from _RUN_ROWS: its seq and phase its marker's (its newest checkpoint's;
 # without a marker, its newest checkpoint's own), its moment the later of its row's (its
 # last change of status) and its marker's.
@@ -1011,12 +1023,7 @@ class SQLiteCheckpointer(_Store):
         # The run's end marker goes (at this checkpoint's id, as a rule): the save inserts
         # the next one after the checkpoint (_put_marker). A checkpoint already at the id
         # refuses the insert, as before.
-        self._cursor.execute(
-            "DELETE FROM checkpoints WHERE head IS NOT NULL AND id = (SELECT c.id FROM "
-            "checkpoints AS c, runs WHERE runs.run_id = ? AND c.id BETWEEN runs.number << 32 "
-            "AND (runs.number << 32) + 4294967295 ORDER BY c.id DESC LIMIT 1)",
-            (run_id,),
-        )
+        self._cursor.execute(_MARKER_GONE, (run_id,))
         # A new run's first row takes the number its run's row is given next (see
         # _put_record), in the same transaction; the number is kept for the next delta's
         # one statement (_save_next).
@@ -1092,11 +1099,7 @@ class SQLiteCheckpointer(_Store):
     def _delete_ended(self, before: datetime) -> list[str]:
         removed = [
             run_id
-            for (run_id,) in self._db.execute(
-                f"SELECT runs.run_id FROM {_RUN_ROWS} WHERE {_ENDED} AND runs.updated_at < ? "
-                "AND coalesce(m.at, '') < ?",
-                (_stamp(before), _stamp(before)),
-            )
+            for (run_id,) in self._db.execute(_ENDED_BEFORE, (_stamp(before), _stamp(before)))
         ]
         self._db.executemany(
             f"DELETE FROM checkpoints WHERE {_RANGE}", [{"run_id": r} for r in removed]
