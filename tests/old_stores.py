@@ -9,7 +9,9 @@ keeps its own copy, since it runs against the tree of its time);
 from __future__ import annotations
 
 import base64
+import contextlib
 import shutil
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -106,3 +108,24 @@ def opened_at_once(path: Path) -> list[SQLiteCheckpointer]:
         thread.join()
     assert failed == []
     return stores
+
+
+def read(path: Path, sql: str, *args: Any) -> list[Any]:
+    """The rows ``sql`` reads from the file at ``path``, on a connection of its own."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return db.execute(sql, args).fetchall()
+
+
+async def opened_at_once_counted(path: Path) -> tuple[int, int, int]:
+    """The file at ``path`` opened (and so upgraded) by two stores at once (see
+    :func:`opened_at_once`), each then loading the completed run ``long`` (its seq 123)
+    and closed: the checkpoint rows there were before, and those after without and with
+    a head (the move's markers)."""
+    ((before,),) = read(path, "SELECT count(*) FROM checkpoints")
+    stores = opened_at_once(path)
+    for store in stores:
+        assert (await store.load("long"))[0] == 123
+        await store.aclose()
+    ((plain,),) = read(path, "SELECT count(*) FROM checkpoints WHERE head IS NULL")
+    ((marked,),) = read(path, "SELECT count(*) FROM checkpoints WHERE head IS NOT NULL")
+    return before, plain, marked

@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from pydantic import BaseModel
 
-from statemachine import Money
+from statemachine import Money, RunRecord, SQLiteCheckpointer
 
 
 def exactly(message: str) -> str:
@@ -82,3 +83,18 @@ def written_or_error(write: Any, value: Any) -> tuple[str, str]:
         return "text", write(value)
     except Exception as error:
         return type(error).__name__, str(error)
+
+
+def one_statement_saves(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """A list that gets, for each SQLite save that tries the one statement (``_save_next``,
+    spied on for the test), whether that statement made it (the file refused none)."""
+    made_by: list[bool] = []
+    plain: Any = SQLiteCheckpointer._save_next  # pyright: ignore[reportPrivateUsage]
+
+    def counted(self: SQLiteCheckpointer, *args: Any) -> Any:
+        made = plain(self, *args)
+        made_by.append(type(made) is RunRecord)
+        return made
+
+    monkeypatch.setattr(SQLiteCheckpointer, "_save_next", counted)
+    return made_by

@@ -20,14 +20,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from old_stores import KEY, looker, opened_at_once, phase_of, resume_waiting
+from old_stores import KEY, looker, opened_at_once_counted, phase_of, read, resume_waiting
 from old_stores import copied as _copied
+from support import one_statement_saves
 
 from statemachine import CheckpointTamperedError, Done, Runner, RunRecord, SQLiteCheckpointer
 from statemachine.persist import _sqlite
@@ -42,11 +42,6 @@ _PAGE = 4096 + 24  # a WAL frame: a page and its header
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:
     return _copied("pre-marker-runs.db", tmp_path)
-
-
-def read(path: Path, sql: str, *args: Any) -> list[Any]:
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        return db.execute(sql, args).fetchall()
 
 
 def sql(path: Path, *statements: str) -> None:
@@ -150,15 +145,7 @@ async def test_the_old_runs_load_and_resume(
     assert isinstance(resumed.final, Done)
     assert resumed.final.answer == "Paid."
     assert seq == verified > 39
-    one_statement: list[bool] = []
-    plain: Callable[..., Any] = SQLiteCheckpointer._save_next  # pyright: ignore[reportPrivateUsage]
-
-    def counted(self: SQLiteCheckpointer, *args: Any) -> Any:
-        made = plain(self, *args)
-        one_statement.append(type(made) is RunRecord)
-        return made
-
-    monkeypatch.setattr(SQLiteCheckpointer, "_save_next", counted)
+    one_statement = one_statement_saves(monkeypatch)
     turns = [tool_call("lookup", {"key": f"k{n}"}) for n in range(31, 40)] + [reply("Done.")]
     async with SQLiteCheckpointer(store_path) as store:
         runner = Runner(
@@ -231,13 +218,8 @@ async def test_a_row_changed_before_the_move_leaves_its_run_refused_and_the_othe
 async def test_two_connections_opening_an_old_store_at_once_move_it_once(
     store_path: Path,
 ) -> None:
-    (before,) = read(store_path, "SELECT count(*) FROM checkpoints")[0]
-    stores = opened_at_once(store_path)
-    for store in stores:
-        assert (await store.load("long"))[0] == 123
-        await store.aclose()
-    assert read(store_path, "SELECT count(*) FROM checkpoints WHERE head IS NULL") == [(before,)]
-    assert read(store_path, "SELECT count(*) FROM checkpoints WHERE head IS NOT NULL") == [(4,)]
+    before, plain, marked = await opened_at_once_counted(store_path)
+    assert (plain, marked) == (before, 4)  # each run's one marker, added once
 
 
 async def test_a_next_delta_writes_one_page(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from old_stores import KEY, looker, opened_at_once, phase_of, resume_waiting
+from old_stores import KEY, looker, opened_at_once_counted, phase_of, read, resume_waiting
 from old_stores import copied as _copied
 
 from statemachine import Done, SQLiteCheckpointer
@@ -33,11 +33,6 @@ OLD_COLUMNS = "run_id, seq, kind, phase, blob, at"
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:
     return _copied("pre-rowid-runs.db", tmp_path)
-
-
-def read(path: Path, sql: str, *args: Any) -> list[Any]:
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        return db.execute(sql, args).fetchall()
 
 
 def names(path: Path) -> set[str]:
@@ -157,13 +152,8 @@ async def test_the_old_runs_load_and_the_waiting_one_resumes(store_path: Path) -
 async def test_two_connections_opening_an_old_store_at_once_move_it_once(
     store_path: Path,
 ) -> None:
-    (before,) = read(store_path, "SELECT count(*) FROM checkpoints")[0]
-    stores = opened_at_once(store_path)
-    for store in stores:
-        assert (await store.load("long"))[0] == 123
-        await store.aclose()
-    assert read(store_path, "SELECT count(*) FROM checkpoints WHERE head IS NULL") == [(before,)]
-    assert read(store_path, "SELECT count(*) FROM checkpoints WHERE head IS NOT NULL") == [(3,)]
+    before, plain, marked = await opened_at_once_counted(store_path)
+    assert (plain, marked) == (before, 3)  # the rows kept, each run's marker added once
     assert read(store_path, "SELECT count(*) FROM checkpoints WHERE id IS NULL") == [(0,)]
     assert read(store_path, "SELECT last FROM run_numbers") == [(3,)]
 

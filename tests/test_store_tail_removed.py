@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import one_statement_saves
 from test_save_fast import Clock, Runtime, lookup
 
 from statemachine import (
@@ -30,7 +30,6 @@ from statemachine import (
     CheckpointCipher,
     CheckpointTamperedError,
     Runner,
-    RunRecord,
     SQLiteCheckpointer,
     generate_key,
 )
@@ -57,15 +56,7 @@ async def saved_run(
 ) -> list[bool]:
     """Save STATES phases as run ``r``; whether each save that tried the one statement made it."""
     states = await phases()
-    one_statement: list[bool] = []
-    plain: Callable[..., Any] = SQLiteCheckpointer._save_next  # pyright: ignore[reportPrivateUsage]
-
-    def counted(self: SQLiteCheckpointer, *args: Any) -> Any:
-        made = plain(self, *args)
-        one_statement.append(type(made) is RunRecord)
-        return made
-
-    monkeypatch.setattr(SQLiteCheckpointer, "_save_next", counted)
+    one_statement = one_statement_saves(monkeypatch)
     async with SQLiteCheckpointer(path, sealer=sealer, snapshot_every=50, clock=Clock()) as store:
         saver = _Saver(store, Runtime(), "a", None)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
         for at, state in enumerate(states[:STATES]):
