@@ -48,9 +48,9 @@ from ._actions import CHUNK, EMPTY_LOG, ActionLog, ActionRecord, _MakingRecord, 
 from ._budget import Budget, Spend, admits_call
 from ._errors import SetupError
 from ._fast._making import making_class
+from ._grams import GramMasks
 from ._similarity import (
     LEXICAL,
-    GramMasks,
     MaskSigned,
     SignedSimilarity,
     Similarity,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from pg_cluster import Cluster
-from support import FakeClock, RecordingSleep
+from support import PURE_GRAMS, FakeClock, RecordingSleep
 
 from statemachine import (
     CheckpointCipher,
@@ -30,6 +30,19 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     scripts = str(Path(sys.executable).parent)
     os.environ["PATH"] = os.pathsep.join([scripts, os.environ.get("PATH", "")])
+
+
+@pytest.fixture
+def pure_grams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The governor and the similarities make their masks with ``PURE_GRAMS.GramMasks``
+    (statemachine/_grams.py as source) instead of the compiled class: for the tests of
+    the algorithm itself, which replace its methods and constants with reference ones.
+    tests/test_grams_compiled.py checks the compiled class against this one."""
+    import statemachine._governor
+    import statemachine._similarity
+
+    monkeypatch.setattr(statemachine._governor, "GramMasks", PURE_GRAMS.GramMasks)
+    monkeypatch.setattr(statemachine._similarity, "GramMasks", PURE_GRAMS.GramMasks)
 
 
 @pytest.fixture

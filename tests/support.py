@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -11,6 +15,25 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from pydantic import BaseModel
 
 from statemachine import Money, RunRecord, SQLiteCheckpointer
+
+
+def _source_of(name: str) -> ModuleType:
+    """The package's module ``name`` run from its ``.py`` file under the name ``name +
+    "_source"``, even where an extension built from that file (mypyc's, see setup.py) is
+    what ``import`` finds: the reference the compiled module is checked against, and the
+    class whose methods a test may replace (a compiled class calls its own)."""
+    path = Path(__file__).resolve().parent.parent / "statemachine" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"statemachine.{name}_source", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# statemachine/_grams.py as Python source (statemachine._grams may be its compiled form).
+PURE_GRAMS = _source_of("_grams")
 
 
 def exactly(message: str) -> str:

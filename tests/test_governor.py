@@ -50,14 +50,9 @@ from statemachine import (
     write_tool,
 )
 from statemachine._actions import ActionLog
+from statemachine._grams import _NARROW_BITS, _TRIGRAMS_KEPT, GramMasks
 from statemachine._json import canonical, canonical_hash
-from statemachine._similarity import (
-    _NARROW_BITS,
-    _TRIGRAMS_KEPT,
-    GramMasks,
-    _fold,
-    call_anchors,
-)
+from statemachine._similarity import _fold, call_anchors
 from statemachine.testing import AutoApproveGate, AutoDenyGate, ScriptedGate, ScriptedModel, reply
 from statemachine.testing import tool_call as call
 

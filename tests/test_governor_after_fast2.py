@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from statemachine import LoopGovernor, LoopState, read_tool
-from statemachine._similarity import GramMasks, _fold, trigrams
+from statemachine._grams import GramMasks
+from statemachine._similarity import _fold, trigrams
 from statemachine._tools import ReadCall, WriteCall
 
 # Words of one letter, digits, a colon and case: the segments' edges (a first or last

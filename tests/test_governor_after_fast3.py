@@ -15,13 +15,8 @@ from pydantic import BaseModel
 
 from statemachine import LoopGovernor, LoopState, read_tool
 from statemachine._actions import ActionLog, ActionRecord, _record
-from statemachine._similarity import (
-    _FLOOR,
-    _MASKS_KEPT,
-    GramMasks,
-    _grams_of,
-    lexical_similarity,
-)
+from statemachine._grams import _FLOOR, _MASKS_KEPT, GramMasks, _grams_of
+from statemachine._similarity import lexical_similarity
 
 
 class _Args(BaseModel):

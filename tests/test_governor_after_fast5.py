@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statemachine import LoopGovernor, LoopState
-from statemachine._similarity import _FLOOR, _GROWTH, _MASKS_KEPT, GramMasks, _grams_of, trigrams
+from statemachine._grams import _FLOOR, _GROWTH, _MASKS_KEPT, GramMasks, _grams_of
+from statemachine._similarity import trigrams
 
 # Letters that repeat, digits, a colon, case and a letter that folds: the segments' edges.
 _TEXT = st.text(alphabet="aAb0: 1\u00e9", min_size=1, max_size=14)

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from statemachine import LoopGovernor, LoopState, read_tool
-from statemachine._similarity import GramMasks, _highest, trigrams
+from statemachine._grams import GramMasks, _highest
+from statemachine._similarity import trigrams
 
 # A pair as (what it shares with the result, its size): a text's mask of that many bits,
 # `shared` of them among the result's (see _pairs).

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statemachine._similarity import GramMasks
+from statemachine._grams import GramMasks
 
 _WORDS = st.sampled_from(["stock", "password", "gift", "a", "export", "x1", "result", "7:"])
 _TEXTS = st.lists(_WORDS, min_size=1, max_size=6).map(" ".join)

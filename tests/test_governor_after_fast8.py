@@ -11,13 +11,20 @@ from __future__ import annotations
 import math
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from support import PURE_GRAMS as similarity
 
-import statemachine._similarity as similarity
 from statemachine import LoopGovernor, LoopState, read_tool
-from statemachine._similarity import GramMasks, _grams_of, lexical_similarity, trigrams
+from statemachine._similarity import lexical_similarity, trigrams
+
+GramMasks = similarity.GramMasks
+_grams_of = similarity._grams_of
+
+# The algorithm as Python source: see the fixture pure_grams (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("pure_grams")
 
 
 def _joined_by_join(self: GramMasks, words: list[str]) -> int:

@@ -11,11 +11,18 @@ from __future__ import annotations
 
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import PURE_GRAMS as similarity
 
-import statemachine._similarity as similarity
-from statemachine._similarity import GramMasks, _grams_of, trigrams
+from statemachine._similarity import trigrams
+
+GramMasks = similarity.GramMasks
+_grams_of = similarity._grams_of
+
+# The algorithm as Python source: see the fixture pure_grams (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("pure_grams")
 
 
 def _joined_before(self: GramMasks, words: list[str]) -> int:

@@ -11,13 +11,21 @@ import json
 import random
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from support import PURE_GRAMS as similarity
 
-import statemachine._similarity as similarity
 from statemachine import LoopGovernor, LoopState, read_tool
-from statemachine._similarity import _PIECES, GramMasks, _grams_of, trigrams
+from statemachine._similarity import trigrams
+
+_PIECES = similarity._PIECES
+GramMasks = similarity.GramMasks
+_grams_of = similarity._grams_of
+
+# The algorithm as Python source: see the fixture pure_grams (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("pure_grams")
 
 # Cut characters, what JSON has around them, a letter that folds to two characters
 # (U+0130), one that folds to one, digits; white space now and then (two words or more:

@@ -15,18 +15,20 @@ import json
 import math
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import PURE_GRAMS as similarity
 
-import statemachine._similarity as similarity
-from statemachine._similarity import (
-    _PIECES,
-    GramMasks,
-    _grams_of,
-    _highest,
-    lexical_similarity,
-    trigrams,
-)
+from statemachine._similarity import lexical_similarity, trigrams
+
+_PIECES = similarity._PIECES
+GramMasks = similarity.GramMasks
+_grams_of = similarity._grams_of
+_highest = similarity._highest
+
+# The algorithm as Python source: see the fixture pure_grams (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("pure_grams")
 
 # Digits most of all, cut characters, JSON's marks, letters that fold (U+0130 folds to
 # two characters), white space now and then (the segments' way).

@@ -14,11 +14,17 @@ import json
 import math
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import PURE_GRAMS as similarity
 
-import statemachine._similarity as similarity
-from statemachine._similarity import GramMasks, lexical_similarity, trigrams
+from statemachine._similarity import lexical_similarity, trigrams
+
+GramMasks = similarity.GramMasks
+
+# The algorithm as Python source: see the fixture pure_grams (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("pure_grams")
 
 
 def _result(key: int, value: int = 42) -> str:

@@ -15,12 +15,18 @@ from __future__ import annotations
 import math
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import PURE_GRAMS as similarity
 from test_similarity_fast19g import _result, _set_best
 
-import statemachine._similarity as similarity
-from statemachine._similarity import GramMasks, lexical_similarity
+from statemachine._similarity import lexical_similarity
+
+GramMasks = similarity.GramMasks
+
+# The algorithm as Python source: see the fixture pure_grams (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("pure_grams")
 
 
 def _narrow(masks: GramMasks) -> None:

@@ -11,13 +11,19 @@ from __future__ import annotations
 
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import PURE_GRAMS as similarity
 from test_similarity_fast19g import _result, _set_best
 from test_similarity_fast21a import _TEXT, _window
 
-import statemachine._similarity as similarity
-from statemachine._similarity import GramMasks, lexical_similarity
+from statemachine._similarity import lexical_similarity
+
+GramMasks = similarity.GramMasks
+
+# The algorithm as Python source: see the fixture pure_grams (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("pure_grams")
 
 # Between two advances: nothing, a comparison by compared or best, the window's masks and
 # sizes read (_signed), the masks cache emptied (the masks made again from the

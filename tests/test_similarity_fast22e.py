@@ -18,13 +18,19 @@ from __future__ import annotations
 
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import PURE_GRAMS as similarity
 from test_similarity_fast19g import _result
 from test_similarity_fast21a import _run
 
-import statemachine._similarity as similarity
-from statemachine._similarity import GramMasks, trigrams
+from statemachine._similarity import trigrams
+
+GramMasks = similarity.GramMasks
+
+# The algorithm as Python source: see the fixture pure_grams (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("pure_grams")
 
 
 def _pieced_loop(self: GramMasks, words: list[str]) -> int:

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from statemachine import LoopGovernor, LoopState, read_tool
-from statemachine._similarity import GramMasks, lexical_similarity
+from statemachine._grams import GramMasks
+from statemachine._similarity import lexical_similarity
 
 
 def _result(key: int, value: int = 42) -> str:

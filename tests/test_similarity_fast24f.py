@@ -18,7 +18,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statemachine._similarity import GramMasks, _highest, lexical_similarity, trigrams
+from statemachine._grams import GramMasks, _highest
+from statemachine._similarity import lexical_similarity, trigrams
 
 
 def _result(key: int, value: int = 42) -> str:
