@@ -31,10 +31,12 @@ def _extensions() -> list[Extension]:
         return []
     from mypyc.build import mypycify
 
-    # --config-file= reads no configuration: pyproject.toml's names pydantic's mypy plugin,
-    # which the isolated build environment does not have (nor needs: these modules import
-    # only the standard library).
-    extensions = list(mypycify(["--config-file=", *COMPILED], opt_level="3"))
+    # The modules import only the standard library, so mypy reads nothing else: no
+    # configuration (--config-file=: pyproject.toml's names pydantic's mypy plugin) and
+    # not the package around them (--follow-imports=skip: statemachine/__init__.py imports
+    # pydantic, attrs and the rest, which the build environment need not have).
+    options = ["--config-file=", "--follow-imports=skip", "--ignore-missing-imports"]
+    extensions = list(mypycify([*options, *COMPILED], opt_level="3"))
     for extension in extensions:
         # Without a C compiler the build goes on, the module plain Python (and slower);
         # tests/test_grams_compiled.py fails when that happened unasked.
