@@ -19,29 +19,14 @@ from unittest import mock
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
 from support import PURE_GRAMS
+from test_governor_after_fast8 import _gains as run_gains
 
 import statemachine._governor as governor_module
 import statemachine._grams as compiled
-from statemachine import LoopGovernor, LoopState, read_tool
 
-# What a GramMasks holds: every cache is compared after every operation.
-_STATE = (
-    "_base",
-    "_bits",
-    "_firsts",
-    "_lasts",
-    "_latest",
-    "_pairs",
-    "_parts",
-    "_seen",
-    "_shape",
-    "_sides",
-    "_tails",
-    "_words",
-    "masks",
-)
+# What a GramMasks holds (its slots): every cache is compared after every operation.
+_STATE: tuple[str, ...] = PURE_GRAMS.GramMasks.__slots__
 
 # The bounds that start the caches again, lowered in both modules at once.
 _BOUNDS = ("_FLOOR", "_GROWTH", "_MASKS_KEPT", "_NARROW_BITS", "_TRIGRAMS_KEPT")
@@ -155,29 +140,11 @@ def test_a_lowered_bound_reaches_the_compiled_module() -> None:
     assert not masks._bits
 
 
-class _Args(BaseModel):
-    query: str
-
-
-@read_tool
-async def _search(args: _Args) -> str:
-    return args.query
-
-
 def _gains(results: list[str], masks_class: type) -> list[float | None]:
-    """The gains of a run whose calls read ``results`` in turn, masks made by ``masks_class``."""
-    governor = LoopGovernor()
-    loop = LoopState()
-    gains: list[float | None] = []
+    """The gains of a run whose calls read ``results`` in turn, masks made by ``masks_class``
+    (the governor's run of tests/test_governor_after_fast8.py)."""
     with mock.patch.object(governor_module, "GramMasks", masks_class):
-        for n, result in enumerate(results):
-            call_id = f"call-{n}"
-            loop = loop.record(governor.action(_search.call({"query": f"q{n}"}), "{}", call_id))
-            loop = governor.after_action(
-                loop, call_id=call_id, effect="read", result=result, ctx=None, step=n
-            )
-            gains.append(loop.actions[-1].gain)
-    return gains
+        return run_gains(results, 1)
 
 
 @settings(max_examples=80, deadline=None)
