@@ -87,4 +87,4 @@ bench: install
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) .nox .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .nox .mypy_cache .pytest_cache .ruff_cache build statemachine/*.so
