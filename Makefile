@@ -20,7 +20,7 @@ install: $(STAMP)
 # `statemachine` before it was renamed: drop that one.
 # Silent unless it fails, so that `make demo` prints only the demo: pip's output (its
 # warnings, a build backend's banner) goes to .venv/install.log, shown whole on failure.
-# setup.py compiles statemachine/_grams.py with mypyc (about a minute): an edit of that
+# setup.py compiles statemachine/_grams.py with mypyc (under a minute): an edit of that
 # file installs again, so that the extension Python imports is never older than its source.
 $(STAMP): pyproject.toml setup.py statemachine/_grams.py
 	@mkdir -p $(VENV)

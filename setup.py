@@ -17,7 +17,7 @@ from setuptools import Extension, setup
 
 # The modules compiled: each imports nothing of the package's, so mypy reads them alone.
 COMPILED = ["statemachine/_grams.py"]
-# The commands that build: mypycify type-checks the modules first (about 50 s), which the
+# The commands that build: mypycify type-checks the modules first, which the
 # build backend's other calls of this file (its requirements, the metadata) do not need.
 _BUILDING = {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install"}
 
