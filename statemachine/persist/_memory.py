@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from ._base import _Store
 from ._lifecycle import ENDINGS, RunStatus
 from ._protocol import CheckpointEntry, LeaseRecord, RunRecord, Sealer
-from ._rows import _EffectRow, _Row, _system_clock
+from ._rows import _EffectRow, _entry, _Row, _system_clock
 
 if TYPE_CHECKING:
     from ._protocol import Checkpointer
@@ -93,9 +93,7 @@ class MemoryCheckpointer(_Store):
 
     def _rows(self, run_id: str) -> list[CheckpointEntry]:
         return [
-            CheckpointEntry(
-                seq=row.seq, phase=row.phase, snapshot=row.snapshot, size=len(row.blob), at=row.at
-            )
+            _entry(row.seq, row.phase, row.snapshot, len(row.blob), row.at)
             for row in self._checkpoints.get(run_id, [])
         ]
 

@@ -62,7 +62,16 @@ from ._protocol import (
     RunRecord,
     Sealer,
 )
-from ._rows import _SETTLED, _change_of, _EffectRow, _Row, _statuses, _system_clock, _utc
+from ._rows import (
+    _SETTLED,
+    _change_of,
+    _EffectRow,
+    _entry,
+    _Row,
+    _statuses,
+    _system_clock,
+    _utc,
+)
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -520,9 +529,7 @@ class PostgresCheckpointer:
             )
             rows = await cursor.fetchall()
         return [
-            CheckpointEntry(
-                seq=seq, phase=phase, snapshot=kind == "full", size=size, at=at.astimezone(UTC)
-            )
+            _entry(seq, phase, kind == "full", size, at.astimezone(UTC))
             for seq, phase, kind, size, at in rows
         ]
 

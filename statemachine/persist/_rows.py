@@ -13,9 +13,11 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal, NamedTuple
 
 from .._errors import ConfigError
+from .._fast._pydantic import _trusted
 from .._json import Texts
 from ._delta import FiniteOps, _Seen
 from ._lifecycle import RunStatus
+from ._protocol import CheckpointEntry
 
 __all__ = [
     "_DIGEST",
@@ -32,6 +34,7 @@ __all__ = [
     "_change_of",
     "_decision_aad",
     "_effect_aad",
+    "_entry",
     "_head_aad",
     "_since_of",
     "_statuses",
@@ -121,6 +124,31 @@ class _EffectRow(NamedTuple):
     status: Literal["intent", "committed"]
     blob: bytes | None  # the sealed result; None while only the intent is recorded
     updated_at: datetime
+
+
+def _entry(seq: Any, phase: Any, snapshot: Any, size: Any, at: Any) -> CheckpointEntry:
+    """``CheckpointEntry(seq=seq, ...)``, one entry of a store's ``history``.
+
+    Made without validating it when each value is of its field's type exactly (an
+    ``int``, a ``str``, a ``bool``, an ``int`` and a ``datetime``, as a store reads them
+    from its own rows): what validation keeps as it is, in the same fields, set the same
+    way (tests/test_history_entries.py). Any other value (a row changed by hand: a seq
+    stored as text) is validated, as before. ``history`` makes one a checkpoint of the
+    run: the bench's 3,004-checkpoint history takes 7.2 ms so, 9.8 validated (issue 23).
+    """
+    if (
+        type(seq) is int
+        and type(phase) is str
+        and type(snapshot) is bool
+        and type(size) is int
+        and type(at) is datetime
+    ):
+        return _trusted(
+            CheckpointEntry,
+            {"seq": seq, "phase": phase, "snapshot": snapshot, "size": size, "at": at},
+            {"seq", "phase", "snapshot", "size", "at"},
+        )
+    return CheckpointEntry(seq=seq, phase=phase, snapshot=snapshot, size=size, at=at)
 
 
 def _utc(moment: datetime, what: str) -> datetime:

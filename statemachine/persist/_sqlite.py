@@ -30,6 +30,7 @@ from ._rows import (
     _SETTLED,
     _Change,
     _EffectRow,
+    _entry,
     _Last,
     _Row,
     _Since,
@@ -1070,13 +1071,7 @@ class SQLiteCheckpointer(_Store):
             {"run_id": run_id},
         ).fetchall()
         return [
-            CheckpointEntry(
-                seq=seq,
-                phase=phase,
-                snapshot=kind == "full",
-                size=size,
-                at=datetime.fromisoformat(at),
-            )
+            _entry(seq, phase, kind == "full", size, datetime.fromisoformat(at))
             for seq, phase, kind, size, at in rows
         ]
 
